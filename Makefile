@@ -1,0 +1,57 @@
+# One entry point for set-up, build, tests and the main job.
+#   make            virtualenv + pinned packages + compiled extensions (idempotent, fast when done)
+#   make test       the test suite
+#   make train      the main job: synthetic data -> train tiny SNIPER on CPU -> COCO AP table
+#   make MXNET=mxnet-cu117   the same with a CUDA build of MXNet 1.9.1 (also mxnet-cu112)
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+MXNET ?= mxnet
+MXNET_VERSION := 1.9.1
+GLUONCV_VERSION := 0.10.5.post0
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(MXNET)-$(MXNET_VERSION)
+OPS_LIB := lib/ops/libsniper_ops.so
+OPS_SRC := $(wildcard lib/ops/src/*.cc lib/ops/src/*.h)
+PYX := $(shell find lib chip_generator -name '*.pyx' 2>/dev/null)
+CPP := $(shell find lib chip_generator -path '*/src/*' \( -name '*.cpp' -o -name '*.h' \) -not -path 'lib/ops/*' 2>/dev/null)
+EXT_STAMP := build/.extensions
+CXXFLAGS_OPS := -std=c++17 -O3 -fPIC -shared -Wall -Wno-unused-function
+
+.PHONY: all venv build test train clean distclean
+all: build
+
+venv: $(STAMP)
+$(STAMP): requirements.txt constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade "pip<25"
+	$(PY) -m pip install -q -c constraints.txt "$(MXNET)==$(MXNET_VERSION)" -r requirements.txt
+	# gluoncv asks for the non-headless opencv-python; its real dependencies are in requirements.txt
+	$(PY) -m pip install -q --no-deps gluoncv==$(GLUONCV_VERSION)
+	rm -f $(VENV)/.installed-* && touch $@
+
+build: $(STAMP) $(EXT_STAMP) $(OPS_LIB)
+
+$(EXT_STAMP): $(STAMP) setup.py $(PYX) $(CPP)
+	$(PY) setup.py -q build_ext --inplace
+	mkdir -p build && touch $@
+
+# The MultiProposalTarget operator, loaded at run time with mx.library.load.
+$(OPS_LIB): $(STAMP) $(OPS_SRC)
+	$(eval MXINC := $(shell $(PY) -c "import mxnet,os;print(os.path.dirname(mxnet.__file__))"))
+	$(CXX) $(CXXFLAGS_OPS) -I$(MXINC)/include -Ilib/ops/src \
+		$(filter %.cc,$(OPS_SRC)) $(MXINC)/src/lib_api.cc -o $@
+
+test: build
+	$(PY) -m pytest -q tests
+
+train: build
+	$(PY) main_train.py --cfg configs/faster/sniper_synthetic_tiny.yml --eval
+
+clean:
+	rm -rf build $(OPS_LIB)
+	find lib chip_generator \( -name '*.so' -o -name '*.cpp' -path '*_cy*' \) -delete
+	find lib chip_generator -name '*.pyx' | sed 's/\.pyx$$/.c/' | xargs rm -f
+	find lib chip_generator -name '*.pyx' | sed 's/\.pyx$$/.cpp/' | xargs rm -f
+
+distclean: clean
+	rm -rf $(VENV) data/synthetic output

@@ -1,0 +1,110 @@
+"""Every configuration key with its default value.
+
+YAML files under configs/ override these, and ``--set KEY VALUE`` overrides both. A key that is not
+here is rejected, and a value is parsed to the type of its default, so this file is the reference
+for what can be configured. Values are the published COCO settings unless a comment says otherwise.
+"""
+
+DEFAULTS = {
+    # Where checkpoints, logs, caches and results go: {output_path}/{config name}/...
+    "output_path": "output",
+    # Backbone: "resnet101" (deformable res5, the published network), "resnet50", or "resnet_tiny".
+    "symbol": "resnet101",
+    # Devices: "0,1,2" for GPUs; "" or "cpu:N" for N CPU contexts.
+    "gpus": "",
+    "CLASS_AGNOSTIC": True,
+    "default": {
+        "frequent": 20,  # log metrics every N batches
+        "kvstore": "device",  # device, local, dist_sync
+        "seed": 3,
+    },
+    "network": {
+        "pretrained": "",  # MXNet checkpoint prefix of ImageNet weights ("" with TRAIN.FROM_SCRATCH)
+        "pretrained_epoch": 0,
+        "PIXEL_MEANS": [103.939, 116.779, 123.68],  # BGR
+        "IMAGE_STRIDE": 0,
+        "RPN_FEAT_STRIDE": 16,
+        "RCNN_FEAT_STRIDE": 16,
+        "FIXED_PARAMS": ["conv0", "bn0", "stage1"],  # name prefixes kept frozen
+        "ANCHOR_RATIOS": [0.5, 1.0, 2.0],
+        "ANCHOR_SCALES": [2, 4, 7, 10, 13, 16, 24],
+        "NUM_ANCHORS": 21,
+        "BN_MOMENTUM": 0.995,
+    },
+    "dataset": {
+        "dataset": "coco",  # coco or pascal_voc
+        "dataset_path": "data/coco",
+        "image_set": "train2014+valminusminival2014",  # several sets joined with '+'
+        "test_image_set": "minival2014",
+        "root_path": "data",  # roidb caches go to {root_path}/cache
+        "NUM_CLASSES": 0,  # 0: derived from the annotation file (background included)
+        "proposal": "",  # proposals file for negative chip mining ("" disables it)
+    },
+    "TRAIN": {
+        "lr": 0.015,
+        "lr_step": "5.33",  # epochs, comma separated
+        "lr_factor": 0.1,
+        "warmup": True,
+        "warmup_lr": 0.0005,
+        "warmup_step": 1000,  # iterations
+        "momentum": 0.9,
+        "wd": 0.0001,
+        "begin_epoch": 0,
+        "end_epoch": 7,
+        "model_prefix": "SNIPER",
+        "resume": False,
+        "FROM_SCRATCH": False,
+        "fp16": True,
+        "scale": 100.0,  # loss gradient scale for fp16
+        "BATCH_IMAGES": 16,  # chips per device
+        "NUM_PROCESS": 8,  # data loader worker processes
+        "SHUFFLE": True,
+        "FLIP": True,
+        "ONLY_PROPOSAL": False,  # RPN-only training (first stage of negative chip mining)
+        "USE_NEG_CHIPS": True,
+        "MAX_NEG_CHIPS": 2,  # negative chips sampled per image and epoch
+        # Training scales: factors with an optional last "longer side in pixels" entry (> 10), or
+        # [shorter side, longer side cap] pairs with -1 for "no constraint". Finest first.
+        "SCALES": [3.0, 1.667, 512.0],
+        "VALID_RANGES": [[-1, 80], [32, 150], [120, -1]],  # sqrt(area) in original pixels, -1 open
+        "CHIP_SIZE": 512,
+        "CHIP_STRIDE": [56, 60],  # one value, or [lo, hi) drawn uniformly once per epoch
+        "NEG_CHIP_MIN_PROPOSALS": [25, 10, 10],  # a negative chip needs more proposals than this
+        "MAX_GT_PER_CHIP": 100,
+        # RPN targets
+        "RPN_BATCH_SIZE": 256,
+        "RPN_FG_FRACTION": 0.5,
+        "RPN_POSITIVE_OVERLAP": 0.5,
+        "RPN_NEGATIVE_OVERLAP": 0.4,
+        "RPN_INVALID_OVERLAP": 0.3,
+        "RPN_ALLOWED_BORDER": 32,
+        "RPN_MIN_GT_SIZE": 10,  # px after scaling
+        # Proposal target
+        "RPN_PRE_NMS_TOP_N": 6000,
+        "RPN_POST_NMS_TOP_N": 300,
+        "RPN_NMS_THRESH": 0.7,
+        "RPN_MIN_SIZE": 3,
+        "FG_THRESH": 0.5,
+        "BBOX_STDS": [0.1, 0.1, 0.2, 0.2],
+        "BBOX_MEANS": [0.0, 0.0, 0.0, 0.0],
+    },
+    "TEST": {
+        "BATCH_IMAGES": 1,  # images per device and scale
+        "SCALES": [[1400, 2000], [800, 1280], [480, 512]],
+        "VALID_RANGES": [[-1, 90], [32, 180], [75, -1]],
+        "RPN_PRE_NMS_TOP_N": 6000,
+        "RPN_POST_NMS_TOP_N": 300,
+        "RPN_NMS_THRESH": 0.7,
+        "RPN_MIN_SIZE": 3,
+        "NMS": 0.45,
+        "SOFT_NMS": True,
+        "SOFT_NMS_SIGMA": 0.55,
+        "SCORE_THRESH": 0.001,
+        "MAX_PER_IMAGE": 200,
+        "TEST_EPOCH": 7,
+        "MODEL": "",  # checkpoint "prefix-epoch.params" path; "" uses the training output folder
+        "EXTRACT_PROPOSALS": False,
+        "PROPOSAL_SAVE_PATH": "",  # "" -> {output}/proposals
+        "NUM_PROPOSALS": 300,  # per scale, saved by proposal extraction
+    },
+}

@@ -1,0 +1,21 @@
+"""Device list from the config: ``gpus: "0,1"`` for GPUs, ``""`` or ``"cpu:N"`` for N CPU contexts."""
+import mxnet as mx
+
+
+def parse_contexts(spec):
+    """Return the list of mx.Context named by ``spec`` (a clear ValueError for anything else)."""
+    spec = str(spec).strip()
+    if spec in ("", "cpu"):
+        return [mx.cpu(0)]
+    if spec.startswith("cpu:"):
+        count = spec[4:]
+        if not count.isdigit() or int(count) < 1:
+            raise ValueError(f"gpus: 'cpu:N' needs a positive N, got {spec!r}")
+        return [mx.cpu(i) for i in range(int(count))]
+    try:
+        ids = [int(part) for part in spec.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"gpus: expected '0,1,...', '' or 'cpu:N', got {spec!r}") from None
+    if any(i < 0 for i in ids):
+        raise ValueError(f"gpus: device ids must be >= 0, got {spec!r}")
+    return [mx.gpu(i) for i in ids]
