@@ -1,0 +1,78 @@
+"""Compiled operators (lib/ops/src, built by ``make`` into lib/ops/libsniper_ops.so).
+
+Importing this package loads the library once with ``mx.library.load``, after which
+
+    rois, labels, bbox_targets, bbox_weights = mx.sym.MultiProposalTarget(
+        cls_prob, bbox_pred, im_info, gt_boxes, valid_ranges,
+        feature_stride=16, scales=(2, 4, 7, 10, 13, 16, 24), ratios=(0.5, 1, 2),
+        rpn_pre_nms_top_n=6000, rpn_post_nms_top_n=300, threshold=0.7, rpn_min_size=3,
+        fg_thresh=0.5, bbox_stds=(0.1, 0.1, 0.2, 0.2))
+
+works, as do ``mx.nd.MultiProposalTarget`` and the aliases ``mx.sym.contrib.MultiProposalTarget`` /
+``mx.nd.contrib.MultiProposalTarget``; ``proposal_target_attrs(cfg)`` gives the attributes from the
+config. MXNet 1.9 puts a library operator under its registered name at the top of ``mx.nd`` /
+``mx.sym`` (only names starting with ``_contrib_`` go to ``contrib``), so the contrib names are
+Python aliases and a saved graph records the op as ``MultiProposalTarget``; ``import lib.ops``
+before ``mx.sym.load``. Inputs are positional (a library operator has one variadic ``data``
+argument, so ``cls_prob=...`` keywords are rejected); outputs are ``<name>_output0..3``.
+
+Semantics, per chip b (spec section 5), in chip pixels:
+
+* anchors = lib.boxes.anchors ``grid_anchors(base_anchors(stride, ratios, scales), H, W, stride)``,
+  (h, w, a) order; fg score of anchor a at (h, w) is ``cls_prob[b, A + a, h, w]``, its deltas
+  ``bbox_pred[b, 4a:4a+4, h, w]`` (stds 1);
+* decode, clip to ``im_info[b, :2]`` (height, width), drop boxes narrower or shorter than
+  ``rpn_min_size`` (not multiplied by ``im_info[b, 2]``: chips are already in scaled pixels) and boxes
+  whose sqrt(area) is outside ``valid_ranges[b]`` (inclusive, -1 = open);
+* keep the ``rpn_pre_nms_top_n`` best scores (ties: lower anchor index first), greedy NMS with IoU >
+  ``threshold`` suppressing, keep at most ``R - g`` boxes, R = ``rpn_post_nms_top_n``, g = number of
+  valid gts (non-padding, in the valid range, at most R);
+* rois = [kept proposals, valid gts in row order, padding]; padding rows are
+  ``[b, 0, 0, stride - 1, stride - 1]`` with label -1 and zero targets and weights;
+* label = class of the gt (among all non-padding gts, valid or not) with the highest IoU if that IoU
+  is > ``fg_thresh`` (first gt on ties), else 0; positives get ``encode(roi, gt) / bbox_stds`` and
+  weights 1. A gt row is padding when its class is negative (the loader pads with -1).
+* Backward writes zeros: nothing flows back into the RPN through this op.
+
+Devices: the library registers a CPU forward/backward only (a GPU forward that copies to the host
+exists behind ``-DSNIPER_WITH_CUDA``). Under GPU contexts without it, place the op on the CPU, e.g. build
+it inside ``mx.AttrScope(ctx_group="proposal_target")`` and bind with
+``group2ctx={"proposal_target": mx.cpu()}``, or copy the inputs with ``as_in_context(mx.cpu())``.
+"""
+import os
+
+import mxnet as mx
+
+LIBRARY_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libsniper_ops.so")
+OPERATOR_NAME = "MultiProposalTarget"
+
+
+def proposal_target_attrs(cfg):
+    """MultiProposalTarget attributes from the config, so its anchors are the RPN targets' anchors."""
+    if any(cfg.TRAIN.BBOX_MEANS):
+        raise ValueError(f"TRAIN.BBOX_MEANS: MultiProposalTarget only supports zero means, got {cfg.TRAIN.BBOX_MEANS}")
+    return {
+        "feature_stride": cfg.network.RPN_FEAT_STRIDE,
+        "scales": tuple(cfg.network.ANCHOR_SCALES),
+        "ratios": tuple(cfg.network.ANCHOR_RATIOS),
+        "rpn_pre_nms_top_n": cfg.TRAIN.RPN_PRE_NMS_TOP_N,
+        "rpn_post_nms_top_n": cfg.TRAIN.RPN_POST_NMS_TOP_N,
+        "threshold": cfg.TRAIN.RPN_NMS_THRESH,
+        "rpn_min_size": cfg.TRAIN.RPN_MIN_SIZE,
+        "fg_thresh": cfg.TRAIN.FG_THRESH,
+        "bbox_stds": tuple(cfg.TRAIN.BBOX_STDS),
+    }
+
+
+def load_library(path=LIBRARY_PATH):
+    """Load the operator library once (later calls, or a second copy of this module, are no-ops)."""
+    if not os.path.exists(path):
+        raise ImportError(f"lib.ops: compiled operator library {path} is missing; run `make` in the repository root")
+    if hasattr(mx.nd, OPERATOR_NAME):
+        return
+    mx.library.load(os.path.abspath(path), verbose=False)
+    for namespace in (mx.nd, mx.sym):
+        setattr(namespace.contrib, OPERATOR_NAME, getattr(namespace, OPERATOR_NAME))
+
+
+load_library()

@@ -1,0 +1,333 @@
+// MultiProposalTarget: the MXNet library-operator glue (lib_api.h) around ChipProposalTargets.
+//
+// Inputs  cls_prob (B, 2A, H, W), bbox_pred (B, 4A, H, W), im_info (B, 3), gt_boxes (B, G, 5),
+//         valid_ranges (B, 2), all float32.
+// Outputs rois (B*R, 5), labels (B*R,), bbox_targets (B*R, 4), bbox_weights (B*R, 4) with
+//         R = rpn_post_nms_top_n; chip b owns rows b*R .. b*R + R - 1.
+// No gradient flows to the inputs: the backward writes zeros.
+//
+// The forward runs on the host. It is registered for "cpu"; with -DSNIPER_WITH_CUDA (and the CUDA
+// runtime on the include/link path) a "gpu" forward copies the inputs to the host, computes there
+// and copies the outputs back, which is what the reference operator did for GPU contexts.
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "mxnet/lib_api.h"
+#include "proposal_target.h"
+
+#ifdef SNIPER_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+using mxnet::ext::MXContext;
+using mxnet::ext::MXReturnValue;
+using mxnet::ext::MXTensor;
+using mxnet::ext::OpResource;
+using mxnet::ext::MX_FAIL;
+using mxnet::ext::MX_SUCCESS;
+using sniper::ProposalTargetParams;
+
+namespace {
+
+constexpr const char* kOpName = "MultiProposalTarget";
+constexpr int kNumInputs = 5;
+constexpr int kNumOutputs = 4;
+const char* const kInputNames[kNumInputs] = {"cls_prob", "bbox_pred", "im_info", "gt_boxes", "valid_ranges"};
+using Attrs = std::unordered_map<std::string, std::string>;
+
+// "(2, 4, 7)", "[2,4,7]", "2,4,7", "(8,)" or "8" -> numbers; false on anything else.
+bool ParseNumberList(const std::string& text, std::vector<double>* values) {
+  std::string body = text;
+  for (char& c : body) {
+    if (c == '(' || c == ')' || c == '[' || c == ']') c = ' ';
+  }
+  values->clear();
+  std::stringstream items(body);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    const size_t first = item.find_first_not_of(" \t");
+    if (first == std::string::npos) {
+      if (items.eof() && !values->empty()) break;  // the trailing comma of "(8,)"
+      return false;
+    }
+    const char* start = item.c_str() + first;
+    char* end = nullptr;
+    const double value = std::strtod(start, &end);
+    if (end == start || item.find_first_not_of(" \t", end - item.c_str()) != std::string::npos) return false;
+    values->push_back(value);
+  }
+  return !values->empty();
+}
+
+bool ParseNumber(const std::string& text, double* value) {
+  std::vector<double> values;
+  if (!ParseNumberList(text, &values) || values.size() != 1 || text.find(',') != std::string::npos) return false;
+  *value = values[0];
+  return true;
+}
+
+std::ostream& AttrError(const std::string& key, const std::string& value) {
+  return MX_ERROR_MSG << kOpName << ": attribute " << key << "='" << value << "' ";
+}
+
+// Attribute strings -> params; every problem names the attribute and its value.
+bool ParseParams(const Attrs& attrs, ProposalTargetParams* params) {
+  for (const auto& kv : attrs) {
+    const std::string& key = kv.first;
+    const std::string& value = kv.second;
+    if (key.rfind("__", 0) == 0) continue;  // MXNet's own bookkeeping (__ext_dtype__, __ctx_group__...)
+    double number = 0;
+    std::vector<double> list;
+    if (key == "scales" || key == "ratios" || key == "bbox_stds") {
+      if (!ParseNumberList(value, &list)) {
+        AttrError(key, value) << "is not a list of numbers";
+        return false;
+      }
+      for (double v : list) {
+        if (!(v > 0)) {
+          AttrError(key, value) << "must hold positive numbers";
+          return false;
+        }
+      }
+      if (key == "bbox_stds") {
+        if (list.size() != 4) {
+          AttrError(key, value) << "must hold 4 numbers";
+          return false;
+        }
+        for (int i = 0; i < 4; ++i) params->bbox_stds[i] = static_cast<float>(list[i]);
+      } else {
+        (key == "scales" ? params->scales : params->ratios) = list;
+      }
+      continue;
+    }
+    const bool is_int = key == "feature_stride" || key == "rpn_pre_nms_top_n" || key == "rpn_post_nms_top_n";
+    const bool is_real = key == "threshold" || key == "rpn_min_size" || key == "fg_thresh";
+    if (!is_int && !is_real) {
+      MX_ERROR_MSG << kOpName << ": unknown attribute " << key << "='" << value
+                   << "' (known: feature_stride, scales, ratios, rpn_pre_nms_top_n, rpn_post_nms_top_n, "
+                      "threshold, rpn_min_size, fg_thresh, bbox_stds)";
+      return false;
+    }
+    if (!ParseNumber(value, &number)) {
+      AttrError(key, value) << "is not a number";
+      return false;
+    }
+    if (is_int && !(number >= 1 && number <= 1e7 && number == static_cast<int>(number))) {
+      AttrError(key, value) << "must be a positive integer";
+      return false;
+    }
+    if (key == "feature_stride") params->feature_stride = static_cast<int>(number);
+    if (key == "rpn_pre_nms_top_n") params->pre_nms_top_n = static_cast<int>(number);
+    if (key == "rpn_post_nms_top_n") params->post_nms_top_n = static_cast<int>(number);
+    if ((key == "threshold" || key == "fg_thresh") && !(number >= 0 && number <= 1)) {
+      AttrError(key, value) << "must lie in [0, 1]";
+      return false;
+    }
+    if (key == "rpn_min_size" && !(number >= 0)) {
+      AttrError(key, value) << "must be >= 0";
+      return false;
+    }
+    if (key == "threshold") params->nms_threshold = number;
+    if (key == "fg_thresh") params->fg_thresh = number;
+    if (key == "rpn_min_size") params->min_size = static_cast<float>(number);
+  }
+  return true;
+}
+
+MXReturnValue parseAttrs(const Attrs& attrs, int* num_inputs, int* num_outputs) {
+  ProposalTargetParams params;
+  if (!ParseParams(attrs, &params)) return MX_FAIL;
+  *num_inputs = kNumInputs;
+  *num_outputs = kNumOutputs;
+  return MX_SUCCESS;
+}
+
+MXReturnValue inferType(const Attrs& attrs, std::vector<int>* in_types, std::vector<int>* out_types) {
+  for (int i = 0; i < kNumInputs; ++i) {
+    const int type = (*in_types)[i];
+    if (type != -1 && type != mxnet::ext::kFloat32) {
+      MX_ERROR_MSG << kOpName << ": input " << kInputNames[i] << " must be float32, got MXNet dtype code "
+                   << type;
+      return MX_FAIL;
+    }
+    (*in_types)[i] = mxnet::ext::kFloat32;
+  }
+  for (int i = 0; i < kNumOutputs; ++i) (*out_types)[i] = mxnet::ext::kFloat32;
+  return MX_SUCCESS;
+}
+
+std::string ShapeString(const std::vector<unsigned int>& shape) {
+  std::stringstream text;
+  text << "(";
+  for (size_t i = 0; i < shape.size(); ++i) text << (i ? ", " : "") << shape[i];
+  text << ")";
+  return text.str();
+}
+
+// Checks one known input shape against `expected` (0 = any size); unknown shapes (ndim 0) pass.
+bool CheckShape(int input, const std::vector<unsigned int>& shape, const std::vector<unsigned int>& expected,
+                const char* layout) {
+  if (shape.empty()) return true;
+  bool ok = shape.size() == expected.size();
+  for (size_t d = 0; ok && d < shape.size(); ++d) ok = expected[d] == 0 || shape[d] == 0 || shape[d] == expected[d];
+  if (!ok) {
+    MX_ERROR_MSG << kOpName << ": input " << kInputNames[input] << " must have shape " << layout << ", got "
+                 << ShapeString(shape);
+  }
+  return ok;
+}
+
+MXReturnValue inferShape(const Attrs& attrs, std::vector<std::vector<unsigned int>>* in_shapes,
+                         std::vector<std::vector<unsigned int>>* out_shapes) {
+  ProposalTargetParams params;
+  if (!ParseParams(attrs, &params)) return MX_FAIL;
+  const auto& shapes = *in_shapes;
+  unsigned int batch = 0, height = 0, width = 0;
+  for (const auto& shape : shapes) {
+    if (batch == 0 && !shape.empty()) batch = shape[0];
+  }
+  for (int i : {0, 1}) {
+    if (shapes[i].size() == 4) {
+      height = height ? height : shapes[i][2];
+      width = width ? width : shapes[i][3];
+    }
+  }
+  const unsigned int anchors = static_cast<unsigned int>(params.num_anchors());
+  const std::string score_layout =
+      "(B, 2A, H, W) with A = len(scales) * len(ratios) = " + std::to_string(anchors);
+  if (!CheckShape(0, shapes[0], {batch, 2 * anchors, height, width}, score_layout.c_str()) ||
+      !CheckShape(1, shapes[1], {batch, 4 * anchors, height, width}, "(B, 4A, H, W) like cls_prob") ||
+      !CheckShape(2, shapes[2], {batch, 3}, "(B, 3)") ||
+      !CheckShape(3, shapes[3], {batch, 0, 5}, "(B, G, 5)") ||
+      !CheckShape(4, shapes[4], {batch, 2}, "(B, 2)")) {
+    return MX_FAIL;
+  }
+  if (batch == 0) return MX_SUCCESS;  // outputs stay unknown until the batch size is
+  const unsigned int rows = batch * static_cast<unsigned int>(params.post_nms_top_n);
+  (*out_shapes)[0] = {rows, 5};
+  (*out_shapes)[1] = {rows};
+  (*out_shapes)[2] = {rows, 4};
+  (*out_shapes)[3] = {rows, 4};
+  return MX_SUCCESS;
+}
+
+// The computation on host memory; `inputs` and `outputs` point at host copies of the tensors.
+MXReturnValue ComputeOnHost(const Attrs& attrs, const std::vector<MXTensor>& tensors_in,
+                            const std::vector<const float*>& inputs, const std::vector<float*>& outputs) {
+  ProposalTargetParams params;
+  if (!ParseParams(attrs, &params)) return MX_FAIL;
+  const std::vector<sniper::Box> anchors = sniper::BaseAnchors(params.feature_stride, params.ratios, params.scales);
+  const std::vector<int64_t>& score_shape = tensors_in[0].shape;
+  const int batch = static_cast<int>(score_shape[0]);
+  const int feat_height = static_cast<int>(score_shape[2]);
+  const int feat_width = static_cast<int>(score_shape[3]);
+  const int num_gt = static_cast<int>(tensors_in[3].shape[1]);
+  const int64_t plane = static_cast<int64_t>(feat_height) * feat_width;
+  const int64_t num_anchors = static_cast<int64_t>(anchors.size());
+  const int64_t rois = params.post_nms_top_n;
+  sniper::ChipWorkspace work;
+  for (int b = 0; b < batch; ++b) {
+    sniper::ChipInputs chip{inputs[0] + b * 2 * num_anchors * plane,
+                            inputs[1] + b * 4 * num_anchors * plane,
+                            feat_height,
+                            feat_width,
+                            inputs[2] + 3 * b,
+                            inputs[3] + static_cast<int64_t>(5) * num_gt * b,
+                            num_gt,
+                            inputs[4] + 2 * b};
+    sniper::ChipOutputs out{outputs[0] + 5 * rois * b, outputs[1] + rois * b, outputs[2] + 4 * rois * b,
+                            outputs[3] + 4 * rois * b};
+    sniper::ChipProposalTargets(params, anchors, b, chip, out, &work);
+  }
+  return MX_SUCCESS;
+}
+
+MXReturnValue forwardCPU(const Attrs& attrs, std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
+                         const OpResource& res) {
+  std::vector<const float*> in_data;
+  std::vector<float*> out_data;
+  for (auto& tensor : *inputs) in_data.push_back(tensor.data<float>());
+  for (auto& tensor : *outputs) out_data.push_back(tensor.data<float>());
+  return ComputeOnHost(attrs, *inputs, in_data, out_data);
+}
+
+// Gradients of the 5 inputs (the last 5 of the backward's outputs) are zero.
+MXReturnValue backwardCPU(const Attrs& attrs, std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
+                          const OpResource& res) {
+  for (auto& grad : *outputs) std::memset(grad.data_ptr, 0, grad.size() * sizeof(float));
+  return MX_SUCCESS;
+}
+
+#ifdef SNIPER_WITH_CUDA
+bool CudaOk(cudaError_t status, const char* what) {
+  if (status == cudaSuccess) return true;
+  MX_ERROR_MSG << kOpName << ": " << what << " failed: " << cudaGetErrorString(status);
+  return false;
+}
+
+MXReturnValue forwardGPU(const Attrs& attrs, std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
+                         const OpResource& res) {
+  cudaStream_t stream = static_cast<cudaStream_t>(res.get_cuda_stream());
+  std::vector<std::vector<float>> host_in(inputs->size()), host_out(outputs->size());
+  std::vector<const float*> in_data;
+  std::vector<float*> out_data;
+  for (size_t i = 0; i < inputs->size(); ++i) {
+    MXTensor& tensor = (*inputs)[i];
+    host_in[i].resize(tensor.size());
+    if (!CudaOk(cudaMemcpyAsync(host_in[i].data(), tensor.data_ptr, tensor.size() * sizeof(float),
+                                cudaMemcpyDeviceToHost, stream), "copying an input to the host"))
+      return MX_FAIL;
+    in_data.push_back(host_in[i].data());
+  }
+  if (!CudaOk(cudaStreamSynchronize(stream), "waiting for the input copies")) return MX_FAIL;
+  for (size_t i = 0; i < outputs->size(); ++i) {
+    host_out[i].resize((*outputs)[i].size());
+    out_data.push_back(host_out[i].data());
+  }
+  if (ComputeOnHost(attrs, *inputs, in_data, out_data) != MX_SUCCESS) return MX_FAIL;
+  for (size_t i = 0; i < outputs->size(); ++i) {
+    MXTensor& tensor = (*outputs)[i];
+    if (!CudaOk(cudaMemcpyAsync(tensor.data_ptr, host_out[i].data(), tensor.size() * sizeof(float),
+                                cudaMemcpyHostToDevice, stream), "copying an output to the device"))
+      return MX_FAIL;
+  }
+  // host_out must outlive the copies.
+  return CudaOk(cudaStreamSynchronize(stream), "waiting for the output copies") ? MX_SUCCESS : MX_FAIL;
+}
+
+MXReturnValue backwardGPU(const Attrs& attrs, std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
+                          const OpResource& res) {
+  cudaStream_t stream = static_cast<cudaStream_t>(res.get_cuda_stream());
+  for (auto& grad : *outputs) {
+    if (!CudaOk(cudaMemsetAsync(grad.data_ptr, 0, grad.size() * sizeof(float), stream), "zeroing a gradient"))
+      return MX_FAIL;
+  }
+  return MX_SUCCESS;
+}
+#endif  // SNIPER_WITH_CUDA
+
+}  // namespace
+
+REGISTER_OP(MultiProposalTarget)
+    .setParseAttrs(parseAttrs)
+    .setInferType(inferType)
+    .setInferShape(inferShape)
+    .setForward(forwardCPU, "cpu")
+    .setBackward(backwardCPU, "cpu")
+#ifdef SNIPER_WITH_CUDA
+    .setForward(forwardGPU, "gpu")
+    .setBackward(backwardGPU, "gpu")
+#endif
+    ;
+
+MXReturnValue initialize(int version) {
+  if (version < 10900) {
+    MX_ERROR_MSG << "libsniper_ops needs MXNet >= 1.9.0, this is MXNet version code " << version;
+    return MX_FAIL;
+  }
+  return MX_SUCCESS;
+}

@@ -1,0 +1,102 @@
+"""Times the compiled MultiProposalTarget operator against its NumPy reference (lib/ops/reference.py).
+
+One training batch: 16 chips of 512x512, 21 anchors on a 32x32 stride-16 feature map, up to 100 gt
+rows per chip (about 20 real, mixed valid/invalid) and the three training valid ranges. Stock
+``mx.nd.contrib.MultiProposal`` (proposals only: no gt appending, labels or targets) is timed too as a
+yardstick for the decode + NMS part. The "agree" column checks the operator's labels equal the
+reference's and its rois are within 1e-3 px.
+
+    .venv/bin/python tools/benchmark_proposal_target.py [--repeat 5] [--batch 16]
+"""
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import mxnet as mx  # noqa: E402
+
+import lib.ops  # noqa: E402,F401  (registers mx.nd.MultiProposalTarget)
+from lib.ops.reference import DEFAULT_PARAMS, multi_proposal_target  # noqa: E402
+
+CHIP, STRIDE, FEAT = 512, 16, 32
+VALID_RANGES = [[-1, 80 * 3.0], [32 * 1.667, 150 * 1.667], [120 * 0.4, -1]]  # chip pixels per scale
+
+
+def batch_inputs(rng, batch):
+    num_anchors = len(DEFAULT_PARAMS["scales"]) * len(DEFAULT_PARAMS["ratios"])
+    logits = rng.normal(0, 2, (batch, 2, num_anchors, FEAT, FEAT))
+    probs = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    cls_prob = probs.reshape(batch, 2 * num_anchors, FEAT, FEAT).astype(np.float32)
+    bbox_pred = rng.normal(0, 0.2, (batch, 4 * num_anchors, FEAT, FEAT)).astype(np.float32)
+    im_info = np.tile(np.float32([CHIP, CHIP, 1.0]), (batch, 1))
+    gt_boxes = np.full((batch, 100, 5), -1, np.float32)
+    for b in range(batch):
+        num = rng.integers(5, 35)
+        corner = rng.uniform(0, CHIP - 16, (num, 2))
+        size = np.exp(rng.uniform(np.log(12), np.log(400), (num, 1))) * rng.uniform(0.5, 2, (num, 2)) ** 0.5
+        gt_boxes[b, :num, :2] = corner
+        gt_boxes[b, :num, 2:4] = np.minimum(corner + size, CHIP - 1)
+        gt_boxes[b, :num, 4] = rng.integers(1, 81, num)
+    valid_ranges = np.float32([VALID_RANGES[b % 3] for b in range(batch)])
+    return cls_prob, bbox_pred, im_info, gt_boxes, valid_ranges
+
+
+def seconds_per_call(function, repeat):
+    function()  # warm-up
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--batch", type=int, default=16)
+    args = parser.parse_args()
+
+    inputs = batch_inputs(np.random.default_rng(0), args.batch)
+    nd_inputs = [mx.nd.array(x) for x in inputs]
+
+    def operator():
+        outputs = mx.nd.MultiProposalTarget(*nd_inputs)
+        mx.nd.waitall()
+        return outputs
+
+    def stock_proposals():
+        mx.nd.contrib.MultiProposal(
+            nd_inputs[0], nd_inputs[1], nd_inputs[2], feature_stride=STRIDE, scales=DEFAULT_PARAMS["scales"],
+            ratios=DEFAULT_PARAMS["ratios"], rpn_pre_nms_top_n=6000, rpn_post_nms_top_n=300, threshold=0.7,
+            rpn_min_size=3,
+        )
+        mx.nd.waitall()
+
+    def reference():
+        return multi_proposal_target(*inputs)
+
+    ours = [out.asnumpy() for out in operator()]
+    ref = reference()
+    agree = np.array_equal(ours[1], ref[1]) and np.abs(ours[0] - ref[0]).max() <= 1e-3
+
+    rows = [
+        ("MultiProposalTarget (compiled)", seconds_per_call(operator, args.repeat), "yes" if agree else "NO"),
+        ("contrib.MultiProposal (stock, proposals only)", seconds_per_call(stock_proposals, args.repeat), "-"),
+        ("NumPy reference (lib.boxes)", seconds_per_call(reference, max(1, args.repeat // 2)), "-"),
+    ]
+    base = rows[-1][1]
+    print(f"batch of {args.batch} chips {CHIP}x{CHIP}, A=21, H=W={FEAT}, "
+          f"{int((inputs[3][..., 4] >= 0).sum())} real gts; best of {args.repeat} (MXNet CPU, 1 process)")
+    print(f"{'implementation':<48}{'ms/batch':>10}{'ms/chip':>10}{'vs NumPy':>10}{'agree':>7}")
+    for name, seconds, agreement in rows:
+        milliseconds = seconds * 1e3
+        print(f"{name:<48}{milliseconds:>10.1f}{milliseconds / args.batch:>10.2f}{base / seconds:>9.1f}x{agreement:>7}")
+
+
+if __name__ == "__main__":
+    main()
