@@ -1,0 +1,225 @@
+"""COCO-format datasets, read with plain JSON and indexed with pycocotools for evaluation.
+
+Layout: ``{dataset_path}/annotations/instances_{image_set}.json`` with the images of that set in
+``{dataset_path}/images/{image_set}/``. Several sets joined with '+' form one dataset; they must share
+their categories and have distinct image and annotation ids (as COCO's own splits do).
+"""
+import contextlib
+import io
+import json
+import os
+
+import numpy as np
+from tqdm import tqdm
+
+from lib.dataset.annotations import BoxReport, clean_boxes, make_entry, split_image_sets
+
+
+def read_coco_json(path):
+    """Load and structurally check one COCO annotation file; errors name the file."""
+    try:
+        with open(path, "rb") as f:
+            data = json.load(f)
+    except OSError as err:
+        raise IOError(f"cannot read COCO annotation file {path}: {err.strerror or err}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"COCO annotation file {path} is not valid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"COCO annotation file {path}: expected a JSON object, got {type(data).__name__}")
+    for key in ("images", "categories"):
+        if not isinstance(data.get(key), list):
+            raise ValueError(f"COCO annotation file {path}: missing or malformed '{key}' list")
+    if not data["categories"]:
+        raise ValueError(f"COCO annotation file {path}: the 'categories' list is empty")
+    data.setdefault("annotations", [])  # image-info files (test-dev) have none
+    if not isinstance(data["annotations"], list):
+        raise ValueError(f"COCO annotation file {path}: 'annotations' must be a list")
+    return data
+
+
+# JSON numbers load as int or float; exact type tests are also much faster than isinstance on ABCs.
+def _is_int(value):
+    return type(value) is int
+
+
+def _number(value):
+    """``value`` as a float when it is a JSON number, else None."""
+    return float(value) if type(value) in (int, float) else None
+
+
+def _is_box(value):
+    return type(value) is list and len(value) == 4 and all(type(v) in (int, float) for v in value)
+
+
+_NO_BOX = [float("nan")] * 4
+
+
+def _categories(data, path):
+    """``[(category_id, name), ...]`` sorted by id, which fixes the contiguous labels 1..C."""
+    categories = []
+    for cat in data["categories"]:
+        if not (type(cat) is dict and _is_int(cat.get("id")) and type(cat.get("name")) is str):
+            raise ValueError(f"COCO annotation file {path}: category {cat!r} needs an integer 'id' and a 'name'")
+        categories.append((int(cat["id"]), cat["name"]))
+    ids = [cat_id for cat_id, _ in categories]
+    if len(set(ids)) != len(ids):
+        duplicate = next(i for i in ids if ids.count(i) > 1)
+        raise ValueError(f"COCO annotation file {path}: category id {duplicate} appears twice")
+    return sorted(categories)
+
+
+def _check_image(image, path):
+    if not (type(image) is dict and _is_int(image.get("id"))):
+        raise ValueError(f"COCO annotation file {path}: image record {str(image)[:200]} has no integer 'id'")
+    if type(image.get("file_name")) is not str:
+        raise ValueError(f"COCO annotation file {path}: image id {image['id']} has no 'file_name'")
+    for key in ("width", "height"):
+        value = _number(image.get(key))
+        if value is None or not value >= 1:  # NaN fails too
+            raise ValueError(
+                f"COCO annotation file {path}: image id {image['id']} has invalid {key} {image.get(key)!r}")
+
+
+def _check_annotation(ann, path, index_of, label_of, seen_annotations):
+    """Every id an annotation refers to must exist; a dangling one is an error naming it."""
+    if not (type(ann) is dict and _is_int(ann.get("id"))):
+        raise ValueError(f"COCO annotation file {path}: annotation {str(ann)[:200]} has no integer 'id'")
+    if ann["id"] in seen_annotations:
+        raise ValueError(f"COCO annotation file {path}: annotation id {ann['id']} appears twice")
+    seen_annotations.add(ann["id"])
+    if not _is_int(ann.get("image_id")) or ann["image_id"] not in index_of:
+        raise ValueError(f"COCO annotation file {path}: annotation {ann['id']} refers to image id "
+                         f"{ann.get('image_id')!r}, which is not in its 'images' list")
+    if not _is_int(ann.get("category_id")) or ann["category_id"] not in label_of:
+        raise ValueError(f"COCO annotation file {path}: annotation {ann['id']} has category_id "
+                         f"{ann.get('category_id')!r}, which is not in its 'categories' list")
+
+
+class CocoDataset:
+    """One or more COCO image sets; ``load_entries`` reads them, ``coco`` indexes them for COCOeval.
+
+    ``classes[label]`` is the category name of contiguous label ``label`` (0 = background) and
+    ``category_ids[label]`` its COCO category id (the evaluator writes results with it).
+    """
+
+    kind = "coco"
+
+    def __init__(self, dataset_path, image_set):
+        self.dataset_path = os.path.abspath(dataset_path)
+        self.image_set = image_set
+        self.image_sets = split_image_sets(image_set)
+        self.annotation_files = [
+            os.path.join(self.dataset_path, "annotations", f"instances_{name}.json") for name in self.image_sets
+        ]
+        for name, path in zip(self.image_sets, self.annotation_files):
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"COCO annotation file {path} (image set {name!r}) does not exist")
+        self.classes = None
+        self.category_ids = None
+        self.image_ids = None
+        self.box_report = {}
+        self._coco = None
+
+    @property
+    def num_classes(self):
+        return len(self.classes)
+
+    def load_entries(self):
+        """Unflipped roidb entries of every image, in file order; also sets classes and image ids."""
+        report = BoxReport(f"COCO {self.image_set} ({', '.join(self.annotation_files)})")
+        entries, first_file, seen_annotations = [], {}, set()
+        for image_set, path in zip(self.image_sets, self.annotation_files):
+            data = read_coco_json(path)
+            categories = _categories(data, path)
+            if self.classes is None:
+                self.classes = ["__background__"] + [name for _, name in categories]
+                self.category_ids = [0] + [cat_id for cat_id, _ in categories]
+            elif [0] + [cat_id for cat_id, _ in categories] != self.category_ids:
+                raise ValueError(
+                    f"COCO annotation file {path}: categories differ from {self.annotation_files[0]}; "
+                    f"joined image sets must share them")
+            label_of = {cat_id: label for label, cat_id in enumerate(self.category_ids) if label}
+            image_dir = os.path.join(self.dataset_path, "images", image_set)
+            entries += self._file_entries(data, path, image_dir, label_of, report, first_file, seen_annotations)
+        report.log()
+        self.box_report = report.counts()
+        self.image_ids = [entry["id"] for entry in entries]
+        return entries
+
+    @staticmethod
+    def _file_entries(data, path, image_dir, label_of, report, first_file, seen_annotations):
+        """Entries of one file: ids checked per record, boxes checked in one vectorised pass, split by image."""
+        images = data["images"]
+        index_of = {}
+        for image in images:
+            _check_image(image, path)
+            if image["id"] in first_file:
+                raise ValueError(
+                    f"image id {image['id']} appears twice: in {first_file[image['id']]} and in {path}")
+            first_file[image["id"]] = path
+            index_of[image["id"]] = len(index_of)
+        anns = data["annotations"]
+        for ann in tqdm(anns, desc=f"reading {os.path.basename(path)}", leave=False, mininterval=1):
+            _check_annotation(ann, path, index_of, label_of, seen_annotations)
+        ids = np.array([ann["id"] for ann in anns], dtype=np.int64)
+        owner = np.array([index_of[ann["image_id"]] for ann in anns], dtype=np.int64)
+        labels = np.array([label_of[ann["category_id"]] for ann in anns], dtype=np.int32)
+        crowd = np.array([bool(ann.get("iscrowd", 0)) for ann in anns], dtype=bool)
+        area = np.array([_number(ann.get("area", 1.0)) for ann in anns], dtype=np.float64)  # absent: not checked
+        bboxes = [ann.get("bbox") for ann in anns]
+        malformed = np.array([not _is_box(bbox) for bbox in bboxes], dtype=bool)
+        xywh = np.array([_NO_BOX if bad else bbox for bbox, bad in zip(bboxes, malformed)],
+                        dtype=np.float64).reshape(-1, 4)
+
+        report.skip("malformed bbox (not a list of 4 numbers)", ids[malformed])
+        finite = np.isfinite(xywh).all(axis=1)
+        report.skip("non-finite coordinates", ids[~finite & ~malformed])
+        positive = finite & (np.nan_to_num(xywh[:, 2]) > 0) & (np.nan_to_num(xywh[:, 3]) > 0)
+        report.skip("non-positive width or height", ids[finite & ~positive])
+        has_area = positive & np.isfinite(area) & (area > 0)
+        report.skip("zero or invalid 'area'", ids[positive & ~has_area])
+        usable = np.flatnonzero(has_area)
+        # COCO boxes are continuous [x, x + w); the inclusive last pixel is x + w - 1.
+        x, y, w, h = xywh[usable].T
+        corners = np.stack([x, y, x + np.maximum(w - 1, 0), y + np.maximum(h - 1, 0)], axis=1)
+        heights = np.array([image["height"] for image in images], dtype=np.float64)[owner[usable]]
+        widths = np.array([image["width"] for image in images], dtype=np.float64)[owner[usable]]
+        keep, boxes = clean_boxes(corners, heights, widths, ids[usable], report)
+
+        rows = usable[keep]
+        order = np.argsort(owner[rows], kind="stable")  # group by image, file order within one
+        rows, boxes = rows[order], boxes[order]
+        bounds = np.searchsorted(owner[rows], np.arange(len(images) + 1))
+        entries = []
+        for index, image in enumerate(images):
+            image_rows, image_boxes = rows[bounds[index]:bounds[index + 1]], boxes[bounds[index]:bounds[index + 1]]
+            is_crowd = crowd[image_rows]
+            entries.append(make_entry(
+                os.path.join(image_dir, image["file_name"]), image["id"], image["height"], image["width"],
+                image_boxes[~is_crowd], labels[image_rows][~is_crowd], image_boxes[is_crowd]))
+        return entries
+
+    @property
+    def coco(self):
+        """pycocotools ``COCO`` over all the image sets (loaded on first use: training never needs it)."""
+        if self._coco is None:
+            from pycocotools.coco import COCO
+
+            datasets = [read_coco_json(path) for path in self.annotation_files]
+            merged = datasets[0]
+            if len(datasets) > 1:
+                merged = {
+                    "images": [image for data in datasets for image in data["images"]],
+                    "annotations": [ann for data in datasets for ann in data["annotations"]],
+                    "categories": datasets[0]["categories"],
+                }
+            coco = COCO()
+            coco.dataset = merged
+            with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress
+                coco.createIndex()
+            self._coco = coco
+        return self._coco
+
+    def __getstate__(self):
+        # The roidb cache pickles the dataset; the COCO index is rebuilt from the files on demand.
+        return {**self.__dict__, "_coco": None}

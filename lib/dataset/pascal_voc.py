@@ -1,0 +1,156 @@
+"""Pascal VOC datasets in the standard VOCdevkit layout.
+
+``{dataset_path}/VOC{year}/ImageSets/Main/{split}.txt`` lists the images of a split,
+``VOC{year}/Annotations/{name}.xml`` holds their boxes (1-based inclusive pixels) and
+``VOC{year}/JPEGImages/{name}.jpg`` the pixels. An image set names ``{year}_{split}`` parts joined
+with '+', e.g. ``2007_trainval+2012_trainval``.
+
+Objects marked ``difficult`` stay in the entries with a ``difficult`` flag: VOC evaluation ignores
+them, and training turns them into ignore regions (see ``lib.dataset.roidb``).
+"""
+import os
+import re
+import xml.etree.ElementTree as ET
+
+from tqdm import tqdm
+
+from lib.dataset.annotations import BoxReport, clean_boxes, make_entry, split_image_sets
+
+VOC_CLASSES = (
+    "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow",
+    "diningtable", "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa", "train", "tvmonitor",
+)
+
+
+def voc_image_id(year, name):
+    """Integer id of a VOC image, unique across years: ``2007``/``000005`` -> 20070000000005.
+
+    VOC names are digits with an optional '_' (``2008_000008``); the roidb and proposal files need ints.
+    """
+    digits = name.replace("_", "")
+    if not digits.isdigit() or len(digits) > 10:
+        raise ValueError(f"VOC{year} image name {name!r} is not of the form 123456 or 2008_123456")
+    return int(year) * 10 ** 10 + int(digits)
+
+
+def _read_xml(path):
+    try:
+        return ET.parse(path).getroot()
+    except OSError as err:
+        raise IOError(f"cannot read VOC annotation file {path}: {err.strerror or err}") from None
+    except ET.ParseError as err:
+        raise ValueError(f"VOC annotation file {path} is not valid XML: {err}") from None
+
+
+def _positive_int(root, key, path):
+    text = root.findtext(f"size/{key}")
+    try:
+        value = int(float(text))
+    except (TypeError, ValueError):
+        value = 0
+    if value < 1:
+        raise ValueError(f"VOC annotation file {path}: missing or invalid <size><{key}> ({text!r})")
+    return value
+
+
+class PascalVocDataset:
+    """The images of one or more ``{year}_{split}`` parts, with the 20 VOC classes (labels 1..20).
+
+    ``image_names[i]`` is ``"VOC{year}/{name}"`` of ``image_ids[i]`` (for VOC-format result files).
+    """
+
+    kind = "pascal_voc"
+    classes = ("__background__",) + VOC_CLASSES
+
+    def __init__(self, dataset_path, image_set):
+        self.dataset_path = os.path.abspath(dataset_path)
+        self.image_set = image_set
+        self.parts = []
+        for part in split_image_sets(image_set):
+            match = re.fullmatch(r"(\d{4})_(\w+)", part)
+            if not match:
+                raise ValueError(f"Pascal VOC image set {part!r} (in {image_set!r}) is not of the form YEAR_SPLIT, "
+                                 f"e.g. 2007_trainval")
+            self.parts.append(match.groups())
+        self.list_files = [self._path(year, "ImageSets", "Main", f"{split}.txt") for year, split in self.parts]
+        for path in self.list_files:
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"Pascal VOC image list {path} (image set {image_set!r}) does not exist")
+        self.image_ids = None
+        self.image_names = None
+        self.box_report = {}
+        self._names = None
+
+    @property
+    def num_classes(self):
+        return len(self.classes)
+
+    @property
+    def use_07_metric(self):
+        """VOC2007 results are reported with the 11-point AP of its devkit."""
+        return all(year == "2007" for year, _ in self.parts)
+
+    def _path(self, year, *parts):
+        return os.path.join(self.dataset_path, f"VOC{year}", *parts)
+
+    def _listed_images(self):
+        """``[(year, name), ...]`` in list-file order."""
+        if self._names is None:
+            names = []
+            for (year, _), path in zip(self.parts, self.list_files):
+                try:
+                    with open(path) as f:
+                        names.extend((year, line.split()[0]) for line in f if line.strip())
+                except (OSError, UnicodeDecodeError) as err:
+                    raise IOError(f"cannot read Pascal VOC image list {path}: {err}") from None
+            self._names = names
+        return self._names
+
+    @property
+    def annotation_files(self):
+        """The image lists and every listed XML: what the roidb is built from (and its cache keyed on)."""
+        listed = self._listed_images()
+        return self.list_files + [self._path(year, "Annotations", f"{name}.xml") for year, name in listed]
+
+    def load_entries(self):
+        """Unflipped roidb entries, difficult objects included and flagged; sets image ids and names."""
+        report = BoxReport(f"Pascal VOC {self.image_set} ({self.dataset_path})")
+        entries, seen = [], set()
+        for year, name in tqdm(self._listed_images(), desc=f"reading VOC {self.image_set}", leave=False):
+            image_id = voc_image_id(year, name)
+            if image_id in seen:
+                raise ValueError(f"Pascal VOC image VOC{year}/{name} is listed twice in {self.image_set!r}")
+            seen.add(image_id)
+            entries.append(self._entry(year, name, image_id, report))
+        report.log()
+        self.box_report = report.counts()
+        self.image_ids = [entry["id"] for entry in entries]
+        self.image_names = [f"VOC{year}/{name}" for year, name in self._listed_images()]
+        return entries
+
+    def _entry(self, year, name, image_id, report):
+        path = self._path(year, "Annotations", f"{name}.xml")
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"Pascal VOC annotation file {path} (listed in {self.image_set!r}) does not exist")
+        root = _read_xml(path)
+        width, height = _positive_int(root, "width", path), _positive_int(root, "height", path)
+        corners, labels, difficult, refs = [], [], [], []
+        for index, obj in enumerate(root.findall("object")):
+            class_name = (obj.findtext("name") or "").strip()
+            if class_name not in VOC_CLASSES:
+                raise ValueError(f"VOC annotation file {path}: object {index} has unknown class {class_name!r}")
+            ref = f"VOC{year}/{name} object {index}"
+            try:
+                # 1-based inclusive pixels -> 0-based inclusive pixels
+                box = [float(obj.findtext(f"bndbox/{key}")) - 1 for key in ("xmin", "ymin", "xmax", "ymax")]
+            except (TypeError, ValueError):
+                report.skip("malformed <bndbox>", [ref])
+                continue
+            corners.append(box)
+            labels.append(VOC_CLASSES.index(class_name) + 1)
+            difficult.append((obj.findtext("difficult") or "0").strip() == "1")
+            refs.append(ref)
+        keep, boxes = clean_boxes(corners, height, width, refs, report)
+        return make_entry(
+            self._path(year, "JPEGImages", f"{name}.jpg"), image_id, height, width,
+            boxes, [lab for lab, k in zip(labels, keep) if k], [], [d for d, k in zip(difficult, keep) if k])

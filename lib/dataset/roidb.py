@@ -1,0 +1,205 @@
+"""The roidb (one dict per image, format in ARCHITECTURE.md), built from a dataset and cached on disk.
+
+The cache lives in ``{cfg.dataset.root_path}/cache`` and its file name carries a hash of the
+annotation files' content and of every option that changes the roidb, so an edited annotation file
+or a changed option builds a new roidb instead of serving a stale one. Proposals are attached after
+the cache (they come from a separate, often regenerated file).
+"""
+import hashlib
+import json
+import logging
+import os
+import pickle
+import re
+import tempfile
+
+import numpy as np
+from tqdm import tqdm
+
+from lib.dataset.coco import CocoDataset
+from lib.dataset.pascal_voc import PascalVocDataset
+
+logger = logging.getLogger(__name__)
+
+# Bump when the entry format or the reading rules change: old caches are then ignored.
+CACHE_VERSION = 1
+DATASETS = {"coco": CocoDataset, "pascal_voc": PascalVocDataset}
+# How many missing ids an error or log line lists.
+MAX_LISTED = 5
+
+
+def make_dataset(cfg, image_set):
+    """The dataset object named by ``cfg.dataset.dataset`` for ``image_set``."""
+    kind = cfg.dataset.dataset
+    if kind not in DATASETS:
+        raise ValueError(f"config key dataset.dataset: unknown dataset {kind!r}; expected one of {sorted(DATASETS)}")
+    return DATASETS[kind](cfg.dataset.dataset_path, image_set)
+
+
+def load_roidb(cfg, image_set, training=True):
+    """``(roidb, dataset)`` for ``image_set``.
+
+    Training: images without usable boxes are dropped, VOC difficult objects become ignore regions
+    (``crowd_boxes``), mirrored copies are appended when ``cfg.TRAIN.FLIP``, and proposals are
+    attached when ``cfg.dataset.proposal`` names a file. Test: every image, in the dataset's order,
+    with all its boxes and their ``difficult`` flags (the VOC evaluator's ground truth).
+    An image file missing from disk is an error listing the first few, not a skip: a silently
+    smaller dataset would change training and make AP incomparable.
+    """
+    dataset = make_dataset(cfg, image_set)
+    flip = bool(training and cfg.TRAIN.FLIP)
+    cache_path = _cache_path(cfg.dataset.root_path, dataset, training, flip)
+    cached = _read_cache(cache_path)
+    if cached is not None:
+        dataset, roidb = cached
+        logger.info("roidb of %s %r: %d entries from cache %s", dataset.kind, image_set, len(roidb), cache_path)
+    else:
+        entries = dataset.load_entries()
+        roidb = training_roidb(entries, flip) if training else entries
+        _write_cache(cache_path, (dataset, roidb))
+        logger.info("roidb of %s %r: %d entries, cached to %s", dataset.kind, image_set, len(roidb), cache_path)
+    check_num_classes(cfg, dataset)
+    check_image_files(roidb)
+    if training and cfg.dataset.proposal:
+        attach_proposals(roidb, cfg.dataset.proposal)
+    return roidb, dataset
+
+
+def flip_boxes(boxes, width):
+    """Mirror inclusive boxes horizontally in an image ``width`` pixels wide."""
+    boxes = np.asarray(boxes, dtype=np.float32).reshape(-1, 4)
+    flipped = boxes.copy()
+    flipped[:, 0] = width - 1 - boxes[:, 2]
+    flipped[:, 2] = width - 1 - boxes[:, 0]
+    return flipped
+
+
+def flip_entry(entry):
+    """The mirrored copy of an unflipped entry (the loader flips the pixels when ``flipped``)."""
+    flipped = dict(entry, flipped=True)
+    for key in ("boxes", "crowd_boxes"):
+        flipped[key] = flip_boxes(entry[key], entry["width"])
+    return flipped
+
+
+def training_roidb(entries, flip):
+    """Training entries: difficult boxes as ignore regions, images without boxes dropped, flips appended."""
+    usable, dropped = [], []
+    for entry in entries:
+        entry = dict(entry)
+        difficult = entry.pop("difficult")
+        entry["crowd_boxes"] = np.concatenate([entry["crowd_boxes"], entry["boxes"][difficult]])
+        entry["boxes"] = entry["boxes"][~difficult]
+        entry["gt_classes"] = entry["gt_classes"][~difficult]
+        (usable if len(entry["boxes"]) else dropped).append(entry)
+    if dropped:
+        logger.warning("dropped %d of %d training images without usable boxes (e.g. image ids %s)",
+                       len(dropped), len(entries), ", ".join(str(e["id"]) for e in dropped[:MAX_LISTED]))
+    return usable + [flip_entry(entry) for entry in usable] if flip else usable
+
+
+def check_num_classes(cfg, dataset):
+    """``cfg.dataset.NUM_CLASSES`` must be 0 (derive from the data) or agree with the dataset."""
+    expected = cfg.dataset.NUM_CLASSES
+    if expected and expected != dataset.num_classes:
+        raise ValueError(
+            f"config key dataset.NUM_CLASSES is {expected}, but {dataset.kind} image set {dataset.image_set!r} "
+            f"in {dataset.dataset_path} has {dataset.num_classes - 1} categories, i.e. {dataset.num_classes} "
+            f"classes with background; set it to {dataset.num_classes} or to 0 to derive it")
+
+
+def check_image_files(roidb):
+    """Fail early, listing a few, when images named by the annotations are not on disk."""
+    missing = [entry for entry in roidb if not entry["flipped"] and not os.path.isfile(entry["image"])]
+    if missing:
+        listed = "; ".join(f"image id {entry['id']}: {entry['image']}" for entry in missing[:MAX_LISTED])
+        raise FileNotFoundError(
+            f"{len(missing)} of {sum(not e['flipped'] for e in roidb)} images named by the annotations "
+            f"are missing, e.g. {listed}")
+
+
+def attach_proposals(roidb, path):
+    """Set ``entry["proposals"]`` (P, 4) from a pickle of ``{image_id: (P, 5) [box, score]}``.
+
+    Boxes are in original, unflipped pixels; flipped entries get mirrored copies. Images absent from
+    the file get an empty (0, 4) array and are counted in one log line.
+    """
+    try:
+        with open(path, "rb") as f:
+            proposals = pickle.load(f)
+    except OSError as err:
+        raise IOError(f"cannot read proposal file {path}: {err.strerror or err}") from None
+    except Exception as err:  # unpickling raises many types for a corrupt file
+        raise ValueError(f"proposal file {path} is not a readable pickle: {err}") from None
+    if not isinstance(proposals, dict):
+        raise ValueError(f"proposal file {path}: expected a dict {{image_id: (P, 5) array}}, "
+                         f"got {type(proposals).__name__}")
+    missing = []
+    for entry in roidb:
+        image_proposals = proposals.get(entry["id"])
+        if image_proposals is None:
+            if not entry["flipped"]:
+                missing.append(entry["id"])
+            entry["proposals"] = np.zeros((0, 4), dtype=np.float32)
+            continue
+        boxes = np.asarray(image_proposals, dtype=np.float32)
+        if boxes.ndim != 2 or boxes.shape[1] not in (4, 5):
+            raise ValueError(f"proposal file {path}: image id {entry['id']} has proposals of shape {boxes.shape}, "
+                             f"expected (P, 5)")
+        entry["proposals"] = flip_boxes(boxes[:, :4], entry["width"]) if entry["flipped"] else boxes[:, :4].copy()
+    if missing:
+        logger.warning("proposal file %s has no proposals for %d of %d images (e.g. image ids %s); they get none",
+                       path, len(missing), sum(not e["flipped"] for e in roidb),
+                       ", ".join(str(i) for i in missing[:MAX_LISTED]))
+
+
+def _file_digest(path):
+    digest = hashlib.sha1()
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    except OSError as err:
+        raise type(err)(f"cannot read annotation file {path}: {err.strerror or err}") from None
+    return digest.hexdigest()
+
+
+def _cache_path(root_path, dataset, training, flip):
+    """Cache file named after the dataset and a hash of its annotation files and the options."""
+    files = dataset.annotation_files
+    key = hashlib.sha1(json.dumps({
+        "version": CACHE_VERSION, "kind": dataset.kind, "path": dataset.dataset_path,
+        "image_set": dataset.image_set, "training": training, "flip": flip,
+    }, sort_keys=True).encode())
+    for path in tqdm(files, desc="hashing annotations", leave=False, disable=len(files) < 100):
+        key.update(os.path.relpath(path, dataset.dataset_path).encode())
+        key.update(_file_digest(path).encode())
+    name = re.sub(r"[^\w+.-]", "_", f"{dataset.kind}_{dataset.image_set}_{'train' if training else 'test'}")
+    return os.path.join(root_path, "cache", f"{name}_{key.hexdigest()[:16]}.pkl")
+
+
+def _read_cache(path):
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, "rb") as f:
+            dataset, roidb = pickle.load(f)
+        return dataset, roidb
+    except Exception as err:  # a cache is disposable: any failure means "rebuild"
+        logger.warning("ignoring unreadable roidb cache %s (%s); rebuilding it", path, err)
+        return None
+
+
+def _write_cache(path, content):
+    """Write through a temporary file and rename, so a killed run never leaves a truncated cache."""
+    tmp = None
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=os.path.dirname(path), prefix=".tmp-", delete=False) as f:
+            tmp = f.name
+            pickle.dump(content, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+    except OSError as err:  # the cache only saves time: warn and go on
+        logger.warning("cannot write roidb cache %s: %s", path, err)
+        if tmp and os.path.exists(tmp):
+            os.remove(tmp)

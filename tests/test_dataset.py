@@ -1,0 +1,447 @@
+"""COCO and Pascal VOC readers, the roidb (flip, filter, cache, proposals) and every kind of bad input.
+
+Datasets here are a few hand-written records in tmp_path, so each expected box is worked out by hand.
+"""
+import json
+import logging
+import os
+import pickle
+
+import cv2
+import numpy as np
+import pytest
+
+from lib.config import load_config
+from lib.dataset import coco as coco_module
+from lib.dataset import flip_boxes, load_roidb, read_image
+
+# Two categories with non-contiguous ids, listed out of order: labels follow sorted ids.
+CATEGORIES = [{"id": 7, "name": "seven"}, {"id": 2, "name": "two"}]
+
+
+def image_record(image_id, width=100, height=80):
+    return {"id": image_id, "file_name": f"{image_id}.jpg", "width": width, "height": height}
+
+
+def ann(ann_id, image_id, bbox, category_id=2, iscrowd=0, area=None):
+    record = {"id": ann_id, "image_id": image_id, "category_id": category_id, "bbox": bbox, "iscrowd": iscrowd}
+    record["area"] = area if area is not None else (bbox[2] * bbox[3] if _numeric(bbox) else 1.0)
+    return record
+
+
+def _numeric(bbox):
+    return isinstance(bbox, list) and len(bbox) == 4 and all(isinstance(v, (int, float)) for v in bbox)
+
+
+def write_coco(root, image_set, images, annotations, categories=CATEGORIES, image_files=True):
+    """A COCO-layout dataset under ``root``; returns the annotation file path."""
+    os.makedirs(os.path.join(root, "annotations"), exist_ok=True)
+    os.makedirs(os.path.join(root, "images", image_set), exist_ok=True)
+    path = os.path.join(root, "annotations", f"instances_{image_set}.json")
+    with open(path, "w") as f:
+        json.dump({"images": images, "annotations": annotations, "categories": categories}, f)
+    if image_files:
+        for image in images:
+            cv2.imwrite(os.path.join(root, "images", image_set, image["file_name"]),
+                        np.zeros((image["height"], image["width"], 3), np.uint8))
+    return path
+
+
+def make_cfg(tmp_path, dataset="coco", **overrides):
+    pairs = [("dataset.dataset", dataset), ("dataset.dataset_path", str(tmp_path / "data")),
+             ("dataset.root_path", str(tmp_path / "root"))]
+    return load_config(None, pairs + [(key, str(value)) for key, value in overrides.items()])
+
+
+def by_id(roidb, flipped=False):
+    return {entry["id"]: entry for entry in roidb if entry["flipped"] == flipped}
+
+
+# ---------------------------------------------------------------- COCO reading
+
+
+def test_coco_boxes_labels_crowd_and_class_mapping(tmp_path):
+    write_coco(str(tmp_path / "data"), "train", [image_record(1)], [
+        ann(10, 1, [10, 20, 30, 40], category_id=7),
+        ann(11, 1, [0, 0, 5.5, 2], category_id=2),
+        ann(12, 1, [50, 10, 20, 20], category_id=2, iscrowd=1),
+    ])
+    roidb, dataset = load_roidb(make_cfg(tmp_path), "train", training=False)
+    assert dataset.classes == ["__background__", "two", "seven"]
+    assert dataset.category_ids == [0, 2, 7]
+    assert dataset.num_classes == 3 and dataset.image_ids == [1]
+    (entry,) = roidb
+    assert entry["image"] == str(tmp_path / "data" / "images" / "train" / "1.jpg")
+    assert (entry["id"], entry["height"], entry["width"], entry["flipped"]) == (1, 80, 100, False)
+    # [x, y, w, h] -> inclusive (x, y, x + w - 1, y + h - 1)
+    np.testing.assert_array_equal(entry["boxes"], [[10, 20, 39, 59], [0, 0, 4.5, 1]])
+    np.testing.assert_array_equal(entry["gt_classes"], [2, 1])
+    np.testing.assert_array_equal(entry["crowd_boxes"], [[50, 10, 69, 29]])
+    assert entry["boxes"].dtype == np.float32 and entry["gt_classes"].dtype == np.int32
+    assert entry["crowd_boxes"].dtype == np.float32
+    assert dataset.coco.getAnnIds(imgIds=1) == [10, 11, 12]
+
+
+def test_joined_image_sets_keep_order_and_share_one_coco_index(tmp_path):
+    root = str(tmp_path / "data")
+    write_coco(root, "a", [image_record(1), image_record(2)], [ann(1, 1, [0, 0, 10, 10]), ann(2, 2, [0, 0, 9, 9])])
+    write_coco(root, "b", [image_record(5)], [ann(3, 5, [1, 1, 10, 10], category_id=7)])
+    roidb, dataset = load_roidb(make_cfg(tmp_path), "a+b", training=False)
+    assert [e["id"] for e in roidb] == [1, 2, 5] == dataset.image_ids
+    assert by_id(roidb)[5]["image"].endswith(os.path.join("images", "b", "5.jpg"))
+    assert sorted(dataset.coco.getImgIds()) == [1, 2, 5] and len(dataset.coco.getAnnIds()) == 3
+
+
+def test_joined_sets_must_share_categories_and_not_repeat_image_ids(tmp_path):
+    root = str(tmp_path / "data")
+    write_coco(root, "a", [image_record(1)], [ann(1, 1, [0, 0, 10, 10])])
+    write_coco(root, "b", [image_record(1)], [ann(2, 1, [0, 0, 10, 10])])
+    write_coco(root, "c", [image_record(3)], [ann(3, 3, [0, 0, 10, 10], category_id=1)],
+               categories=[{"id": 1, "name": "other"}])
+    with pytest.raises(ValueError, match=r"image id 1 appears twice"):
+        load_roidb(make_cfg(tmp_path), "a+b", training=False)
+    with pytest.raises(ValueError, match=r"instances_c\.json: categories differ"):
+        load_roidb(make_cfg(tmp_path), "a+c", training=False)
+    with pytest.raises(ValueError, match="empty name"):
+        load_roidb(make_cfg(tmp_path), "a++c", training=False)
+
+
+def test_num_classes_derived_when_zero_and_checked_when_set(tmp_path):
+    write_coco(str(tmp_path / "data"), "train", [image_record(1)], [ann(1, 1, [0, 0, 10, 10])])
+    assert load_roidb(make_cfg(tmp_path), "train")[1].num_classes == 3
+    assert load_roidb(make_cfg(tmp_path, **{"dataset.NUM_CLASSES": 3}), "train")[1].num_classes == 3
+    with pytest.raises(ValueError, match=r"NUM_CLASSES is 81.*2 categories.*3 classes"):
+        load_roidb(make_cfg(tmp_path, **{"dataset.NUM_CLASSES": 81}), "train")
+
+
+def test_unknown_dataset_kind_is_named(tmp_path):
+    with pytest.raises(ValueError, match="'imagenet'"):
+        load_roidb(make_cfg(tmp_path, dataset="imagenet"), "train")
+
+
+# ---------------------------------------------------------------- bad COCO input
+
+
+def test_missing_annotation_file_names_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"instances_train\.json"):
+        load_roidb(make_cfg(tmp_path), "train")
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"{\"images\": [", "not valid JSON"),
+    (b"\xff\xfe\x00garbage", "not valid JSON"),
+    (b"[1, 2]", "expected a JSON object"),
+    (b"{\"categories\": [{\"id\": 1, \"name\": \"a\"}]}", "'images' list"),
+    (b"{\"images\": [], \"annotations\": [], \"categories\": []}", "'categories' list is empty"),
+])
+def test_invalid_annotation_file_is_an_error_naming_it(tmp_path, content, message):
+    os.makedirs(tmp_path / "data" / "annotations")
+    (tmp_path / "data" / "annotations" / "instances_train.json").write_bytes(content)
+    with pytest.raises(ValueError, match=message) as info:
+        load_roidb(make_cfg(tmp_path), "train")
+    assert "instances_train.json" in str(info.value)
+
+
+def test_bad_boxes_are_skipped_or_clipped_counted_and_logged(tmp_path, caplog):
+    nan = float("nan")
+    write_coco(str(tmp_path / "data"), "train", [image_record(1, width=100, height=80), image_record(2, 50, 40)], [
+        ann(1, 1, [10, 10, 20, 20]),  # fine: (10, 10, 29, 29)
+        ann(2, 1, [10, 10, 0, 20]),  # w == 0
+        ann(3, 1, [30, 10, -5, 20]),  # w < 0, i.e. x2 < x1
+        ann(4, 1, [10, 10, 20, -1]),  # h < 0
+        ann(5, 1, [10, nan, 20, 20]),  # NaN
+        ann(6, 1, [10, 10, 20, 20], area=0),  # zero area
+        ann(7, 1, [10, 10, 20]),  # not 4 numbers
+        ann(8, 1, [90, -5, 20, 20]),  # partly outside -> (90, 0, 99, 14)
+        ann(9, 1, [200, 10, 20, 20]),  # entirely outside
+        ann(10, 2, [40, 30, 20, 20]),  # partly outside the smaller image 2 -> (40, 30, 49, 39)
+        ann(11, 2, [60, 10, 5, 5]),  # inside image 1's width, outside image 2's
+    ])
+    with caplog.at_level(logging.WARNING):
+        roidb, dataset = load_roidb(make_cfg(tmp_path), "train", training=False)
+    np.testing.assert_array_equal(roidb[0]["boxes"], [[10, 10, 29, 29], [90, 0, 99, 14]])
+    np.testing.assert_array_equal(roidb[1]["boxes"], [[40, 30, 49, 39]])
+    assert dataset.box_report == {
+        "non-positive width or height": 3,
+        "non-finite coordinates": 1,
+        "zero or invalid 'area'": 1,
+        "malformed bbox (not a list of 4 numbers)": 1,
+        "entirely outside the image": 2,
+        "clipped to the image": 2,
+    }
+    log = caplog.text
+    assert "instances_train.json" in log
+    assert "skipped 3 boxes: non-positive width or height (e.g. 2, 3, 4)" in log
+    assert "skipped 2 boxes: entirely outside the image (e.g. 9, 11)" in log
+    assert "fixed 2 boxes: clipped to the image (e.g. 8, 10)" in log
+
+
+def test_images_without_files_are_an_error_listing_their_ids(tmp_path):
+    root = str(tmp_path / "data")
+    write_coco(root, "train", [image_record(i) for i in range(1, 9)],
+               [ann(i, i, [0, 0, 10, 10]) for i in range(1, 9)])
+    for image_id in (2, 3, 4, 5, 6, 7, 8):
+        os.remove(os.path.join(root, "images", "train", f"{image_id}.jpg"))
+    with pytest.raises(FileNotFoundError, match=r"7 of 8 images.*image id 2: .*2\.jpg.*image id 6") as info:
+        load_roidb(make_cfg(tmp_path), "train")
+    assert "image id 7" not in str(info.value)  # only the first few are listed
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"image_id": 99}, "annotation 1 refers to image id 99"),
+    ({"category_id": 5}, "annotation 1 has category_id 5"),
+    ({"id": None}, "has no integer 'id'"),
+])
+def test_annotations_pointing_nowhere_are_errors(tmp_path, bad, message):
+    write_coco(str(tmp_path / "data"), "train", [image_record(1)], [{**ann(1, 1, [0, 0, 10, 10]), **bad}])
+    with pytest.raises(ValueError, match=message):
+        load_roidb(make_cfg(tmp_path), "train")
+
+
+@pytest.mark.parametrize("image, message", [
+    ({"id": 1, "file_name": "1.jpg", "width": 0, "height": 80}, "image id 1 has invalid width 0"),
+    ({"id": 1, "width": 100, "height": 80}, "image id 1 has no 'file_name'"),
+    ({"id": "1", "file_name": "1.jpg", "width": 100, "height": 80}, "has no integer 'id'"),
+])
+def test_malformed_image_records_are_errors(tmp_path, image, message):
+    write_coco(str(tmp_path / "data"), "train", [image], [], image_files=False)
+    with pytest.raises(ValueError, match=message):
+        load_roidb(make_cfg(tmp_path), "train")
+
+
+def test_duplicate_annotation_ids_are_an_error(tmp_path):
+    write_coco(str(tmp_path / "data"), "train", [image_record(1)], [ann(1, 1, [0, 0, 5, 5]), ann(1, 1, [0, 0, 6, 6])])
+    with pytest.raises(ValueError, match="annotation id 1 appears twice"):
+        load_roidb(make_cfg(tmp_path), "train")
+
+
+# ---------------------------------------------------------------- training roidb
+
+
+def test_training_roidb_drops_images_without_boxes_and_appends_flips(tmp_path, caplog):
+    images = [image_record(i) for i in (1, 2, 3, 4)]
+    write_coco(str(tmp_path / "data"), "train", images, [
+        ann(1, 1, [10, 20, 30, 40]),
+        ann(2, 1, [0, 0, 10, 10], iscrowd=1),
+        ann(3, 2, [0, 0, 10, 10], iscrowd=1),  # image 2: only a crowd region
+        ann(4, 3, [10, 10, 0, 5]),  # image 3: only a broken box; image 4: no annotation at all
+    ])
+    with caplog.at_level(logging.WARNING):
+        roidb, dataset = load_roidb(make_cfg(tmp_path), "train")
+    assert "dropped 3 of 4 training images without usable boxes (e.g. image ids 2, 3, 4)" in caplog.text
+    assert [(e["id"], e["flipped"]) for e in roidb] == [(1, False), (1, True)]
+    assert "difficult" not in roidb[0]
+    flipped = roidb[1]
+    # width 100: x -> 99 - x, so (10, 20, 39, 59) -> (60, 20, 89, 59)
+    np.testing.assert_array_equal(flipped["boxes"], [[60, 20, 89, 59]])
+    np.testing.assert_array_equal(flipped["crowd_boxes"], [[90, 0, 99, 9]])
+    np.testing.assert_array_equal(flipped["gt_classes"], roidb[0]["gt_classes"])
+    assert flipped["image"] == roidb[0]["image"]
+
+    roidb, _ = load_roidb(make_cfg(tmp_path, **{"TRAIN.FLIP": "false"}), "train")
+    assert [(e["id"], e["flipped"]) for e in roidb] == [(1, False)]
+
+
+def test_flip_boxes_twice_is_identity_and_matches_mirrored_pixels():
+    boxes = np.array([[0, 0, 0, 0], [3, 1, 7, 2], [0, 0, 9, 4]], np.float32)
+    np.testing.assert_array_equal(flip_boxes(flip_boxes(boxes, 10), 10), boxes)
+    mask = np.zeros((5, 10), bool)
+    mask[1:3, 3:8] = True
+    mirrored = mask[:, ::-1]
+    x1, y1, x2, y2 = flip_boxes(boxes[1:2], 10)[0]
+    cols = np.flatnonzero(mirrored.any(axis=0))
+    assert (x1, x2) == (cols[0], cols[-1]) and (y1, y2) == (1, 2)
+
+
+# ---------------------------------------------------------------- cache
+
+
+def test_cache_is_reused_rebuilt_on_content_change_and_survives_corruption(tmp_path, monkeypatch, caplog):
+    root = str(tmp_path / "data")
+    write_coco(root, "train", [image_record(1)], [ann(1, 1, [10, 20, 30, 40])])
+    cfg = make_cfg(tmp_path)
+    first, _ = load_roidb(cfg, "train")
+    cache_dir = tmp_path / "root" / "cache"
+    (cache_file,) = os.listdir(cache_dir)  # one file, no temporary leftovers
+
+    real_load = coco_module.CocoDataset.load_entries
+    monkeypatch.setattr(coco_module.CocoDataset, "load_entries", lambda self: pytest.fail("cache not used"))
+    cached, dataset = load_roidb(cfg, "train")
+    np.testing.assert_array_equal(cached[0]["boxes"], first[0]["boxes"])
+    assert dataset.classes == ["__background__", "two", "seven"]
+    assert dataset.coco.getAnnIds() == [1]  # the COCO index comes back on demand
+    monkeypatch.setattr(coco_module.CocoDataset, "load_entries", real_load)
+
+    # same file name, same size, different content: a new roidb, never the stale one
+    write_coco(root, "train", [image_record(1)], [ann(1, 1, [10, 20, 30, 41])])
+    changed, _ = load_roidb(cfg, "train")
+    np.testing.assert_array_equal(changed[0]["boxes"], [[10, 20, 39, 60]])
+    assert len(os.listdir(cache_dir)) == 2
+
+    # the option that changes the roidb is part of the key too
+    load_roidb(make_cfg(tmp_path, **{"TRAIN.FLIP": "false"}), "train")
+    assert len(os.listdir(cache_dir)) == 3
+
+    newest = max((cache_dir / name for name in os.listdir(cache_dir)), key=os.path.getmtime)
+    newest.write_bytes(b"truncated")
+    with caplog.at_level(logging.WARNING):
+        rebuilt, _ = load_roidb(make_cfg(tmp_path, **{"TRAIN.FLIP": "false"}), "train")
+    assert "ignoring unreadable roidb cache" in caplog.text
+    np.testing.assert_array_equal(rebuilt[0]["boxes"], [[10, 20, 39, 60]])
+    assert not [name for name in os.listdir(cache_dir) if name.startswith(".tmp")]
+
+
+# ---------------------------------------------------------------- proposals
+
+
+def test_proposals_attached_mirrored_and_missing_ids_counted(tmp_path, caplog):
+    write_coco(str(tmp_path / "data"), "train", [image_record(1), image_record(2)],
+               [ann(1, 1, [10, 20, 30, 40]), ann(2, 2, [0, 0, 10, 10])])
+    proposals = {1: np.array([[5, 6, 20, 30, 0.9], [0, 0, 99, 79, 0.1]], np.float32)}
+    path = tmp_path / "proposals.pkl"
+    path.write_bytes(pickle.dumps(proposals))
+    with caplog.at_level(logging.WARNING):
+        roidb, _ = load_roidb(make_cfg(tmp_path, **{"dataset.proposal": path}), "train")
+    assert "no proposals for 1 of 2 images (e.g. image ids 2)" in caplog.text
+    np.testing.assert_array_equal(by_id(roidb)[1]["proposals"], [[5, 6, 20, 30], [0, 0, 99, 79]])
+    np.testing.assert_array_equal(by_id(roidb, flipped=True)[1]["proposals"], [[79, 6, 94, 30], [0, 0, 99, 79]])
+    for flipped in (False, True):
+        assert by_id(roidb, flipped)[2]["proposals"].shape == (0, 4)
+    assert all(e["proposals"].dtype == np.float32 for e in roidb)
+
+    test_roidb, _ = load_roidb(make_cfg(tmp_path, **{"dataset.proposal": path}), "train", training=False)
+    assert "proposals" not in test_roidb[0]
+
+
+@pytest.mark.parametrize("content, error, message", [
+    (None, IOError, "cannot read proposal file"),
+    (b"not a pickle", ValueError, "not a readable pickle"),
+    (pickle.dumps([1, 2]), ValueError, "expected a dict"),
+    (pickle.dumps({1: np.zeros((3, 2))}), ValueError, r"image id 1 has proposals of shape \(3, 2\)"),
+])
+def test_bad_proposal_files_are_errors_naming_them(tmp_path, content, error, message):
+    write_coco(str(tmp_path / "data"), "train", [image_record(1)], [ann(1, 1, [10, 20, 30, 40])])
+    path = tmp_path / "proposals.pkl"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(error, match=message) as info:
+        load_roidb(make_cfg(tmp_path, **{"dataset.proposal": path}), "train")
+    assert "proposals.pkl" in str(info.value)
+
+
+# ---------------------------------------------------------------- Pascal VOC
+
+
+def voc_xml(width, height, objects):
+    body = "".join(
+        f"<object><name>{name}</name><difficult>{int(difficult)}</difficult>"
+        f"<bndbox><xmin>{box[0]}</xmin><ymin>{box[1]}</ymin><xmax>{box[2]}</xmax><ymax>{box[3]}</ymax></bndbox>"
+        f"</object>" for name, box, difficult in objects)
+    size = f"<size><width>{width}</width><height>{height}</height><depth>3</depth></size>"
+    return f"<annotation>{size}{body}</annotation>"
+
+
+def write_voc(root, year, split, images):
+    """``images``: {name: xml text}; writes the list, the XMLs and blank JPEGs."""
+    base = os.path.join(root, f"VOC{year}")
+    for folder in ("Annotations", os.path.join("ImageSets", "Main"), "JPEGImages"):
+        os.makedirs(os.path.join(base, folder), exist_ok=True)
+    with open(os.path.join(base, "ImageSets", "Main", f"{split}.txt"), "w") as f:
+        f.write("".join(f"{name}\n" for name in images))
+    for name, xml in images.items():
+        with open(os.path.join(base, "Annotations", f"{name}.xml"), "w") as f:
+            f.write(xml)
+        cv2.imwrite(os.path.join(base, "JPEGImages", f"{name}.jpg"), np.zeros((4, 4, 3), np.uint8))
+
+
+def test_voc_boxes_difficult_and_joined_years(tmp_path, caplog):
+    root = str(tmp_path / "data")
+    write_voc(root, "2007", "trainval", {
+        "000005": voc_xml(100, 80, [("dog", (11, 21, 40, 60), False), ("cat", (1, 1, 10, 10), True),
+                                    ("person", (90, 70, 120, 80), False)]),
+        "000007": voc_xml(100, 80, [("cat", (5, 5, 20, 20), True)]),
+    })
+    write_voc(root, "2012", "trainval", {"2008_000008": voc_xml(50, 40, [("tvmonitor", (1, 1, 50, 40), False)])})
+    cfg = make_cfg(tmp_path, dataset="pascal_voc")
+    with caplog.at_level(logging.WARNING):
+        test_roidb, dataset = load_roidb(cfg, "2007_trainval+2012_trainval", training=False)
+    assert "fixed 1 boxes: clipped to the image (e.g. VOC2007/000005 object 2)" in caplog.text
+    assert dataset.num_classes == 21 and dataset.classes[12] == "dog" and not dataset.use_07_metric
+    assert dataset.image_ids == [20070000000005, 20070000000007, 20122008000008]
+    assert dataset.image_names == ["VOC2007/000005", "VOC2007/000007", "VOC2012/2008_000008"]
+    entry = by_id(test_roidb)[20070000000005]
+    assert entry["image"] == os.path.join(root, "VOC2007", "JPEGImages", "000005.jpg")
+    # 1-based inclusive -> 0-based inclusive; the person box is clipped to (89, 69, 99, 79)
+    np.testing.assert_array_equal(entry["boxes"], [[10, 20, 39, 59], [0, 0, 9, 9], [89, 69, 99, 79]])
+    np.testing.assert_array_equal(entry["gt_classes"], [12, 8, 15])
+    np.testing.assert_array_equal(entry["difficult"], [False, True, False])  # kept for evaluation
+
+    train_roidb, _ = load_roidb(cfg, "2007_trainval+2012_trainval")
+    entry = by_id(train_roidb)[20070000000005]
+    np.testing.assert_array_equal(entry["boxes"], [[10, 20, 39, 59], [89, 69, 99, 79]])
+    np.testing.assert_array_equal(entry["crowd_boxes"], [[0, 0, 9, 9]])  # difficult -> ignore region
+    assert 20070000000007 not in by_id(train_roidb)  # only a difficult object: no training boxes
+    assert sorted(by_id(train_roidb, flipped=True)) == [20070000000005, 20122008000008]
+    assert load_roidb(cfg, "2007_trainval", training=False)[1].use_07_metric
+
+
+@pytest.mark.parametrize("xml, error, message", [
+    (voc_xml(100, 80, [("unicorn", (1, 1, 5, 5), False)]), ValueError, "unknown class 'unicorn'"),
+    ("<annotation><size>", ValueError, "not valid XML"),
+    ("<annotation><object/></annotation>", ValueError, r"invalid <size><width>"),
+])
+def test_bad_voc_annotations_are_errors_naming_the_file(tmp_path, xml, error, message):
+    write_voc(str(tmp_path / "data"), "2007", "test", {"000001": xml})
+    with pytest.raises(error, match=message) as info:
+        load_roidb(make_cfg(tmp_path, dataset="pascal_voc"), "2007_test")
+    assert "000001.xml" in str(info.value)
+
+
+def test_bad_voc_boxes_skipped_and_missing_files_named(tmp_path):
+    root = str(tmp_path / "data")
+    write_voc(root, "2007", "test", {"000001": voc_xml(100, 80, [("dog", (30, 5, 10, 20), False),
+                                                                 ("dog", (1, 1, "x", 5), False),
+                                                                 ("dog", (1, 1, 5, 5), False)])})
+    roidb, dataset = load_roidb(make_cfg(tmp_path, dataset="pascal_voc"), "2007_test", training=False)
+    np.testing.assert_array_equal(roidb[0]["boxes"], [[0, 0, 4, 4]])
+    assert dataset.box_report == {"x2 < x1 or y2 < y1": 1, "malformed <bndbox>": 1}
+
+    with pytest.raises(ValueError, match="YEAR_SPLIT"):
+        load_roidb(make_cfg(tmp_path, dataset="pascal_voc"), "trainval")
+    with pytest.raises(FileNotFoundError, match=r"VOC2012.*val\.txt"):
+        load_roidb(make_cfg(tmp_path, dataset="pascal_voc"), "2012_val")
+    with open(os.path.join(root, "VOC2007", "ImageSets", "Main", "test.txt"), "a") as f:
+        f.write("000002\n")
+    with pytest.raises(FileNotFoundError, match=r"000002\.xml"):
+        load_roidb(make_cfg(tmp_path, dataset="pascal_voc"), "2007_test")
+
+
+# ---------------------------------------------------------------- image reading
+
+
+def test_read_image_converts_gray_and_alpha_to_bgr(tmp_path):
+    gray = np.arange(12, dtype=np.uint8).reshape(3, 4) * 20
+    cv2.imwrite(str(tmp_path / "gray.png"), gray)
+    image = read_image(str(tmp_path / "gray.png"))
+    assert image.shape == (3, 4, 3) and image.dtype == np.uint8
+    for channel in range(3):
+        np.testing.assert_array_equal(image[:, :, channel], gray)
+
+    bgra = np.random.default_rng(0).integers(0, 256, (5, 6, 4), dtype=np.uint8)
+    cv2.imwrite(str(tmp_path / "bgra.png"), bgra)
+    np.testing.assert_array_equal(read_image(str(tmp_path / "bgra.png")), bgra[:, :, :3])
+
+    deep = (np.arange(6, dtype=np.uint16).reshape(2, 3) * 10000)
+    cv2.imwrite(str(tmp_path / "deep.png"), deep)
+    np.testing.assert_array_equal(read_image(str(tmp_path / "deep.png"))[:, :, 0], deep >> 8)
+
+
+def test_read_image_errors_name_the_file(tmp_path):
+    with pytest.raises(IOError, match=r"cannot read image .*missing\.jpg"):
+        read_image(str(tmp_path / "missing.jpg"))
+    (tmp_path / "junk.jpg").write_bytes(b"definitely not a jpeg")
+    with pytest.raises(IOError, match=r"cannot decode image .*junk\.jpg"):
+        read_image(str(tmp_path / "junk.jpg"))
+    (tmp_path / "empty.jpg").write_bytes(b"")
+    with pytest.raises(IOError, match=r"empty\.jpg"):
+        read_image(str(tmp_path / "empty.jpg"))
