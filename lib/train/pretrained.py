@@ -1,0 +1,115 @@
+"""Initial parameters for training: the ImageNet backbone from a checkpoint, new layers initialised.
+
+The checkpoint is MXNet's ``{prefix}-{epoch:04d}.params`` (``arg:``/``aux:`` keys) with the classic
+symbolic ResNet naming of symbols/resnet.py; only names the training symbol has are used (an ImageNet
+classifier's final ``bn1``/``fc1`` are ignored). GluonCV ``resnet{50,101}_v2`` weights are converted
+to that naming by tools/convert_gluoncv_resnet.py.
+
+New layers (everything the checkpoint does not provide):
+
+* deformable offsets (``*offset*``): zeros, so deformable layers start as their regular counterparts;
+* RPN layers, R-CNN reduction and classifier: weights N(0, 0.01);
+* R-CNN box regressor: weights N(0, 0.001) (targets are divided by stds 0.1/0.2, so small outputs);
+* everything else (the R-CNN FC layers, and the whole backbone with TRAIN.FROM_SCRATCH): MSRA/He
+  Gaussian (Xavier, fan-in, magnitude 2), suited to ReLU layers;
+* biases and batch-norm beta/moving means zero, gammas and moving variances one (MXNet's rules).
+"""
+import logging
+import os
+
+import mxnet as mx
+
+from symbols import is_imagenet_parameter
+
+logger = logging.getLogger(__name__)
+
+NEW_LAYER_INIT = mx.init.Mixed(
+    [r".*offset", r"rpn_|conv_new_1_|cls_score_", r"bbox_pred_", r".*"],
+    [mx.init.Zero(), mx.init.Normal(0.01), mx.init.Normal(0.001),
+     mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2)])
+
+
+class PretrainedError(RuntimeError):
+    """The pretrained checkpoint is missing or does not fit the network."""
+
+
+def checkpoint_path(prefix, epoch):
+    return "%s-%04d.params" % (prefix, epoch)
+
+
+def initial_params(cfg, symbol, input_shapes):
+    """(arg_params, aux_params): float32 NDArrays for every parameter of `symbol`.
+
+    `input_shapes` maps the symbol's data and label names to shapes (they are not parameters).
+    Backbone parameters come from cfg.network.pretrained / pretrained_epoch unless TRAIN.FROM_SCRATCH.
+    """
+    arg_shapes, _, aux_shapes = symbol.infer_shape(**dict(input_shapes))
+    if arg_shapes is None:
+        raise PretrainedError("cannot infer the parameter shapes of the network from inputs %s" % dict(input_shapes))
+    wanted_args = {n: s for n, s in zip(symbol.list_arguments(), arg_shapes) if n not in input_shapes}
+    wanted_aux = dict(zip(symbol.list_auxiliary_states(), aux_shapes))
+    if cfg.TRAIN.FROM_SCRATCH:
+        stored_args, stored_aux, path = {}, {}, None
+        logger.info("TRAIN.FROM_SCRATCH: every parameter is initialised, no pretrained weights")
+        if cfg.network.FIXED_PARAMS:
+            logger.warning("TRAIN.FROM_SCRATCH with network.FIXED_PARAMS %s: those layers stay at their random "
+                           "initialisation", list(cfg.network.FIXED_PARAMS))
+    else:
+        path = checkpoint_path(cfg.network.pretrained, cfg.network.pretrained_epoch)
+        stored_args, stored_aux = _load_checkpoint(path)
+        _check_backbone_present(wanted_args, wanted_aux, stored_args, stored_aux, path)
+    attrs = symbol.attr_dict()
+    arg_params = _fill(wanted_args, stored_args, attrs, path)
+    aux_params = _fill(wanted_aux, stored_aux, attrs, path)
+    if path is not None:
+        unused = sorted(set(stored_args) - set(wanted_args)) + sorted(set(stored_aux) - set(wanted_aux))
+        logger.info("loaded %d parameters from %s; initialised %d new ones; ignored %d unused (%s)",
+                    sum(n in stored_args for n in wanted_args) + sum(n in stored_aux for n in wanted_aux), path,
+                    sum(n not in stored_args for n in wanted_args) + sum(n not in stored_aux for n in wanted_aux),
+                    len(unused), ", ".join(unused[:8]) + (" ..." if len(unused) > 8 else ""))
+    return arg_params, aux_params
+
+
+def _load_checkpoint(path):
+    if not os.path.isfile(path):
+        raise PretrainedError(
+            "pretrained weights %s not found (config keys network.pretrained / network.pretrained_epoch). "
+            "Convert GluonCV ImageNet weights with `python tools/convert_gluoncv_resnet.py --model resnet101_v2 "
+            "--prefix <prefix>` (downloads them once; or pass --params with a GluonCV .params file), "
+            "use an MXNet resnet checkpoint with the classic naming, or set TRAIN.FROM_SCRATCH true." % path)
+    stored_args, stored_aux = {}, {}
+    for key, value in mx.nd.load(path).items():
+        kind, _, name = key.partition(":")
+        if kind == "arg":
+            stored_args[name] = value
+        elif kind == "aux":
+            stored_aux[name] = value
+        else:
+            raise PretrainedError("%s: key %r is not 'arg:<name>' or 'aux:<name>'; not an MXNet checkpoint "
+                                  "(GluonCV files need tools/convert_gluoncv_resnet.py)" % (path, key))
+    return stored_args, stored_aux
+
+
+def _check_backbone_present(wanted_args, wanted_aux, stored_args, stored_aux, path):
+    """A pretrained file must provide the whole backbone; a partial match means the wrong file or naming."""
+    missing = [n for n in wanted_args if is_imagenet_parameter(n) and n not in stored_args]
+    missing += [n for n in wanted_aux if n not in stored_aux]
+    if missing:
+        raise PretrainedError("%s lacks %d backbone parameters of the network, e.g. %s; is it a ResNet of the "
+                              "configured depth (config key 'symbol') with the classic MXNet naming?"
+                              % (path, len(missing), ", ".join(sorted(missing)[:5])))
+
+
+def _fill(wanted, stored, attrs, path):
+    params = {}
+    for name, shape in wanted.items():
+        if name in stored:
+            if stored[name].shape != tuple(shape):
+                raise PretrainedError("%s: parameter %s has shape %s, the network needs %s"
+                                      % (path, name, stored[name].shape, tuple(shape)))
+            params[name] = stored[name].astype("float32")
+        else:
+            params[name] = mx.nd.zeros(shape, dtype="float32")
+            # attrs carry the operators' own rules (batch-norm moving statistics), as in Module
+            NEW_LAYER_INIT(mx.init.InitDesc(name, attrs.get(name, {})), params[name])
+    return params

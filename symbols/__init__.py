@@ -1,0 +1,12 @@
+"""The SNIPER network: `get_symbol(cfg, is_train, rpn_only)` and the parameters the trainer keeps fixed."""
+from symbols.resnet import INPUT_NORMALISER, is_imagenet_parameter, matches_prefix
+from symbols.sniper import PROPOSAL_TARGET_GROUP, get_symbol
+
+__all__ = ["get_symbol", "get_fixed_param_names", "is_imagenet_parameter", "PROPOSAL_TARGET_GROUP"]
+
+
+def get_fixed_param_names(symbol, cfg):
+    """Arguments of `symbol` not to be updated: the layers named by cfg.network.FIXED_PARAMS prefixes
+    (their batch-norms also use stored statistics) and the `bn_data` input normaliser."""
+    prefixes = tuple(cfg.network.FIXED_PARAMS) + (INPUT_NORMALISER,)
+    return [name for name in symbol.list_arguments() if matches_prefix(name, prefixes)]

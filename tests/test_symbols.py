@@ -1,0 +1,286 @@
+"""The SNIPER network (symbols/): parameter manifest of the published network, graph wiring, fp16 casts,
+batch-norm modes, loss scales, and tiny CPU forward/backward passes checked against hand-derived values."""
+import json
+import os
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+from lib.config import load_config
+from symbols import get_fixed_param_names, get_symbol
+
+MANIFEST = os.path.join(os.path.dirname(__file__), "data", "sniper_res101_test_params.json")
+A = 21  # anchors per cell with the default ANCHOR_SCALES x ANCHOR_RATIOS
+TEST_INPUTS = ("data", "im_info", "im_ids", "chip_ids")
+TRAIN_INPUTS = ("data", "im_info", "valid_ranges", "gt_boxes", "label", "bbox_target", "bbox_weight")
+
+
+def make_cfg(symbol="resnet_tiny", num_classes=5, chips=2, fp16=False):
+    cfg = load_config(None)
+    cfg.symbol = symbol
+    cfg.dataset.NUM_CLASSES = num_classes
+    cfg.TRAIN.BATCH_IMAGES = chips
+    cfg.TRAIN.fp16 = fp16
+    return cfg
+
+
+def inference_shapes(batch, size):
+    return dict(data=(batch, 3, size, size), im_info=(batch, 3), im_ids=(batch,), chip_ids=(batch,))
+
+
+def train_shapes(batch, size, rpn_only=False):
+    feat = size // 16
+    shapes = dict(data=(batch, 3, size, size), im_info=(batch, 3), valid_ranges=(batch, 2), gt_boxes=(batch, 100, 5),
+                  label=(batch, A * feat * feat), bbox_target=(batch, 4 * A, feat, feat),
+                  bbox_weight=(batch, 4 * A, feat, feat))
+    if rpn_only:
+        for name in ("im_info", "valid_ranges", "gt_boxes"):
+            del shapes[name]
+    return shapes
+
+
+def parameter_shapes(symbol, input_shapes):
+    arg_shapes, out_shapes, aux_shapes = symbol.infer_shape(**input_shapes)
+    args = {n: list(s) for n, s in zip(symbol.list_arguments(), arg_shapes) if n not in input_shapes}
+    aux = {n: list(s) for n, s in zip(symbol.list_auxiliary_states(), aux_shapes)}
+    outs = {n: list(s) for n, s in zip(symbol.list_outputs(), out_shapes)}
+    return args, aux, outs
+
+
+def graph_nodes(symbol):
+    return json.loads(symbol.tojson())["nodes"]
+
+
+@pytest.fixture(scope="module")
+def manifest():
+    with open(MANIFEST) as f:
+        return json.load(f)
+
+
+def test_resnet101_test_symbol_matches_published_manifest(manifest):
+    symbol = get_symbol(make_cfg("resnet101", num_classes=81), is_train=False)
+    args, aux, outs = parameter_shapes(symbol, inference_shapes(1, 512))
+    assert len(args) == 330 and len(aux) == 202
+    assert args == manifest["args"]
+    assert aux == manifest["aux"]
+    assert outs == manifest["outputs"]
+    assert symbol.list_outputs() == ["rois_output", "cls_prob_reshape_output", "bbox_pred_reshape_output",
+                                     "im_ids", "chip_ids", "im_info"]
+    assert [n for n in symbol.list_arguments() if n in TEST_INPUTS] == list(TEST_INPUTS)
+
+
+def test_resnet101_training_symbol_has_the_test_parameters(manifest):
+    import lib.ops  # noqa: F401
+    cfg = make_cfg("resnet101", num_classes=81, chips=2, fp16=True)
+    symbol = get_symbol(cfg, is_train=True)
+    args, aux, outs = parameter_shapes(symbol, train_shapes(2, 512))
+    assert args == manifest["args"] and aux == manifest["aux"]
+    assert outs == {"rpn_cls_prob_output": [2, 2, A * 32, 32], "rpn_bbox_loss_output": [2, 4 * A, 32, 32],
+                    "cls_prob_output": [600, 81], "bbox_loss_output": [600, 4], "rcnn_label_output": [600]}
+
+
+@pytest.mark.parametrize("size", [128, 256, 384, 512])
+def test_tiny_training_symbol_shapes(size):
+    import lib.ops  # noqa: F401
+    cfg = make_cfg()
+    symbol = get_symbol(cfg, is_train=True)
+    args, aux, outs = parameter_shapes(symbol, train_shapes(2, size))
+    feat = size // 16
+    assert outs == {"rpn_cls_prob_output": [2, 2, A * feat, feat], "rpn_bbox_loss_output": [2, 4 * A, feat, feat],
+                    "cls_prob_output": [600, 5], "bbox_loss_output": [600, 4], "rcnn_label_output": [600]}
+    test_args, test_aux, _ = parameter_shapes(get_symbol(cfg, is_train=False), inference_shapes(2, size))
+    assert args == test_args and aux == test_aux
+    assert sorted(n for n in symbol.list_arguments() if n in TRAIN_INPUTS) == sorted(TRAIN_INPUTS)
+    # res4 (128) + res5 (256) channels of the tiny body feed both heads
+    assert args["rpn_conv_3x3_weight"][1] == args["conv_new_1_weight"][1] == 128 + 256
+    assert args["cls_score_weight"] == [5, 128] and args["bbox_pred_weight"] == [4, 128]
+
+
+def test_rpn_only_graphs_hold_only_the_rpn():
+    cfg = make_cfg()
+    train = get_symbol(cfg, is_train=True, rpn_only=True)
+    args, _, outs = parameter_shapes(train, train_shapes(2, 256, rpn_only=True))
+    assert outs == {"rpn_cls_prob_output": [2, 2, A * 16, 16], "rpn_bbox_loss_output": [2, 4 * A, 16, 16]}
+    assert sorted(n for n in train.list_arguments() if n in TRAIN_INPUTS) == ["bbox_target", "bbox_weight", "data", "label"]
+    head = [n for n in args if not n.startswith(("bn_data", "conv0", "bn0", "stage"))]
+    assert sorted(head) == ["rpn_bbox_pred_bias", "rpn_bbox_pred_weight", "rpn_cls_score_bias",
+                            "rpn_cls_score_weight", "rpn_conv_3x3_bias", "rpn_conv_3x3_weight"]
+    assert not any(n["op"] in ("MultiProposalTarget", "_contrib_DeformablePSROIPooling") for n in graph_nodes(train))
+
+    test = get_symbol(cfg, is_train=False, rpn_only=True)
+    _, _, outs = parameter_shapes(test, inference_shapes(2, 256))
+    assert outs == {"rois_output": [600, 5], "rois_score": [600, 1], "im_ids": [2], "chip_ids": [2], "im_info": [2, 3]}
+
+
+def _cast_nodes(symbol):
+    nodes = graph_nodes(symbol)
+    casts = [i for i, n in enumerate(nodes) if n["op"] == "Cast"]
+    consumers = {i: sorted(nodes[j]["name"] for j, n in enumerate(nodes) if any(e[0] == i for e in n["inputs"]))
+                 for i in casts}
+    return [(nodes[i]["attrs"]["dtype"], nodes[nodes[i]["inputs"][0][0]]["name"], consumers[i]) for i in casts]
+
+
+def test_fp16_body_runs_between_conv0_and_the_heads():
+    import lib.ops  # noqa: F401
+    cfg = make_cfg(fp16=True)
+    symbol = get_symbol(cfg, is_train=True)
+    assert _cast_nodes(symbol) == [("float16", "conv0", ["bn0"]),
+                                   ("float32", "res4_res5", ["conv_new_1", "rpn_conv_3x3"])]
+    shapes = train_shapes(2, 256)
+    arg_types, out_types, aux_types = symbol.infer_type(**{n: "float32" for n in shapes})
+    types = dict(zip(symbol.list_arguments(), arg_types))
+    for name, dtype in types.items():
+        if name in shapes or name.endswith(("_gamma", "_beta")) or name.startswith(("conv0", "bn_data")) \
+                or not name.startswith("stage"):
+            assert dtype == np.float32, name  # inputs, batch-norm parameters, conv0, heads
+        else:
+            assert dtype == np.float16, name  # body convolutions
+    assert all(t == np.float32 for t in out_types) and all(t == np.float32 for t in aux_types)
+    assert _cast_nodes(get_symbol(make_cfg(fp16=False), is_train=True)) == []
+    assert _cast_nodes(get_symbol(cfg, is_train=False)) == []  # the test network runs in float32
+
+
+@pytest.mark.parametrize("fp16", [False, True])
+def test_loss_gradient_scales(fp16):
+    import lib.ops  # noqa: F401
+    cfg = make_cfg(fp16=fp16, chips=4)
+    cfg.TRAIN.scale = 100.0
+    loss_scale = 100.0 if fp16 else 1.0
+    attrs = {n["name"]: n.get("attrs", {}) for n in graph_nodes(get_symbol(cfg, is_train=True))}
+    assert float(attrs["rpn_cls_prob"]["grad_scale"]) == loss_scale
+    assert float(attrs["cls_prob"]["grad_scale"]) == loss_scale
+    assert float(attrs["rpn_bbox_loss"]["grad_scale"]) == pytest.approx(3.0 / (4 * 256) * loss_scale)
+    assert float(attrs["bbox_loss"]["grad_scale"]) == pytest.approx(1.0 / (188 * 4) * loss_scale)
+    for name in ("rpn_cls_prob", "cls_prob"):
+        assert attrs[name]["normalization"] == "valid" and attrs[name]["use_ignore"] == "True"
+        assert float(attrs[name]["ignore_label"]) == -1
+    assert attrs["offset_weight"]["__lr_mult__"] == attrs["offset_bias"]["__lr_mult__"] == "0.01"
+    assert attrs["deformable_roi_pool"]["trans_std"] == "0.1"
+    assert attrs["proposal_target"]["scales"] == "(2, 4, 7, 10, 13, 16, 24)"
+    assert attrs["proposal_target"]["bbox_stds"] == "(0.1, 0.1, 0.2, 0.2)"
+
+
+def test_batch_norm_modes_and_fixed_parameters():
+    cfg = make_cfg()
+    train = get_symbol(cfg, is_train=True, rpn_only=True)
+    batch_norms = [n for n in graph_nodes(train) if n["op"] == "BatchNorm"]
+    frozen = sorted(n["name"] for n in batch_norms if n["attrs"]["use_global_stats"] == "True")
+    assert frozen == ["bn0", "bn_data", "stage1_unit1_bn1", "stage1_unit1_bn2", "stage1_unit1_bn3"]
+    assert all(float(n["attrs"]["momentum"]) == 0.995 for n in batch_norms)
+    assert [n["name"] for n in batch_norms if n["attrs"]["fix_gamma"] == "True"] == ["bn_data"]
+    test = get_symbol(cfg, is_train=False)
+    assert all(n["attrs"]["use_global_stats"] == "True" for n in graph_nodes(test) if n["op"] == "BatchNorm")
+
+    fixed = get_fixed_param_names(train, cfg)
+    expected = [n for n in train.list_arguments() if n.startswith(("conv0_", "bn0_", "bn_data_", "stage1_"))]
+    assert sorted(fixed) == sorted(expected) and "conv0_weight" in fixed and "stage1_unit1_sc_weight" in fixed
+    assert not any(n.startswith(("stage2", "rpn")) for n in fixed)
+
+
+def test_configuration_errors_name_the_key():
+    cfg = make_cfg()
+    cfg.symbol = "resnet18"
+    with pytest.raises(ValueError, match="'symbol'.*resnet18"):
+        get_symbol(cfg, is_train=False)
+    cfg = make_cfg(num_classes=0)
+    with pytest.raises(ValueError, match="dataset.NUM_CLASSES"):
+        get_symbol(cfg, is_train=False)
+    cfg = make_cfg()
+    cfg.network.NUM_ANCHORS = 9
+    with pytest.raises(ValueError, match="NUM_ANCHORS"):
+        get_symbol(cfg, is_train=False)
+
+
+def _bind_random(symbol, shapes, seed, grad_req="null"):
+    rng = np.random.RandomState(seed)
+    executor = symbol.simple_bind(mx.cpu(), grad_req=grad_req, **shapes)
+    for name, array in executor.arg_dict.items():
+        if name not in shapes:
+            array[:] = rng.normal(0, 0.05, array.shape) if name.endswith("weight") else name.endswith("gamma")
+    for name, array in executor.aux_dict.items():
+        array[:] = 1 if name.endswith("var") else 0
+    for name in ("stage4_unit1_offset_weight", "offset_weight"):
+        if name in executor.arg_dict:
+            executor.arg_dict[name][:] = rng.normal(0, 0.001, executor.arg_dict[name].shape)
+    executor.arg_dict["data"][:] = rng.uniform(-100, 100, shapes["data"])
+    return executor
+
+
+def test_tiny_test_network_forward():
+    symbol = get_symbol(make_cfg(), is_train=False)
+    shapes = inference_shapes(2, 192)
+    executor = _bind_random(symbol, shapes, seed=0)
+    executor.arg_dict["im_info"][:] = [[192, 160, 1.0], [120, 192, 2.0]]
+    executor.arg_dict["im_ids"][:] = [11, 12]
+    executor.arg_dict["chip_ids"][:] = [3, 4]
+    rois, cls_prob, bbox_pred, im_ids, chip_ids, im_info = [o.asnumpy() for o in executor.forward()]
+    assert rois.shape == (600, 5) and cls_prob.shape == (2, 300, 5) and bbox_pred.shape == (2, 300, 4)
+    np.testing.assert_array_equal(rois[:, 0], np.repeat([0, 1], 300))
+    for b, (height, width) in enumerate([(192, 160), (120, 192)]):  # proposals clipped to each image
+        boxes = rois[b * 300:(b + 1) * 300, 1:]
+        assert boxes.min() >= 0 and boxes[:, 2].max() <= width - 1 and boxes[:, 3].max() <= height - 1
+    np.testing.assert_allclose(cls_prob.sum(axis=2), 1, rtol=1e-5)
+    np.testing.assert_array_equal(im_ids, [11, 12])
+    np.testing.assert_array_equal(chip_ids, [3, 4])
+    np.testing.assert_array_equal(im_info, [[192, 160, 1], [120, 192, 2]])
+
+
+def test_rpn_probability_map_layout_matches_multiproposal():
+    """MultiProposal reads background scores from channels 0..A-1 and foreground from A..2A-1."""
+    symbol = get_symbol(make_cfg(), is_train=False)
+    internals = symbol.get_internals()
+    probe = mx.sym.Group([internals["rpn_cls_score_output"], internals["rpn_cls_prob_reshape_output"]])
+    executor = _bind_random(probe, dict(data=(1, 3, 64, 64)), seed=1)
+    score, prob = [o.asnumpy() for o in executor.forward()]
+    foreground = 1 / (1 + np.exp(score[:, :A] - score[:, A:]))
+    np.testing.assert_allclose(prob[:, A:], foreground, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(prob[:, :A], 1 - foreground, rtol=1e-4, atol=1e-6)
+
+
+def test_tiny_training_forward_backward_wiring():
+    """One labelled anchor and one weighted box delta: the RPN gradients land on exactly the channels of
+    that anchor, with the configured loss scale; the proposal target sees the gts and valid ranges."""
+    import lib.ops  # noqa: F401
+    chips, size, anchor, cell = 2, 128, 5, (3, 6)
+    feat = size // 16
+    cfg = make_cfg(chips=chips)
+    symbol = get_symbol(cfg, is_train=True)
+    rois = mx.sym.BlockGrad(symbol.get_internals()["proposal_target_output0"])
+    shapes = train_shapes(chips, size)
+    executor = _bind_random(mx.sym.Group([symbol, rois]), shapes, seed=2, grad_req="write")
+    executor.arg_dict["im_info"][:] = [[size, size, 1.0]] * chips
+    executor.arg_dict["valid_ranges"][:] = [[-1, -1], [0, 50]]
+    gt = -np.ones((chips, 100, 5))
+    gt[:, 0] = [10, 20, 60, 90, 2]  # sqrt(area) ~ 60: valid in chip 0 only
+    gt[:, 1] = [70, 70, 100, 95, 4]  # ~ 28: valid in both
+    executor.arg_dict["gt_boxes"][:] = gt
+    label = -np.ones((chips, A, feat, feat))
+    label[1, anchor, cell[0], cell[1]] = 1
+    executor.arg_dict["label"][:] = label.reshape(chips, -1)
+    weight = np.zeros((chips, 4 * A, feat, feat))
+    weight[0, 4 * anchor + 2, cell[0], cell[1]] = 1
+    executor.arg_dict["bbox_weight"][:] = weight
+    executor.arg_dict["bbox_target"][:] = -1000.0  # |pred - target| > 1: smooth-L1 gradient is exactly 1
+    outputs = [o.asnumpy() for o in executor.forward(is_train=True)]
+    executor.backward()
+
+    cls_grad = executor.grad_dict["rpn_cls_score_bias"].asnumpy()
+    assert set(np.flatnonzero(cls_grad)) == {anchor, A + anchor}
+    assert cls_grad[anchor] == pytest.approx(-cls_grad[A + anchor])
+    bbox_grad = executor.grad_dict["rpn_bbox_pred_bias"].asnumpy()
+    expected = np.zeros(4 * A)
+    expected[4 * anchor + 2] = 3.0 / (chips * 256)
+    np.testing.assert_allclose(bbox_grad, expected, rtol=1e-5)
+
+    rcnn_label = outputs[4].reshape(chips, 300)
+    assert set(np.unique(rcnn_label)) <= {-1, 0, 2, 4}
+    rois = outputs[5].reshape(chips, 300, 5)
+    assert (rois[:, :, 0] == np.arange(chips)[:, None]).all()
+    for chip, valid_gts in ((0, [0, 1]), (1, [1])):  # the valid gts are appended as rois, with their labels
+        appended = [(tuple(box), label) for box, label in zip(rois[chip, :, 1:], rcnn_label[chip])
+                    if any((box == gt[chip, g, :4]).all() for g in (0, 1))]
+        assert sorted(appended) == sorted((tuple(gt[chip, g, :4]), gt[chip, g, 4]) for g in valid_gts)
+    np.testing.assert_allclose(outputs[2].sum(axis=1), 1, rtol=1e-5)
+    assert np.abs(executor.grad_dict["fc_new_1_weight"].asnumpy()).sum() > 0  # R-CNN losses train the head
+    assert np.abs(executor.grad_dict["stage4_unit1_offset_weight"].asnumpy()).sum() > 0

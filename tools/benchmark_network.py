@@ -1,0 +1,119 @@
+"""Times the SNIPER network (symbols/) on the CPU: training forward+backward and test forward.
+
+Random weights and inputs; the point is the cost per batch of chips and which operators dominate it.
+Timings use MXNet's defaults; the operator shares come from a separate profiled pass with bulk
+execution and operator fusion off, so that each operator is timed on its own.
+
+    .venv/bin/python tools/benchmark_network.py [--symbol resnet_tiny] [--chips 2] [--size 512] [--repeat 3]
+"""
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import mxnet as mx  # noqa: E402
+import numpy as np  # noqa: E402
+
+import lib.ops  # noqa: E402,F401  (the training graph's proposal-target operator)
+from lib.config import load_config  # noqa: E402
+from symbols import get_symbol  # noqa: E402
+
+
+def bind(symbol, shapes, for_training, rng):
+    executor = symbol.simple_bind(mx.cpu(), grad_req="write" if for_training else "null", **shapes)
+    for name, array in executor.arg_dict.items():
+        if name not in shapes:
+            array[:] = rng.normal(0, 0.02, array.shape) if name.endswith("weight") else name.endswith("gamma")
+    for name, array in executor.aux_dict.items():
+        array[:] = name.endswith("var")
+    size = shapes["data"][2]
+    executor.arg_dict["data"][:] = rng.uniform(-100, 100, shapes["data"])
+    executor.arg_dict["im_info"][:] = [size, size, 1.0]
+    if for_training:
+        executor.arg_dict["valid_ranges"][:] = [-1, -1]
+        gt = -np.ones(shapes["gt_boxes"])
+        gt[:, :4] = [[10, 10, 100, 120, 1], [200, 150, 300, 380, 2], [50, 300, 90, 330, 3], [400, 20, 500, 60, 1]]
+        executor.arg_dict["gt_boxes"][:] = gt
+        executor.arg_dict["label"][:] = rng.randint(-1, 2, shapes["label"])
+        executor.arg_dict["bbox_weight"][:] = 1
+    return executor
+
+
+def run(executor, for_training):
+    executor.forward(is_train=for_training)
+    if for_training:
+        executor.backward()
+    mx.nd.waitall()
+
+
+UNFUSED = {"MXNET_SUBGRAPH_BACKEND": "NONE", "MXNET_EXEC_BULK_EXEC_TRAIN": "0", "MXNET_EXEC_BULK_EXEC_INFERENCE": "0"}
+
+
+def profile_top(symbol, shapes, for_training, rng, top):
+    """(operator, share of the profiled time) for the `top` most expensive operators of one pass."""
+    os.environ.update(UNFUSED)  # read when binding
+    executor = bind(symbol, shapes, for_training, rng)
+    for name in UNFUSED:
+        del os.environ[name]
+    run(executor, for_training)
+    # MXNet's profiler replaces the file it is given: never point it at /dev/null.
+    trace = os.path.join(tempfile.mkdtemp(prefix="sniper-profile-"), "profile.json")
+    mx.profiler.set_config(profile_symbolic=True, aggregate_stats=True, filename=trace)
+    mx.profiler.set_state("run")
+    run(executor, for_training)
+    mx.profiler.set_state("stop")
+    shutil.rmtree(os.path.dirname(trace), ignore_errors=True)
+    totals, section = {}, None
+    for line in mx.profiler.dumps(reset=True).splitlines():
+        fields = line.split()
+        if len(fields) == 1 and not fields[0].startswith("="):
+            section = fields[0]
+        elif section == "operator" and len(fields) == 6 and fields[1].isdigit():
+            totals[fields[0]] = totals.get(fields[0], 0.0) + float(fields[2])
+    whole = sum(totals.values()) or 1.0
+    return [(name, ms / whole) for name, ms in sorted(totals.items(), key=lambda kv: -kv[1])[:top]]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--symbol", default="resnet_tiny")
+    parser.add_argument("--chips", type=int, default=2)
+    parser.add_argument("--size", type=int, default=512)
+    parser.add_argument("--classes", type=int, default=81)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    cfg = load_config(None)
+    cfg.symbol, cfg.dataset.NUM_CLASSES, cfg.TRAIN.BATCH_IMAGES, cfg.TRAIN.fp16 = \
+        args.symbol, args.classes, args.chips, False
+    chips, size, anchors, feat = args.chips, args.size, cfg.network.NUM_ANCHORS, args.size // 16
+    train_shapes = dict(data=(chips, 3, size, size), im_info=(chips, 3), valid_ranges=(chips, 2),
+                        gt_boxes=(chips, 100, 5), label=(chips, anchors * feat * feat),
+                        bbox_target=(chips, 4 * anchors, feat, feat), bbox_weight=(chips, 4 * anchors, feat, feat))
+    test_shapes = dict(data=(chips, 3, size, size), im_info=(chips, 3), im_ids=(chips,), chip_ids=(chips,))
+    rng = np.random.RandomState(0)
+    rows = []
+    for label, for_training, shapes in (("train fwd+bwd", True, train_shapes), ("test fwd", False, test_shapes)):
+        symbol = get_symbol(cfg, is_train=for_training)
+        executor = bind(symbol, shapes, for_training, rng)
+        run(executor, for_training)  # warm-up
+        times = []
+        for _ in range(args.repeat):
+            tic = time.perf_counter()
+            run(executor, for_training)
+            times.append(time.perf_counter() - tic)
+        top = ", ".join("%s %.0f%%" % (name, 100 * share)
+                        for name, share in profile_top(symbol, shapes, for_training, rng, 3))
+        rows.append((label, 1000 * np.median(times), chips / np.median(times), top))
+    print("%s, %d chips of %dx%d, %d classes, CPU with %d cores" % (args.symbol, chips, size, size, args.classes,
+                                                                    os.cpu_count()))
+    print("%-14s %10s %9s  %s" % ("pass", "ms/batch", "chips/s", "largest operator shares (profiled pass)"))
+    for label, ms, speed, top in rows:
+        print("%-14s %10.0f %9.2f  %s" % (label, ms, speed, top))
+
+
+if __name__ == "__main__":
+    main()
