@@ -12,12 +12,16 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(MXNET)-$(MXNET_VERSION)
 OPS_LIB := lib/ops/libsniper_ops.so
 OPS_SRC := $(wildcard lib/ops/src/*.cc lib/ops/src/*.h)
-PYX := $(shell find lib chip_generator -name '*.pyx' 2>/dev/null)
-CPP := $(shell find lib chip_generator -path '*/src/*' \( -name '*.cpp' -o -name '*.h' \) -not -path 'lib/ops/*' 2>/dev/null)
-EXT_STAMP := build/.extensions
 CXXFLAGS_OPS := -std=c++17 -O3 -fPIC -shared -Wall -Wno-unused-function
+OPS_LDFLAGS :=
+# With a CUDA MXNet the operator also gets a GPU forward (inputs copied to the host and back).
+ifneq ($(findstring mxnet-cu,$(MXNET)),)
+CUDA_HOME ?= /usr/local/cuda
+CXXFLAGS_OPS += -DSNIPER_WITH_CUDA -I$(CUDA_HOME)/include
+OPS_LDFLAGS += -L$(CUDA_HOME)/lib64 -lcudart
+endif
 
-.PHONY: all venv build test train clean distclean
+.PHONY: all venv build extensions test train clean distclean
 all: build
 
 venv: $(STAMP)
@@ -29,17 +33,17 @@ $(STAMP): requirements.txt constraints.txt
 	$(PY) -m pip install -q --no-deps gluoncv==$(GLUONCV_VERSION)
 	rm -f $(VENV)/.installed-* && touch $@
 
-build: $(STAMP) $(EXT_STAMP) $(OPS_LIB)
+build: extensions $(OPS_LIB)
 
-$(EXT_STAMP): $(STAMP) setup.py $(PYX) $(CPP)
+# setuptools and cythonize rebuild only what changed (or what was deleted), so this is cheap to re-run.
+extensions: $(STAMP)
 	$(PY) setup.py -q build_ext --inplace
-	mkdir -p build && touch $@
 
 # The MultiProposalTarget operator, loaded at run time with mx.library.load.
 $(OPS_LIB): $(STAMP) $(OPS_SRC)
 	$(eval MXINC := $(shell $(PY) -c "import mxnet,os;print(os.path.dirname(mxnet.__file__))"))
 	$(CXX) $(CXXFLAGS_OPS) -I$(MXINC)/include -Ilib/ops/src \
-		$(filter %.cc,$(OPS_SRC)) $(MXINC)/src/lib_api.cc -o $@
+		$(filter %.cc,$(OPS_SRC)) $(MXINC)/src/lib_api.cc -o $@ $(OPS_LDFLAGS)
 
 test: build
 	$(PY) -m pytest -q tests

@@ -39,6 +39,10 @@ DEFAULTS = {
         "root_path": "data",  # roidb caches go to {root_path}/cache
         "NUM_CLASSES": 0,  # 0: derived from the annotation file (background included)
         "proposal": "",  # proposals file for negative chip mining ("" disables it)
+        # > 0: dataset_path is the project's synthetic dataset, generated on first use with these
+        # image counts (seed default.seed); 0: a real dataset that must already exist.
+        "synthetic_train": 0,
+        "synthetic_val": 0,
     },
     "TRAIN": {
         "lr": 0.015,

@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from lib.dataset.coco import CocoDataset
 from lib.dataset.pascal_voc import PascalVocDataset
+from lib.dataset.synthetic import ensure_synthetic_dataset
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +45,12 @@ def load_roidb(cfg, image_set, training=True):
     attached when ``cfg.dataset.proposal`` names a file. Test: every image, in the dataset's order,
     with all its boxes and their ``difficult`` flags (the VOC evaluator's ground truth).
     An image file missing from disk is an error listing the first few, not a skip: a silently
-    smaller dataset would change training and make AP incomparable.
+    smaller dataset would change training and make AP incomparable. The project's synthetic
+    dataset (``cfg.dataset.synthetic_train > 0``) is generated first when absent.
     """
+    if cfg.dataset.synthetic_train > 0:
+        ensure_synthetic_dataset(cfg.dataset.dataset_path, train=cfg.dataset.synthetic_train,
+                                 val=cfg.dataset.synthetic_val, seed=cfg.default.seed)
     dataset = make_dataset(cfg, image_set)
     flip = bool(training and cfg.TRAIN.FLIP)
     cache_path = _cache_path(cfg.dataset.root_path, dataset, training, flip)
