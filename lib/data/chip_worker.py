@@ -1,0 +1,114 @@
+"""What a data-loader worker does with a task: build one chip into a batch slot, or mine images.
+
+The same ChipWorker runs inside worker processes and, with NUM_PROCESS = 0, in the main process.
+Every random choice of a chip comes from a generator seeded by the task (epoch seed + position), so
+results do not depend on which worker runs it.
+"""
+import contextlib
+import time
+
+import cv2
+import numpy as np
+
+from chip_generator.mining import valid_box_mask
+from lib.data.anchor_target import AnchorTargeter, AnchorTargetParams
+from lib.data.batch_ring import Field
+from lib.data.chip_boxes import chip_gt_boxes, pack_gt_boxes, scaled_valid_range
+from lib.data.chip_image import render_chip
+from lib.data.epoch_plan import mine_images
+from lib.dataset.image_io import read_image
+from lib.scales import parse_valid_ranges
+
+
+def batch_fields(cfg, targeter, rpn_only):
+    """The arrays of a batch, per chip, in the order given to the network (data first, then labels)."""
+    size, max_gt = int(cfg.TRAIN.CHIP_SIZE), int(cfg.TRAIN.MAX_GT_PER_CHIP)
+    fields = [Field("data", (3, size, size))]
+    if not rpn_only:  # the RPN-only graph needs neither the chip's range nor its size
+        fields += [Field("valid_ranges", (2,)), Field("im_info", (3,))]
+    fields += [
+        Field("label", targeter.label_shape, is_label=True),
+        Field("bbox_target", targeter.target_shape, is_label=True),
+        Field("bbox_weight", targeter.target_shape, is_label=True),
+    ]
+    if not rpn_only:
+        fields.append(Field("gt_boxes", (max_gt, 5), is_label=True))
+    return fields
+
+
+class ChipWorker:
+    """Callable on tasks; returns small messages (the arrays go straight into the ring)."""
+
+    def __init__(self, roidb, cfg, ring, rpn_only):
+        self.roidb = roidb
+        self.cfg = cfg
+        self.ring = ring
+        self.rpn_only = rpn_only
+        self.targeter = AnchorTargeter(AnchorTargetParams.from_config(cfg))
+        self.pixel_means = np.asarray(cfg.network.PIXEL_MEANS, np.float32)
+        self.valid_ranges = parse_valid_ranges(cfg.TRAIN.VALID_RANGES, "TRAIN.VALID_RANGES")
+        self.min_gt_size = float(cfg.TRAIN.RPN_MIN_GT_SIZE)
+        self.chip_size = int(cfg.TRAIN.CHIP_SIZE)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def fork_guard():
+        """Wrap the forking of workers. OpenCV's thread pool does not survive fork: a child touching it
+        waits forever for threads that exist only in the parent. So the parent's pool is shut down
+        (one thread) while forking and restored afterwards."""
+        threads = cv2.getNumThreads()
+        cv2.setNumThreads(1)
+        try:
+            yield
+        finally:
+            cv2.setNumThreads(threads)
+
+    @staticmethod
+    def process_start():
+        """Per-process set-up: one OpenCV thread per worker (the pool is the parallelism)."""
+        cv2.setNumThreads(1)
+
+    def __call__(self, task):
+        if task[0] == "chip":
+            return self.make_chip(*task[1:])
+        if task[0] == "mine":
+            return ("mined", task[1], mine_images(self.roidb, self.cfg, *task[2:]))
+        raise ValueError(f"unknown data loader task {task[0]!r}")
+
+    def valid_mask(self, entry, chip):
+        """The boxes of ``entry`` valid in ``chip``'s scale: the miner's rule, with the epoch's stride."""
+        boxes = np.asarray(entry["boxes"], np.float32).reshape(-1, 4)
+        return valid_box_mask(boxes, self.valid_ranges[chip.scale_index], chip.im_scale, self.chip_size,
+                              chip.stride, chip.scale_index, len(self.valid_ranges))
+
+    def make_chip(self, slot, position, tag, chip, seed):
+        """Build ``chip`` (a ChipRef) into ``slot`` at ``position``; ``tag`` is echoed back."""
+        entry = self.roidb[chip.image_index]
+        start = time.perf_counter()
+        try:
+            image = read_image(entry["image"])
+            if image.shape[:2] != (entry["height"], entry["width"]):
+                raise IOError(f"image {entry['image']} is {image.shape[1]}x{image.shape[0]}, but the roidb "
+                              f"says {entry['width']}x{entry['height']}")
+        except IOError as err:
+            return ("bad_image", tag, position, entry["image"], str(err))
+        decoded = time.perf_counter()
+
+        arrays = self.ring.slot(slot)
+        height, width = render_chip(image, chip.box, chip.im_scale, entry["flipped"], self.pixel_means,
+                                    arrays["data"][position])
+        rendered = time.perf_counter()
+
+        boxes, classes, valid = chip_gt_boxes(entry["boxes"], entry["gt_classes"], self.valid_mask(entry, chip),
+                                              chip.im_scale, chip.box, self.min_gt_size)
+        rng = np.random.default_rng(seed)
+        self.targeter(boxes[valid], boxes[~valid], height, width, rng,
+                      out=(arrays["label"][position], arrays["bbox_target"][position],
+                           arrays["bbox_weight"][position]))
+        dropped = 0
+        if not self.rpn_only:
+            arrays["im_info"][position] = (height, width, chip.im_scale)
+            arrays["valid_ranges"][position] = scaled_valid_range(self.valid_ranges[chip.scale_index], chip.im_scale)
+            dropped = pack_gt_boxes(boxes, classes, valid, arrays["gt_boxes"][position])
+        done = time.perf_counter()
+        return ("chip", tag, position, (decoded - start, rendered - decoded, done - rendered), dropped)

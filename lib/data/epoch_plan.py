@@ -1,0 +1,124 @@
+"""The chips of one epoch: mined afresh (new stride draw, new negative sample), shuffled, batched.
+
+Every random stream is derived from (seed, epoch, purpose, index), so an epoch is a pure function
+of the seed whatever the number of workers or the order in which they finish.
+"""
+import math
+from typing import NamedTuple
+
+import numpy as np
+from tqdm import tqdm
+
+from chip_generator.mining import draw_epoch_stride, mine_image_chips, sample_epoch_chips
+
+# Purposes of the derived random streams.
+_STRIDE, _MINE, _SHUFFLE, _CHIP, _REPLACE = range(5)
+# Images per mining task: small enough to balance the pool, big enough to amortise the messages.
+MINE_CHUNK = 32
+# How many random picks a replacement chip gets to avoid images already known to be unreadable.
+_REPLACEMENT_TRIES = 100
+
+
+class ChipRef(NamedTuple):
+    """One chip to build: its image, scale, box in scaled-image pixels, and the epoch's chip stride
+    (which, with the scale, decides the boxes valid in it)."""
+
+    image_index: int
+    scale_index: int
+    im_scale: float
+    box: tuple  # (x1, y1, x2, y2), inclusive, in the scaled (and mirrored if flipped) image
+    stride: int
+
+
+class ChipTable(NamedTuple):
+    """Many chips as arrays (an epoch of COCO holds about a million: tuples would take gigabytes)."""
+
+    image_index: np.ndarray  # int32 (n,)
+    scale_index: np.ndarray  # int8 (n,)
+    im_scale: np.ndarray  # float64 (n,)
+    boxes: np.ndarray  # float32 (n, 4)
+
+    @classmethod
+    def concatenate(cls, tables):
+        return cls(*(np.concatenate(columns) for columns in zip(*tables)))
+
+    def take(self, order):
+        return ChipTable(*(column[order] for column in self))
+
+
+def stream(seed, epoch, purpose, *index):
+    """The random generator of one purpose (and index) of an epoch."""
+    return np.random.default_rng([seed, epoch, purpose, *index])
+
+
+def mine_images(roidb, cfg, stride, seed, epoch, indices):
+    """Mine and sample the chips of roidb[indices] for an epoch: a ChipTable in image order."""
+    max_neg = int(cfg.TRAIN.MAX_NEG_CHIPS) if cfg.TRAIN.USE_NEG_CHIPS else 0
+    rows = []
+    for index in indices:
+        rng = stream(seed, epoch, _MINE, index)
+        image_chips = mine_image_chips(roidb[index], cfg, stride, rng)
+        for scale_index, box in sample_epoch_chips(image_chips, rng, max_neg):
+            rows.append((index, scale_index, image_chips.scales[scale_index].im_scale, box))
+    columns = list(zip(*rows)) or [(), (), (), ()]
+    return ChipTable(np.array(columns[0], np.int32), np.array(columns[1], np.int8), np.array(columns[2], np.float64),
+                     np.array(columns[3], np.float32).reshape(-1, 4))
+
+
+def mine_epoch(roidb, cfg, pool, seed, epoch):
+    """All chips of an epoch (ChipTable), mined over ``pool`` in chunks of images, and the stride."""
+    stride = draw_epoch_stride(cfg, stream(seed, epoch, _STRIDE))
+    chunks = [range(start, min(start + MINE_CHUNK, len(roidb))) for start in range(0, len(roidb), MINE_CHUNK)]
+    for number, chunk in enumerate(chunks):
+        pool.submit(("mine", number, stride, seed, epoch, chunk))
+    mined = [None] * len(chunks)
+    with tqdm(total=len(roidb), desc=f"mining chips, epoch {epoch}", unit="image", leave=False,
+              disable=len(chunks) < 4) as progress:
+        for _ in chunks:
+            message = None
+            while message is None:
+                message = pool.get()
+            _, number, table = message
+            mined[number] = table
+            progress.update(len(chunks[number]))
+    return ChipTable.concatenate(mined), stride
+
+
+class EpochPlan:
+    """The shuffled chips of an epoch split into batches; the last batch is padded by wrapping."""
+
+    def __init__(self, chips, stride, batch_size, seed, epoch, shuffle):
+        if not len(chips.image_index):
+            raise ValueError(f"epoch {epoch}: no chips were mined; the roidb has no box valid at any training "
+                             f"scale (check TRAIN.SCALES and TRAIN.VALID_RANGES)")
+        count = len(chips.image_index)
+        self.chips = chips.take(stream(seed, epoch, _SHUFFLE).permutation(count) if shuffle else np.arange(count))
+        self.num_chips, self.stride = count, stride
+        self.seed, self.epoch, self.batch_size = seed, epoch, batch_size
+        self.num_batches = math.ceil(count / batch_size)
+        self.pad = self.num_batches * batch_size - count
+
+    def batch_pad(self, batch):
+        return self.pad if batch == self.num_batches - 1 else 0
+
+    def chip(self, index):
+        """The ChipRef at position ``index`` of the shuffled epoch."""
+        c = self.chips
+        return ChipRef(int(c.image_index[index]), int(c.scale_index[index]), float(c.im_scale[index]),
+                       tuple(float(v) for v in c.boxes[index]), self.stride)
+
+    def chip_at(self, batch, position):
+        """(ChipRef, rng seed) of a batch position."""
+        index = batch * self.batch_size + position
+        return self.chip(index % self.num_chips), (self.seed, self.epoch, _CHIP, index)
+
+    def replacement(self, batch, position, attempt, roidb, bad_images):
+        """(ChipRef, rng seed) standing in for a chip whose image could not be read: a random chip of
+        another image, avoiding images already known to be bad when possible."""
+        index = batch * self.batch_size + position
+        rng = stream(self.seed, self.epoch, _REPLACE, index, attempt)
+        for _ in range(_REPLACEMENT_TRIES):
+            pick = int(rng.integers(self.num_chips))
+            if roidb[int(self.chips.image_index[pick])]["image"] not in bad_images:
+                break
+        return self.chip(pick), (self.seed, self.epoch, _CHIP, index, attempt)

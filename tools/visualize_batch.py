@@ -1,0 +1,111 @@
+"""Draws chips of a ChipLoader batch into a PNG, to check by eye what the network is fed.
+
+Per chip: the image (mean added back), the content border (blue; the rest is padding), the chip's
+boxes as the loader labelled them (green: valid at this scale, red: invalid, i.e. the RPN ignores
+anchors around it), the boxes and centres of positive RPN anchors (yellow), and the valid range as
+text with two squares of side lo and hi (top right). The text also counts the boxes on which the
+network's own test, sqrt(area) of the cropped box in chip pixels against ``valid_ranges``, disagrees
+with the loader's (which judges the whole box in original pixels, as the chip miner does).
+
+    .venv/bin/python tools/visualize_batch.py [--cfg FILE] [--set KEY VALUE ...] [--batch 0]
+        [--chips 4] [--out output/batch.png] [--synthetic data/synthetic]
+
+Without --cfg it uses the synthetic dataset (generated under data/synthetic if missing).
+"""
+import argparse
+import os
+import sys
+
+import cv2
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from lib.config import load_config, parse_cli_overrides  # noqa: E402
+from lib.data import ChipLoader  # noqa: E402
+from lib.data.chip_boxes import chip_gt_boxes  # noqa: E402
+from lib.data.chip_worker import ChipWorker  # noqa: E402
+from lib.dataset import ensure_synthetic_dataset, load_roidb  # noqa: E402
+from lib.scales import in_valid_range  # noqa: E402
+
+GREEN, RED, BLUE, YELLOW, WHITE = (0, 200, 0), (0, 0, 255), (255, 128, 0), (0, 230, 255), (255, 255, 255)
+
+
+def chip_picture(data, im_info, boxes, valid, valid_range, label, targeter, pixel_means):
+    """BGR uint8 drawing of one chip of a batch (numpy arrays of that chip; boxes in chip pixels)."""
+    image = np.clip(data.transpose(1, 2, 0) + pixel_means, 0, 255).astype(np.uint8).copy()
+    height, width = int(im_info[0]), int(im_info[1])
+    cv2.rectangle(image, (0, 0), (width - 1, height - 1), BLUE, 1)
+    size = targeter.feat_size
+    positive = np.flatnonzero(label.reshape(targeter.num_anchors, size, size).transpose(1, 2, 0).reshape(-1) == 1)
+    for x1, y1, x2, y2 in targeter.anchors[positive]:
+        cv2.rectangle(image, (int(x1), int(y1)), (int(x2), int(y2)), YELLOW, 1)
+        cv2.circle(image, (int((x1 + x2) / 2), int((y1 + y2) / 2)), 2, YELLOW, -1)
+    for (x1, y1, x2, y2), ok in zip(boxes, valid):
+        cv2.rectangle(image, (int(x1), int(y1)), (int(x2), int(y2)), GREEN if ok else RED, 2)
+    text = f"scale {im_info[2]:.3f}  {width}x{height}  pos {len(positive)}"
+    if valid_range is not None:
+        lo, hi = valid_range
+        disagree = int((in_valid_range(boxes, tuple(valid_range)) != valid).sum())
+        text += f"  range [{lo:.0f}, {hi:.0f}]  differs {disagree}"
+        right = image.shape[1] - 4
+        for side in (lo, hi):
+            if 0 < side < image.shape[1] - 8:
+                cv2.rectangle(image, (int(right - side), 4), (right, int(4 + side)), WHITE, 1)
+    cv2.putText(image, text, (4, image.shape[0] - 8), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (0, 0, 0), 3)
+    cv2.putText(image, text, (4, image.shape[0] - 8), cv2.FONT_HERSHEY_SIMPLEX, 0.5, WHITE, 1)
+    return image
+
+
+def batch_picture(batch, batch_index, loader, roidb, cfg, count):
+    """A grid (two chips a row) of the first ``count`` chips of ``batch``."""
+    data = {desc.name: array.asnumpy() for desc, array in zip(loader.provide_data, batch.data)}
+    data.update({desc.name: array.asnumpy() for desc, array in zip(loader.provide_label, batch.label)})
+    worker = ChipWorker(roidb, cfg, None, rpn_only=False)
+    means = np.asarray(cfg.network.PIXEL_MEANS, np.float32)
+    pictures = []
+    for i in range(min(count, loader.batch_size - batch.pad)):
+        chip = loader.chip_ref(batch_index, i)
+        entry = roidb[chip.image_index]
+        boxes, _, valid = chip_gt_boxes(entry["boxes"], entry["gt_classes"], worker.valid_mask(entry, chip),
+                                        chip.im_scale, chip.box, worker.min_gt_size)
+        valid_range = data["valid_ranges"][i] if "valid_ranges" in data else None
+        pictures.append(chip_picture(data["data"][i], data["im_info"][i], boxes, valid, valid_range,
+                                     data["label"][i], worker.targeter, means))
+    if len(pictures) % 2:
+        pictures.append(np.zeros_like(pictures[0]))
+    rows = [np.concatenate(pictures[k:k + 2], axis=1) for k in range(0, len(pictures), 2)]
+    return np.concatenate(rows, axis=0)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cfg", default=None, help="YAML config (default: synthetic dataset defaults)")
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY VALUE")
+    parser.add_argument("--batch", type=int, default=0, help="which batch of the first epoch")
+    parser.add_argument("--chips", type=int, default=4)
+    parser.add_argument("--rpn-only", action="store_true")
+    parser.add_argument("--synthetic", default="data/synthetic", help="synthetic dataset folder (without --cfg)")
+    parser.add_argument("--out", default="output/batch.png")
+    args = parser.parse_args(argv)
+    overrides = parse_cli_overrides(args.set)
+    if args.cfg is None:
+        path = ensure_synthetic_dataset(args.synthetic)
+        overrides = [("dataset.dataset_path", path), ("dataset.image_set", "train"),
+                     ("TRAIN.NUM_PROCESS", "0")] + overrides
+    cfg = load_config(args.cfg, overrides)
+    roidb, _ = load_roidb(cfg, cfg.dataset.image_set)
+    with ChipLoader(roidb, cfg, rpn_only=args.rpn_only) as loader:
+        for index, batch in enumerate(loader):
+            if index == args.batch:
+                break
+        else:
+            sys.exit(f"the epoch has only {index + 1} batches")
+        picture = batch_picture(batch, index, loader, roidb, cfg, args.chips)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    cv2.imwrite(args.out, picture)
+    print(f"wrote {args.out} ({picture.shape[1]}x{picture.shape[0]}) from batch {args.batch}")
+
+
+if __name__ == "__main__":
+    main()
