@@ -163,6 +163,13 @@ def validate(cfg):
         raise ConfigError("TRAIN.CHIP_SIZE must be a multiple of network.RPN_FEAT_STRIDE")
 
 
+def dump_config(cfg):
+    """The configuration as YAML text, for logs and for reproducing a run."""
+    def plain(value):
+        return {k: plain(v) for k, v in value.items()} if isinstance(value, dict) else value
+    return yaml.safe_dump(plain(cfg), sort_keys=False, default_flow_style=None)
+
+
 def parse_cli_overrides(pairs):
     """Turn argparse's ``--set K V K V`` list into ``[(K, V), ...]``."""
     if len(pairs) % 2:

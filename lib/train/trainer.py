@@ -1,0 +1,147 @@
+"""The training loop: roidb -> chip loader -> symbol -> mx.mod.Module over the configured contexts.
+
+A hand-written loop over Module's forward_backward/update (rather than Module.fit) so that a
+non-finite loss stops the run at the iteration where it appears, before the update, and so that
+checkpoints are written atomically with their optimizer state.
+"""
+import logging
+import os
+import time
+
+import mxnet as mx
+import numpy as np
+from tqdm import tqdm
+
+from lib.contexts import parse_contexts
+from lib.data import ChipLoader
+from lib.dataset import load_roidb
+from lib.train import checkpoint
+from lib.train.metrics import loss_values, make_metrics
+from lib.train.optimizer import make_optimizer_params
+from lib.train.pretrained import initial_params
+from symbols import PROPOSAL_TARGET_GROUP, get_fixed_param_names, get_symbol
+
+logger = logging.getLogger(__name__)
+
+
+class TrainingDiverged(RuntimeError):
+    """A loss became NaN or infinite; the last good checkpoint is left in place."""
+
+
+def output_dir(cfg):
+    return os.path.join(cfg.output_path, cfg.name)
+
+
+def checkpoint_prefix(cfg):
+    return os.path.join(output_dir(cfg), cfg.TRAIN.model_prefix)
+
+
+def use_fp16(cfg, contexts):
+    """fp16 only on GPUs: MXNet 1.9 has no float16 GEMM/convolution kernels on the CPU."""
+    if not cfg.TRAIN.fp16:
+        return False
+    if any(ctx.device_type == "cpu" for ctx in contexts):
+        raise ValueError("TRAIN.fp16 is true but the contexts are CPUs; MXNet 1.9 cannot train float16 on the CPU. "
+                         "Set --set TRAIN.fp16 false, or gpus to GPU ids.")
+    return True
+
+
+def _kvstore(cfg):
+    kind = cfg.default.kvstore
+    return mx.kvstore.create(kind) if kind.startswith("dist") else kind
+
+
+def _begin_epoch(cfg, prefix, resume):
+    if resume or cfg.TRAIN.resume:
+        epoch = checkpoint.last_complete_epoch(prefix)
+        logger.info("resuming from epoch %d (%s)", epoch, prefix if epoch else "no complete checkpoint yet")
+        return epoch
+    return cfg.TRAIN.begin_epoch
+
+
+def _seed(cfg):
+    mx.random.seed(cfg.default.seed)
+    np.random.seed(cfg.default.seed)
+
+
+def _check_finite(metric, epoch, iteration):
+    for name, value in loss_values(metric).items():
+        if not np.isfinite(value):
+            raise TrainingDiverged(f"epoch {epoch} iteration {iteration}: {name} is {value}; stopping before the "
+                                   f"update, the last complete checkpoint is kept")
+
+
+def train(cfg, resume=False):
+    """Train per ``cfg``; returns the checkpoint prefix. ``resume`` continues from the last complete epoch."""
+    contexts = parse_contexts(cfg.gpus)
+    fp16 = use_fp16(cfg, contexts)
+    _seed(cfg)
+    rpn_only = cfg.TRAIN.ONLY_PROPOSAL
+    roidb, dataset = load_roidb(cfg, cfg.dataset.image_set, training=True)
+    cfg.dataset.NUM_CLASSES = dataset.num_classes
+    kvstore = _kvstore(cfg)
+    prefix = checkpoint_prefix(cfg)
+    begin_epoch = _begin_epoch(cfg, prefix, resume)
+    loader = ChipLoader(roidb, cfg, num_ctx=len(contexts), rpn_only=rpn_only, seed=cfg.default.seed,
+                        begin_epoch=begin_epoch)
+    symbol = get_symbol(cfg, is_train=True, rpn_only=rpn_only)
+    # The compiled proposal-target operator has a host kernel only: on GPUs it runs on the CPU.
+    group2ctxs = {PROPOSAL_TARGET_GROUP: [mx.cpu()] * len(contexts)}
+    module = mx.mod.Module(symbol, data_names=[d.name for d in loader.provide_data],
+                           label_names=[d.name for d in loader.provide_label], context=contexts,
+                           fixed_param_names=get_fixed_param_names(symbol, cfg), group2ctxs=group2ctxs,
+                           logger=logger)
+    module.bind(data_shapes=loader.provide_data, label_shapes=loader.provide_label, for_training=True)
+    stds, means = cfg.TRAIN.BBOX_STDS, cfg.TRAIN.BBOX_MEANS
+    if begin_epoch > 0:
+        arg_params, aux_params = checkpoint.load_training_checkpoint(prefix, begin_epoch, stds, means)
+    else:
+        arg_params, aux_params = initial_params(cfg, symbol, dict(loader.provide_data + loader.provide_label))
+    module.init_params(arg_params=arg_params, aux_params=aux_params, allow_missing=False)
+    # Chips are re-mined every epoch, so batches per epoch vary a little; the schedule (warm-up, lr
+    # steps in epochs) counts in iterations of the first epoch drawn.
+    iters_per_epoch = loader.num_batches
+    module.init_optimizer(kvstore=kvstore, optimizer="sgd",
+                          optimizer_params=make_optimizer_params(cfg, iters_per_epoch, begin_epoch, fp16))
+    if begin_epoch > 0:
+        module.load_optimizer_states(checkpoint.states_path(prefix, begin_epoch))
+    metric = make_metrics(symbol.list_outputs(), module.label_names, rpn_only=rpn_only)
+    logger.info("training %s on %s: %d images, %d batches of %d chips per epoch, epochs %d..%d",
+                cfg.name, contexts, len(roidb), iters_per_epoch, loader.batch_size, begin_epoch + 1, cfg.TRAIN.end_epoch)
+    with loader:
+        for epoch in range(begin_epoch, cfg.TRAIN.end_epoch):
+            if epoch > begin_epoch:
+                loader.reset()
+            _train_epoch(cfg, module, loader, metric, epoch)
+            arg_params, aux_params = module.get_params()
+            checkpoint.save_checkpoint(prefix, epoch + 1, symbol, arg_params, aux_params, stds, means,
+                                       save_states=module.save_optimizer_states)
+        logger.info("data loader: %s", loader.stats)
+    return prefix
+
+
+def _train_epoch(cfg, module, loader, metric, epoch):
+    metric.reset()
+    tic = time.time()
+    window_tic, window_samples = tic, 0
+    num_batches = loader.num_batches
+    bar = tqdm(total=num_batches, desc=f"epoch {epoch + 1}/{cfg.TRAIN.end_epoch}", unit="batch", leave=False,
+               disable=None)  # no bar when stderr is not a terminal: the log lines carry the progress
+    for iteration, batch in enumerate(loader):
+        module.forward_backward(batch)
+        module.update_metric(metric, batch.label)
+        _check_finite(metric, epoch + 1, iteration)
+        module.update()
+        window_samples += loader.batch_size - batch.pad
+        bar.update(1)
+        if (iteration + 1) % cfg.default.frequent == 0 or iteration + 1 == num_batches:
+            now = time.time()
+            speed = window_samples / max(now - window_tic, 1e-9)
+            values = loss_values(metric)
+            bar.set_postfix({k: f"{v:.3f}" for k, v in values.items()})
+            logger.info("epoch[%d] batch[%d/%d] speed %.2f chips/s lr %.2e %s", epoch + 1, iteration + 1,
+                        num_batches, speed, module._optimizer.learning_rate,
+                        " ".join(f"{k}={v:.4f}" for k, v in values.items()))
+            window_tic, window_samples = now, 0
+    bar.close()
+    logger.info("epoch[%d] done in %.1f s", epoch + 1, time.time() - tic)
