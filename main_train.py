@@ -23,15 +23,22 @@ def main(argv=None):
         cfg = load_config(args.cfg, parse_cli_overrides(args.set))
     except (ConfigError, ValueError) as err:
         sys.exit(f"config error: {err}")
+    from lib.train.distributed import Workers, create_kvstore
     from lib.train.trainer import output_dir, train
 
-    setup_logging(output_dir(cfg), name="train")
-    logging.getLogger(__name__).info("config %s with overrides %s:\n%s", args.cfg, args.set, dump_config(cfg))
-    train(cfg, resume=args.resume)
-    if args.eval:
-        from lib.test.tester import test
+    try:
+        kvstore = create_kvstore(cfg)  # with dist_sync: joins the job started by tools/launch.py
+    except ValueError as err:
+        sys.exit(f"config error: {err}")
+    workers = Workers(kvstore)
+    with workers.exit_at_once_on_error():
+        setup_logging(output_dir(cfg), name=f"train_rank{workers.rank}" if workers.distributed else "train")
+        logging.getLogger(__name__).info("config %s with overrides %s:\n%s", args.cfg, args.set, dump_config(cfg))
+        train(cfg, resume=args.resume, kvstore=kvstore)
+        if args.eval and workers.rank == 0:
+            from lib.test.tester import test
 
-        test(cfg)
+            test(cfg)
 
 
 if __name__ == "__main__":

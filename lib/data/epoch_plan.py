@@ -85,21 +85,37 @@ def mine_epoch(roidb, cfg, pool, seed, epoch):
 
 
 class EpochPlan:
-    """The shuffled chips of an epoch split into batches; the last batch is padded by wrapping."""
+    """The shuffled chips of an epoch split into batches; the last batch is padded by wrapping.
 
-    def __init__(self, chips, stride, batch_size, seed, epoch, shuffle):
+    With ``num_shards`` > 1 (distributed training) every shard holds one slice of each global batch of
+    ``batch_size * num_shards`` chips: shard ``k`` of batch ``b`` is positions ``k * batch_size ..``
+    of the unsharded plan's batch ``b`` with that global batch size, chip seeds included. So the
+    shards are disjoint, together they are exactly the single-machine epoch, and all have the same
+    number of batches (a sync kvstore deadlocks otherwise); a shard past the last chip wraps too.
+    """
+
+    def __init__(self, chips, stride, batch_size, seed, epoch, shuffle, num_shards=1, shard_index=0):
         if not len(chips.image_index):
             raise ValueError(f"epoch {epoch}: no chips were mined; the roidb has no box valid at any training "
                              f"scale (check TRAIN.SCALES and TRAIN.VALID_RANGES)")
+        if not 0 <= shard_index < num_shards:
+            raise ValueError(f"EpochPlan: shard_index must be in [0, {num_shards}), got {shard_index}")
         count = len(chips.image_index)
         self.chips = chips.take(stream(seed, epoch, _SHUFFLE).permutation(count) if shuffle else np.arange(count))
         self.num_chips, self.stride = count, stride
         self.seed, self.epoch, self.batch_size = seed, epoch, batch_size
-        self.num_batches = math.ceil(count / batch_size)
-        self.pad = self.num_batches * batch_size - count
+        self.num_shards, self.shard_index = num_shards, shard_index
+        self.num_batches = math.ceil(count / (batch_size * num_shards))
+        # the shard's last batch: chips past the end of the epoch are wrapped copies
+        last_end = self._global_index(self.num_batches - 1, 0) + batch_size
+        self.pad = min(batch_size, max(0, last_end - count))
 
     def batch_pad(self, batch):
         return self.pad if batch == self.num_batches - 1 else 0
+
+    def _global_index(self, batch, position):
+        """Position of a chip of this shard in the single-machine epoch."""
+        return (batch * self.num_shards + self.shard_index) * self.batch_size + position
 
     def chip(self, index):
         """The ChipRef at position ``index`` of the shuffled epoch."""
@@ -109,13 +125,13 @@ class EpochPlan:
 
     def chip_at(self, batch, position):
         """(ChipRef, rng seed) of a batch position."""
-        index = batch * self.batch_size + position
+        index = self._global_index(batch, position)
         return self.chip(index % self.num_chips), (self.seed, self.epoch, _CHIP, index)
 
     def replacement(self, batch, position, attempt, roidb, bad_images):
         """(ChipRef, rng seed) standing in for a chip whose image could not be read: a random chip of
         another image, avoiding images already known to be bad when possible."""
-        index = batch * self.batch_size + position
+        index = self._global_index(batch, position)
         rng = stream(self.seed, self.epoch, _REPLACE, index, attempt)
         for _ in range(_REPLACEMENT_TRIES):
             pick = int(rng.integers(self.num_chips))

@@ -272,23 +272,29 @@ class ChipLoader(mx.io.DataIter):
     cfg.default.seed) fixes every epoch: the same seed gives the same batches whatever
     ``num_workers`` (default cfg.TRAIN.NUM_PROCESS; 0 builds chips in the calling thread).
     ``begin_epoch`` makes a resumed run draw the epochs it would have drawn. ``prefetch`` batches are
-    kept ready. Call ``close()`` (or use ``with``) to stop the workers; it is also done at exit.
+    kept ready. Distributed training gives each of ``num_shards`` workers its ``shard_index``: the
+    shards split every epoch into disjoint parts with the same number of batches (see EpochPlan).
+    Call ``close()`` (or use ``with``) to stop the workers; it is also done at exit.
     """
 
     def __init__(self, roidb, cfg, batch_size=None, num_ctx=1, rpn_only=False, seed=None, begin_epoch=0,
-                 num_workers=None, prefetch=2):
+                 num_workers=None, prefetch=2, num_shards=1, shard_index=0):
         per_device = cfg.TRAIN.BATCH_IMAGES if batch_size is None else batch_size
         num_workers = cfg.TRAIN.NUM_PROCESS if num_workers is None else num_workers
         for name, value, least in (("batch_size", per_device, 1), ("num_ctx", num_ctx, 1),
-                                   ("num_workers (TRAIN.NUM_PROCESS)", num_workers, 0), ("prefetch", prefetch, 1)):
+                                   ("num_workers (TRAIN.NUM_PROCESS)", num_workers, 0), ("prefetch", prefetch, 1),
+                                   ("num_shards", num_shards, 1), ("shard_index", shard_index, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ValueError(f"ChipLoader: {name} must be an integer >= {least}, got {value!r}")
+        if shard_index >= num_shards:
+            raise ValueError(f"ChipLoader: shard_index must be below num_shards ({num_shards}), got {shard_index}")
         if not roidb:
             raise ValueError("ChipLoader: the roidb is empty")
         super().__init__(per_device * num_ctx)
         self.roidb, self.cfg, self.rpn_only = roidb, cfg, rpn_only
         self.seed = int(cfg.default.seed if seed is None else seed)
         self.num_workers = num_workers
+        self.num_shards, self.shard_index = num_shards, shard_index
         self.stats = LoaderStats()
         self.epoch = begin_epoch - 1
         self._prefetch = prefetch
@@ -382,9 +388,11 @@ class ChipLoader(mx.io.DataIter):
         self.epoch += 1
         pool = self._resources.pool
         chips, stride = mine_epoch(self.roidb, self.cfg, pool, self.seed, self.epoch)
-        self._plan = EpochPlan(chips, stride, self.batch_size, self.seed, self.epoch, self.cfg.TRAIN.SHUFFLE)
-        logger.info("epoch %d: %d chips (stride %d) in %d batches of %d", self.epoch, self._plan.num_chips, stride,
-                    self._plan.num_batches, self.batch_size)
+        self._plan = EpochPlan(chips, stride, self.batch_size, self.seed, self.epoch, self.cfg.TRAIN.SHUFFLE,
+                               self.num_shards, self.shard_index)
+        shard = f" (shard {self.shard_index} of {self.num_shards})" if self.num_shards > 1 else ""
+        logger.info("epoch %d: %d chips (stride %d) in %d batches of %d%s", self.epoch, self._plan.num_chips, stride,
+                    self._plan.num_batches, self.batch_size, shard)
         self._scheduler = _Scheduler(pool, self._plan, self.roidb, self._resources.slots, self.stats)
         self._exhausted = False
         if self.num_workers:

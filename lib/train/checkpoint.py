@@ -1,12 +1,14 @@
 """Atomic checkpoints in MXNet's ``prefix-symbol.json`` / ``prefix-%04d.params`` layout.
 
 A checkpoint's ``.params`` is what the test network loads: the class-agnostic box regressor is stored
-de-normalised (multiplied back by the target stds, spec section 7), so training normalises it again on
-resume. The optimizer state goes beside it as ``prefix-%04d.states``; an epoch counts as complete only
+de-normalised (multiplied back by the target stds, spec section 7). Multiplying and dividing by the
+stds in float32 is not exact, and a resumed run must continue bit for bit, so the training values of
+the regressor are also kept, under ``train:`` keys that MXNet's own loaders ignore. The optimizer state goes beside it as ``prefix-%04d.states``; an epoch counts as complete only
 when both files exist, and each is written to a temporary name and renamed, so a run killed mid-write
 never leaves a checkpoint that looks complete.
 """
 import glob
+import json
 import logging
 import os
 import re
@@ -18,6 +20,7 @@ logger = logging.getLogger(__name__)
 
 BBOX_PRED_WEIGHT = "bbox_pred_weight"
 BBOX_PRED_BIAS = "bbox_pred_bias"
+TRAIN_KIND = "train"  # key prefix of the regressor's exact training values
 
 
 def params_path(prefix, epoch):
@@ -26,6 +29,10 @@ def params_path(prefix, epoch):
 
 def states_path(prefix, epoch):
     return f"{prefix}-{epoch:04d}.states"
+
+
+def progress_path(prefix, epoch):
+    return f"{prefix}-{epoch:04d}.progress.json"
 
 
 def _replace_atomically(write, path):
@@ -60,23 +67,33 @@ def _scale_regressor(arg_params, stds, means, forward):
     return scaled
 
 
-def save_checkpoint(prefix, epoch, symbol, arg_params, aux_params, stds, means, save_states=None):
-    """Write symbol, test-ready params and (via ``save_states(path)``) optimizer states for ``epoch``."""
+def save_checkpoint(prefix, epoch, symbol, arg_params, aux_params, stds, means, save_states=None, progress=None):
+    """Write symbol, test-ready params, optimizer states (via ``save_states(path)``) and the
+    training ``progress`` dict (iteration counts a resumed run needs to keep the same schedule)."""
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
     if symbol is not None:
         _replace_atomically(symbol.save, f"{prefix}-symbol.json")
     test_args = _scale_regressor(arg_params, stds, means, forward=True)
     blob = {f"arg:{k}": v for k, v in test_args.items()}
     blob.update({f"aux:{k}": v for k, v in aux_params.items()})
+    blob.update({f"{TRAIN_KIND}:{k}": arg_params[k] for k in (BBOX_PRED_WEIGHT, BBOX_PRED_BIAS) if k in arg_params})
     if save_states is not None:
         _replace_atomically(save_states, states_path(prefix, epoch))
+    if progress is not None:
+        def write_progress(tmp):
+            with open(tmp, "w") as f:
+                json.dump(progress, f)
+        _replace_atomically(write_progress, progress_path(prefix, epoch))
     # params last: its presence marks the epoch complete
     _replace_atomically(lambda tmp: mx.nd.save(tmp, blob), params_path(prefix, epoch))
     logger.info("saved checkpoint %s", params_path(prefix, epoch))
 
 
-def load_params(path):
-    """Load ``arg:``/``aux:`` dicts from a ``.params`` file, with a clear error for a bad file."""
+def load_params(path, with_training_values=False):
+    """Load ``arg:``/``aux:`` dicts from a ``.params`` file, with a clear error for a bad file.
+
+    ``with_training_values`` also returns the dict of exact training values saved under ``train:``.
+    """
     if not os.path.isfile(path):
         raise FileNotFoundError(f"checkpoint not found: {path}")
     try:
@@ -86,22 +103,37 @@ def load_params(path):
                          f"{str(err).splitlines()[0]}") from None
     if not isinstance(blob, dict):
         raise ValueError(f"checkpoint {path} holds a list, not named parameters")
-    arg_params, aux_params = {}, {}
+    arg_params, aux_params, training_values = {}, {}, {}
     for key, value in blob.items():
         kind, _, name = key.partition(":")
         if kind == "arg":
             arg_params[name] = value
         elif kind == "aux":
             aux_params[name] = value
+        elif kind == TRAIN_KIND:
+            training_values[name] = value
         else:  # plain names (e.g. Gluon save_parameters): treat as arguments
             arg_params[key] = value
+    if with_training_values:
+        return arg_params, aux_params, training_values
     return arg_params, aux_params
 
 
 def load_training_checkpoint(prefix, epoch, stds, means):
-    """Params of ``epoch`` with the box regressor normalised again for training."""
-    arg_params, aux_params = load_params(params_path(prefix, epoch))
-    return _scale_regressor(arg_params, stds, means, forward=False), aux_params
+    """Params of ``epoch`` with the box regressor back in its training (normalised) form."""
+    arg_params, aux_params, training_values = load_params(params_path(prefix, epoch), with_training_values=True)
+    arg_params = _scale_regressor(arg_params, stds, means, forward=False)
+    arg_params.update(training_values)  # exact values, where the checkpoint has them
+    return arg_params, aux_params
+
+
+def load_progress(prefix, epoch):
+    """The progress dict saved with ``epoch`` ({} for checkpoints written without one)."""
+    path = progress_path(prefix, epoch)
+    if not os.path.isfile(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
 
 
 def last_complete_epoch(prefix):

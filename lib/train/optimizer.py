@@ -16,8 +16,8 @@ def parse_lr_steps(text, iters_per_epoch, key="TRAIN.lr_step"):
     return steps
 
 
-def make_optimizer_params(cfg, iters_per_epoch, begin_epoch, fp16):
-    """optimizer_params for Module.init_optimizer(optimizer='sgd')."""
+def make_optimizer_params(cfg, iters_per_epoch, num_update, fp16):
+    """optimizer_params for Module.init_optimizer(optimizer='sgd'), ``num_update`` iterations in."""
     scale = cfg.TRAIN.scale if fp16 else 1.0
     lr = cfg.TRAIN.lr / scale
     steps = parse_lr_steps(cfg.TRAIN.lr_step, iters_per_epoch)
@@ -33,5 +33,5 @@ def make_optimizer_params(cfg, iters_per_epoch, begin_epoch, fp16):
         "rescale_grad": 1.0,
         "clip_gradient": None,
         "multi_precision": fp16,
-        "begin_num_update": begin_epoch * iters_per_epoch,
+        "begin_num_update": num_update,
     }

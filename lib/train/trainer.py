@@ -16,6 +16,7 @@ from lib.contexts import parse_contexts
 from lib.data import ChipLoader
 from lib.dataset import load_roidb
 from lib.train import checkpoint
+from lib.train.distributed import Workers, create_kvstore
 from lib.train.metrics import loss_values, make_metrics
 from lib.train.optimizer import make_optimizer_params
 from lib.train.pretrained import initial_params
@@ -46,11 +47,6 @@ def use_fp16(cfg, contexts):
     return True
 
 
-def _kvstore(cfg):
-    kind = cfg.default.kvstore
-    return mx.kvstore.create(kind) if kind.startswith("dist") else kind
-
-
 def _begin_epoch(cfg, prefix, resume):
     if resume or cfg.TRAIN.resume:
         epoch = checkpoint.last_complete_epoch(prefix)
@@ -71,20 +67,76 @@ def _check_finite(metric, epoch, iteration):
                                    f"update, the last complete checkpoint is kept")
 
 
-def train(cfg, resume=False):
-    """Train per ``cfg``; returns the checkpoint prefix. ``resume`` continues from the last complete epoch."""
+def train(cfg, resume=False, kvstore=None):
+    """Train per ``cfg``; ``resume`` continues from the last complete epoch. ``kvstore``: one already
+    made by ``lib.train.distributed.create_kvstore`` (default: made here from cfg.default.kvstore).
+
+    Returns ``(prefix, history)``: the checkpoint prefix and one ``{metric: value}`` dict per epoch.
+    With a distributed kvstore each worker trains on its shard of every epoch and rank 0 alone
+    writes checkpoints.
+    """
     contexts = parse_contexts(cfg.gpus)
     fp16 = use_fp16(cfg, contexts)
+    kvstore = create_kvstore(cfg) if kvstore is None else kvstore
+    workers = Workers(kvstore)
     _seed(cfg)
     rpn_only = cfg.TRAIN.ONLY_PROPOSAL
     roidb, dataset = load_roidb(cfg, cfg.dataset.image_set, training=True)
     cfg.dataset.NUM_CLASSES = dataset.num_classes
-    kvstore = _kvstore(cfg)
     prefix = checkpoint_prefix(cfg)
     begin_epoch = _begin_epoch(cfg, prefix, resume)
     loader = ChipLoader(roidb, cfg, num_ctx=len(contexts), rpn_only=rpn_only, seed=cfg.default.seed,
-                        begin_epoch=begin_epoch)
+                        begin_epoch=begin_epoch, num_shards=workers.count, shard_index=workers.rank)
     symbol = get_symbol(cfg, is_train=True, rpn_only=rpn_only)
+    module = _bind_module(cfg, symbol, loader, contexts)
+    stds, means = cfg.TRAIN.BBOX_STDS, cfg.TRAIN.BBOX_MEANS
+    if begin_epoch > 0:
+        arg_params, aux_params = checkpoint.load_training_checkpoint(prefix, begin_epoch, stds, means)
+        progress = checkpoint.load_progress(prefix, begin_epoch)
+    else:
+        arg_params, aux_params = initial_params(cfg, symbol, dict(loader.provide_data + loader.provide_label))
+        progress = {}
+    module.init_params(arg_params=arg_params, aux_params=aux_params, allow_missing=False)
+    # Chips are re-mined every epoch, so batches per epoch vary a little: the schedule (warm-up, lr
+    # steps in epochs) counts in batches of the first epoch, remembered across resumes.
+    iters_per_epoch = progress.get("iters_per_epoch", loader.num_batches)
+    num_update = progress.get("num_update", begin_epoch * iters_per_epoch)
+    with workers.optimizer_on_workers():
+        module.init_optimizer(kvstore=kvstore, optimizer="sgd",
+                              optimizer_params=make_optimizer_params(cfg, iters_per_epoch, num_update, fp16))
+    if begin_epoch > 0:
+        module.load_optimizer_states(checkpoint.states_path(prefix, begin_epoch))
+    workers.join(module, begin_epoch=begin_epoch, roidb_entries=len(roidb), batch_size=loader.batch_size,
+                 batches=loader.num_batches, iters_per_epoch=iters_per_epoch, num_update=num_update)
+    mx.nd.waitall()  # parameter copies into the executors land before BatchNorm's untracked writes (below)
+    metric = make_metrics(symbol.list_outputs(), module.label_names, rpn_only=rpn_only)
+    logger.info("training %s on %s: %d roidb entries, %d batches of %d chips x %d workers per epoch, epochs %d..%d",
+                cfg.name, contexts, len(roidb), loader.num_batches, loader.batch_size, workers.count,
+                begin_epoch + 1, cfg.TRAIN.end_epoch)
+    history = []
+    with loader:
+        for epoch in range(begin_epoch, cfg.TRAIN.end_epoch):
+            if epoch > begin_epoch:
+                loader.reset()
+            num_update += _train_epoch(cfg, module, loader, metric, epoch, workers.count)
+            history.append(loss_values(metric))
+            # BatchNorm writes its moving statistics outside the engine's dependency tracking on the CPU:
+            # without these waits a copy (get_params, set_params) can race the last batch's update.
+            mx.nd.waitall()
+            workers.average_aux_states(module)
+            mx.nd.waitall()
+            arg_params, aux_params = module.get_params()
+            workers.log_digest(epoch + 1, arg_params, aux_params)
+            if workers.rank == 0:
+                checkpoint.save_checkpoint(prefix, epoch + 1, symbol, arg_params, aux_params, stds, means,
+                                           save_states=module.save_optimizer_states,
+                                           progress={"iters_per_epoch": iters_per_epoch, "num_update": num_update,
+                                                     "metrics": history[-1]})
+        logger.info("data loader: %s", loader.stats)
+    return prefix, history
+
+
+def _bind_module(cfg, symbol, loader, contexts):
     # The compiled proposal-target operator has a host kernel only: on GPUs it runs on the CPU.
     group2ctxs = {PROPOSAL_TARGET_GROUP: [mx.cpu()] * len(contexts)}
     module = mx.mod.Module(symbol, data_names=[d.name for d in loader.provide_data],
@@ -92,41 +144,18 @@ def train(cfg, resume=False):
                            fixed_param_names=get_fixed_param_names(symbol, cfg), group2ctxs=group2ctxs,
                            logger=logger)
     module.bind(data_shapes=loader.provide_data, label_shapes=loader.provide_label, for_training=True)
-    stds, means = cfg.TRAIN.BBOX_STDS, cfg.TRAIN.BBOX_MEANS
-    if begin_epoch > 0:
-        arg_params, aux_params = checkpoint.load_training_checkpoint(prefix, begin_epoch, stds, means)
-    else:
-        arg_params, aux_params = initial_params(cfg, symbol, dict(loader.provide_data + loader.provide_label))
-    module.init_params(arg_params=arg_params, aux_params=aux_params, allow_missing=False)
-    # Chips are re-mined every epoch, so batches per epoch vary a little; the schedule (warm-up, lr
-    # steps in epochs) counts in iterations of the first epoch drawn.
-    iters_per_epoch = loader.num_batches
-    module.init_optimizer(kvstore=kvstore, optimizer="sgd",
-                          optimizer_params=make_optimizer_params(cfg, iters_per_epoch, begin_epoch, fp16))
-    if begin_epoch > 0:
-        module.load_optimizer_states(checkpoint.states_path(prefix, begin_epoch))
-    metric = make_metrics(symbol.list_outputs(), module.label_names, rpn_only=rpn_only)
-    logger.info("training %s on %s: %d images, %d batches of %d chips per epoch, epochs %d..%d",
-                cfg.name, contexts, len(roidb), iters_per_epoch, loader.batch_size, begin_epoch + 1, cfg.TRAIN.end_epoch)
-    with loader:
-        for epoch in range(begin_epoch, cfg.TRAIN.end_epoch):
-            if epoch > begin_epoch:
-                loader.reset()
-            _train_epoch(cfg, module, loader, metric, epoch)
-            arg_params, aux_params = module.get_params()
-            checkpoint.save_checkpoint(prefix, epoch + 1, symbol, arg_params, aux_params, stds, means,
-                                       save_states=module.save_optimizer_states)
-        logger.info("data loader: %s", loader.stats)
-    return prefix
+    return module
 
 
-def _train_epoch(cfg, module, loader, metric, epoch):
+def _train_epoch(cfg, module, loader, metric, epoch, num_workers=1):
+    """One epoch; returns the number of updates. Speeds count the chips of all ``num_workers``."""
     metric.reset()
     tic = time.time()
     window_tic, window_samples = tic, 0
     num_batches = loader.num_batches
     bar = tqdm(total=num_batches, desc=f"epoch {epoch + 1}/{cfg.TRAIN.end_epoch}", unit="batch", leave=False,
                disable=None)  # no bar when stderr is not a terminal: the log lines carry the progress
+    iteration = -1
     for iteration, batch in enumerate(loader):
         module.forward_backward(batch)
         module.update_metric(metric, batch.label)
@@ -136,7 +165,7 @@ def _train_epoch(cfg, module, loader, metric, epoch):
         bar.update(1)
         if (iteration + 1) % cfg.default.frequent == 0 or iteration + 1 == num_batches:
             now = time.time()
-            speed = window_samples / max(now - window_tic, 1e-9)
+            speed = window_samples * num_workers / max(now - window_tic, 1e-9)
             values = loss_values(metric)
             bar.set_postfix({k: f"{v:.3f}" for k, v in values.items()})
             logger.info("epoch[%d] batch[%d/%d] speed %.2f chips/s lr %.2e %s", epoch + 1, iteration + 1,
@@ -145,3 +174,4 @@ def _train_epoch(cfg, module, loader, metric, epoch):
             window_tic, window_samples = now, 0
     bar.close()
     logger.info("epoch[%d] done in %.1f s", epoch + 1, time.time() - tic)
+    return iteration + 1

@@ -1,0 +1,91 @@
+"""Detect objects in one image and draw them:
+``python demo.py --cfg FILE --im_path IMAGE [--out PNG] [--thresh 0.5] [--set KEY VALUE ...]``.
+
+The checkpoint is ``TEST.MODEL`` or the training run's ``TEST.TEST_EPOCH``; class names come from the
+config's test image set (``dataset.test_image_set``), or are numbered when that set is not on disk.
+"""
+import argparse
+import logging
+import os
+import sys
+
+import cv2
+import numpy as np
+
+from lib.config import ConfigError, load_config, parse_cli_overrides
+from lib.logger import setup_logging
+
+logger = logging.getLogger("demo")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cfg", required=True, help="YAML config the checkpoint was trained with")
+    parser.add_argument("--im_path", required=True, help="image to run on")
+    parser.add_argument("--out", default=None, help="PNG to write (default: IMAGE_detections.png beside it)")
+    parser.add_argument("--thresh", type=float, default=0.5, help="draw detections scoring at least this")
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY VALUE", help="override config keys")
+    return parser.parse_args(argv)
+
+
+def class_names(cfg):
+    """Names of the contiguous labels (index 0 is background), and sets ``dataset.NUM_CLASSES``."""
+    from lib.dataset import load_roidb
+
+    try:
+        _, dataset = load_roidb(cfg, cfg.dataset.test_image_set, training=False)
+    except FileNotFoundError as err:
+        if not cfg.dataset.NUM_CLASSES:
+            raise ValueError(f"{err}; without the dataset set dataset.NUM_CLASSES to name the classes") from None
+        logger.warning("%s: classes are shown by number", err)
+        return ["__background__"] + [f"class {label}" for label in range(1, cfg.dataset.NUM_CLASSES)]
+    cfg.dataset.NUM_CLASSES = cfg.dataset.NUM_CLASSES or dataset.num_classes
+    return list(dataset.classes)
+
+
+def draw_detections(image, detections, names, thresh):
+    """Copy of ``image`` (BGR) with a box and a "name score" tag per detection scoring >= ``thresh``."""
+    canvas = image.copy()
+    thickness = max(1, round(max(image.shape[:2]) / 500))
+    font_scale = max(0.4, max(image.shape[:2]) / 1500)
+    palette = np.random.default_rng(7).integers(60, 255, (len(names), 3))
+    for x1, y1, x2, y2, score, label in detections[detections[:, 4] >= thresh][::-1]:
+        colour = tuple(int(c) for c in palette[int(label)])
+        top_left, bottom_right = (int(round(x1)), int(round(y1))), (int(round(x2)), int(round(y2)))
+        cv2.rectangle(canvas, top_left, bottom_right, colour, thickness)
+        text = f"{names[int(label)]} {score:.2f}"
+        (w, h), base = cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, font_scale, 1)
+        y = max(top_left[1], h + base)
+        cv2.rectangle(canvas, (top_left[0], y - h - base), (top_left[0] + w, y), colour, -1)
+        cv2.putText(canvas, text, (top_left[0], y - base), cv2.FONT_HERSHEY_SIMPLEX, font_scale, (0, 0, 0), 1,
+                    cv2.LINE_AA)
+    return canvas
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        cfg = load_config(args.cfg, parse_cli_overrides(args.set))
+    except (ConfigError, ValueError) as err:
+        sys.exit(f"config error: {err}")
+    setup_logging()
+    from lib.dataset import read_image
+    from lib.test.detector import Detector
+
+    try:
+        image = read_image(args.im_path)
+    except IOError as err:
+        sys.exit(str(err))
+    names = class_names(cfg)
+    detections = Detector.from_checkpoint(cfg).detect([image])[0]
+    shown = detections[detections[:, 4] >= args.thresh]
+    for x1, y1, x2, y2, score, label in shown:
+        logger.info("%-15s %.3f  [%.0f, %.0f, %.0f, %.0f]", names[int(label)], score, x1, y1, x2, y2)
+    out = args.out or os.path.splitext(args.im_path)[0] + "_detections.png"
+    if not cv2.imwrite(out, draw_detections(image, detections, names, args.thresh)):
+        sys.exit(f"cannot write {out}")
+    logger.info("%d detections, %d with score >= %.2f, drawn to %s", len(detections), len(shown), args.thresh, out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Inference and evaluation: multi-scale testing, merging, COCO/VOC metrics, proposal extraction."""

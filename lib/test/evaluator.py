@@ -1,0 +1,198 @@
+"""Detection metrics: COCO AP through pycocotools and Pascal VOC AP.
+
+Detections reach this module as one float32 array per image with rows
+``[x1, y1, x2, y2, score, label]``: inclusive pixel boxes in original image coordinates and
+contiguous labels (1..C-1), the tester's output format.
+"""
+import contextlib
+import io
+import json
+import logging
+import os
+
+import numpy as np
+
+from lib.boxes import bbox_overlaps
+
+logger = logging.getLogger(__name__)
+
+COCO_STAT_NAMES = (
+    "AP", "AP50", "AP75", "APs", "APm", "APl",
+    "AR1", "AR10", "AR100", "ARs", "ARm", "ARl",
+)
+
+
+def write_atomic(path, write):
+    """``write(binary file)`` into a temporary file beside ``path``, then rename it onto ``path``, so a
+    killed run never leaves a truncated results or proposal file."""
+    directory, name = os.path.split(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, f".tmp-{os.getpid()}-{name}")
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def write_json(obj, path):
+    write_atomic(path, lambda f: f.write(json.dumps(obj).encode()))
+
+
+def coco_results(detections, image_ids, category_ids):
+    """COCO results entries (test-dev format) for per-image detections.
+
+    ``category_ids[label]`` is the original COCO category id of contiguous label ``label``
+    (index 0, background, is unused). Inclusive boxes become ``[x, y, w, h]`` with w = x2 - x1 + 1.
+    """
+    if len(detections) != len(image_ids):
+        raise ValueError(f"{len(detections)} detection arrays for {len(image_ids)} image ids")
+    results = []
+    for image_id, dets in zip(image_ids, detections):
+        dets = np.asarray(dets, dtype=np.float64).reshape(-1, 6)
+        labels = dets[:, 5].astype(np.int64)
+        if len(labels) and (labels.min() < 1 or labels.max() >= len(category_ids)):
+            raise ValueError(
+                f"image {image_id}: label {labels.min() if labels.min() < 1 else labels.max()} "
+                f"outside 1..{len(category_ids) - 1}"
+            )
+        widths = dets[:, 2] - dets[:, 0] + 1
+        heights = dets[:, 3] - dets[:, 1] + 1
+        for (x1, y1), w, h, score, label in zip(dets[:, :2], widths, heights, dets[:, 4], labels):
+            results.append({
+                "image_id": int(image_id),
+                "category_id": int(category_ids[label]),
+                "bbox": [round(float(x1), 2), round(float(y1), 2), round(float(w), 2), round(float(h), 2)],
+                "score": round(float(score), 5),
+            })
+    return results
+
+
+def evaluate_coco(coco_gt, results_path, output_dir, image_ids=None):
+    """Run COCOeval (bbox) on a results file; log the 12-line summary and write it with the stats.
+
+    Only ``image_ids`` are scored when given (a subset run must not count the rest as misses).
+    Writes ``coco_summary.txt`` and ``coco_stats.json`` to ``output_dir``; returns the stats dict.
+    """
+    from pycocotools.cocoeval import COCOeval
+
+    with open(results_path) as f:
+        results = json.load(f)
+    if not results:
+        logger.warning("%s holds no detections: every COCO metric is 0", results_path)
+        stats = dict.fromkeys(COCO_STAT_NAMES, 0.0)
+        summary = "no detections\n"
+    else:
+        with contextlib.redirect_stdout(io.StringIO()):
+            coco_dt = coco_gt.loadRes(results)
+        coco_eval = COCOeval(coco_gt, coco_dt, "bbox")
+        if image_ids is not None:
+            coco_eval.params.imgIds = sorted(int(i) for i in image_ids)
+        with contextlib.redirect_stdout(io.StringIO()):
+            coco_eval.evaluate()
+            coco_eval.accumulate()
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer):
+            coco_eval.summarize()
+        summary = buffer.getvalue()
+        stats = {name: float(value) for name, value in zip(COCO_STAT_NAMES, coco_eval.stats)}
+    logger.info("COCO bbox evaluation of %s\n%s", results_path, summary.rstrip())
+    os.makedirs(output_dir, exist_ok=True)
+    with open(os.path.join(output_dir, "coco_summary.txt"), "w") as f:
+        f.write(summary)
+    write_json(stats, os.path.join(output_dir, "coco_stats.json"))
+    return stats
+
+
+def voc_ap(recall, precision, use_07_metric=False):
+    """Average precision from a recall/precision curve.
+
+    VOC2007's 11-point metric averages the best precision at recall >= 0, 0.1, ..., 1; the
+    VOC2010+ metric integrates the monotone precision envelope over recall.
+    """
+    recall = np.asarray(recall, dtype=np.float64)
+    precision = np.asarray(precision, dtype=np.float64)
+    if use_07_metric:
+        points = [precision[recall >= t].max() if np.any(recall >= t) else 0.0 for t in np.linspace(0, 1, 11)]
+        return float(np.mean(points))
+    mrec = np.concatenate(([0.0], recall, [1.0]))
+    mpre = np.concatenate(([0.0], precision, [0.0]))
+    mpre = np.maximum.accumulate(mpre[::-1])[::-1]
+    steps = np.where(mrec[1:] != mrec[:-1])[0]
+    return float(np.sum((mrec[steps + 1] - mrec[steps]) * mpre[steps + 1]))
+
+
+def voc_class_ap(det_images, det_scores, det_boxes, gt_boxes, gt_difficult, iou_thresh=0.5, use_07_metric=False):
+    """AP of one class, the VOC way.
+
+    ``det_images`` (D,) indexes ``gt_boxes``/``gt_difficult`` (lists over images of (G,4) boxes and
+    (G,) bools). A detection matching an unclaimed gt above ``iou_thresh`` is a true positive; one
+    whose best match is a difficult gt counts neither way; duplicates are false positives.
+    Returns (recall, precision, ap); with no non-difficult gt the AP is NaN.
+    """
+    order = np.argsort(-np.asarray(det_scores, dtype=np.float64), kind="stable")
+    det_images = np.asarray(det_images, dtype=np.int64)[order]
+    det_boxes = np.asarray(det_boxes, dtype=np.float32).reshape(-1, 4)[order]
+    claimed = [np.zeros(len(b), dtype=bool) for b in gt_boxes]
+    num_positives = sum(int(np.sum(~np.asarray(d, dtype=bool))) for d in gt_difficult)
+    tp = np.zeros(len(order))
+    fp = np.zeros(len(order))
+    for d, (image, box) in enumerate(zip(det_images, det_boxes)):
+        gts = np.asarray(gt_boxes[image], dtype=np.float32).reshape(-1, 4)
+        if len(gts) == 0:
+            fp[d] = 1
+            continue
+        overlaps = bbox_overlaps(box[None], gts)[0]
+        best = int(np.argmax(overlaps))
+        if overlaps[best] <= iou_thresh:
+            fp[d] = 1
+        elif gt_difficult[image][best]:
+            continue
+        elif claimed[image][best]:
+            fp[d] = 1
+        else:
+            tp[d] = 1
+            claimed[image][best] = True
+    tp = np.cumsum(tp)
+    fp = np.cumsum(fp)
+    if num_positives == 0:
+        return tp * 0, tp * 0, float("nan")
+    recall = tp / num_positives
+    precision = tp / np.maximum(tp + fp, np.finfo(np.float64).eps)
+    return recall, precision, voc_ap(recall, precision, use_07_metric)
+
+
+def evaluate_voc(detections, gt_boxes, gt_classes, gt_difficult, classes, output_dir, use_07_metric,
+                 iou_thresh=0.5):
+    """Per-class VOC AP and mAP for per-image detections; logs the table and writes ``voc_ap.json``.
+
+    ``gt_boxes``/``gt_classes``/``gt_difficult`` are per-image lists aligned with ``detections``;
+    ``classes[label]`` names contiguous label ``label`` (0 is background).
+    """
+    detections = [np.asarray(d, dtype=np.float32).reshape(-1, 6) for d in detections]
+    aps = {}
+    for label in range(1, len(classes)):
+        masks = [np.asarray(c) == label for c in gt_classes]
+        det_images, det_scores, det_boxes = [], [], []
+        for image, dets in enumerate(detections):
+            dets = dets[dets[:, 5] == label]
+            det_images.append(np.full(len(dets), image))
+            det_scores.append(dets[:, 4])
+            det_boxes.append(dets[:, :4])
+        _, _, ap = voc_class_ap(
+            np.concatenate(det_images), np.concatenate(det_scores), np.concatenate(det_boxes),
+            [np.asarray(b).reshape(-1, 4)[m] for b, m in zip(gt_boxes, masks)],
+            [np.asarray(d, dtype=bool)[m] for d, m in zip(gt_difficult, masks)],
+            iou_thresh, use_07_metric,
+        )
+        aps[classes[label]] = ap
+    scored = [ap for ap in aps.values() if not np.isnan(ap)]
+    result = {"mAP": float(np.mean(scored)) if scored else float("nan"), "AP": aps,
+              "metric": "VOC07 11-point" if use_07_metric else "VOC area"}
+    table = "\n".join(f"{name:>15s}: {ap:.4f}" for name, ap in aps.items())
+    logger.info("Pascal VOC AP@%.2f (%s)\n%s\n%15s: %.4f", iou_thresh, result["metric"], table, "mAP",
+                result["mAP"])
+    write_json(result, os.path.join(output_dir, "voc_ap.json"))
+    return result

@@ -1,0 +1,154 @@
+"""Multi-scale testing over a dataset (spec section 8) and RPN proposal extraction.
+
+``test(cfg)`` runs the checkpoint over ``dataset.test_image_set``, writes the results (COCO JSON,
+test-dev ready) and evaluates them when the set has annotations. ``extract_proposals(cfg)`` runs the
+RPN-only network over ``dataset.image_set`` (the training images, unflipped) and writes the pickle
+that ``dataset.proposal`` reads for negative chip mining.
+
+Images are batched in aspect-ratio order (similar canvases, fewer reshapes) and read one batch ahead
+on a thread. An image that cannot be read is logged with its path, left out and counted as skipped.
+"""
+import logging
+import os
+import pickle
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+from tqdm import tqdm
+
+from lib.dataset import load_roidb, read_image
+from lib.test.detector import Detector
+from lib.test.evaluator import coco_results, evaluate_coco, evaluate_voc, write_atomic, write_json
+
+logger = logging.getLogger(__name__)
+
+
+def results_dir(cfg):
+    """``{output_path}/{cfg.name}/results/{test_image_set}``."""
+    return os.path.join(cfg.output_path, cfg.name, "results", cfg.dataset.test_image_set)
+
+
+def proposal_file(cfg):
+    """``TEST.PROPOSAL_SAVE_PATH`` (a file, or a folder: an existing one or a path ending in '/') or
+    ``{output_path}/proposals``; a folder gets ``{image_set}.pkl``."""
+    path = cfg.TEST.PROPOSAL_SAVE_PATH or os.path.join(cfg.output_path, "proposals", "")
+    if path.endswith(os.sep) or os.path.isdir(path):
+        return os.path.join(path, f"{cfg.dataset.image_set}.pkl")
+    return path
+
+
+def _read(entry):
+    try:
+        return read_image(entry["image"])
+    except IOError as err:
+        return err
+
+
+def _prefetched(roidb, batches, depth=2):
+    """``(batch, images)`` pairs, reading up to ``depth`` batches ahead on a thread (bounded memory)."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = deque()
+        for batch in batches:
+            pending.append((batch, pool.submit(lambda b: [_read(roidb[i]) for i in b], batch)))
+            if len(pending) > depth:
+                batch_done, future = pending.popleft()
+                yield batch_done, future.result()
+        while pending:
+            batch_done, future = pending.popleft()
+            yield batch_done, future.result()
+
+
+def run_images(roidb, batch_size, process, desc):
+    """``process(images)`` over the roidb in batches; returns (outputs by roidb index, skipped entries).
+
+    Unreadable images are logged with their path and skipped; the bar counts every image.
+    """
+    order = np.argsort([entry["width"] / entry["height"] for entry in roidb], kind="stable")
+    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    outputs, skipped = {}, []
+    with tqdm(total=len(roidb), desc=desc, unit="img") as bar:
+        for batch, images in _prefetched(roidb, batches):
+            readable = []
+            for index, image in zip(batch, images):
+                if isinstance(image, Exception):
+                    logger.error("skipping image id %s: %s", roidb[index]["id"], image)
+                    skipped.append(roidb[index])
+                else:
+                    readable.append((index, image))
+            if readable:
+                results = process([image for _, image in readable])
+                outputs.update((index, result) for (index, _), result in zip(readable, results))
+            bar.update(len(batch))
+    return outputs, skipped
+
+
+def _set_num_classes(cfg, dataset):
+    if not cfg.dataset.NUM_CLASSES:
+        cfg.dataset.NUM_CLASSES = dataset.num_classes
+
+
+def test(cfg, detector=None):
+    """Detect on ``dataset.test_image_set``, write the results and evaluate them; returns a summary dict
+    (COCO stats or VOC APs, image counts, skipped images), also written as ``test_summary.json``."""
+    image_set = cfg.dataset.test_image_set
+    roidb, dataset = load_roidb(cfg, image_set, training=False)
+    _set_num_classes(cfg, dataset)
+    detector = detector or Detector.from_checkpoint(cfg)
+    logger.info("testing %d images of %s at scales %s on %s", len(roidb), image_set, cfg.TEST.SCALES,
+                detector.contexts)
+    found, skipped = run_images(roidb, detector.batch_size, detector.detect, "testing")
+    tested = sorted(found)
+    out_dir = results_dir(cfg)
+    summary = {"image_set": image_set, "checkpoint": detector.source,
+               "images": len(roidb), "tested": len(tested), "skipped": len(skipped),
+               "skipped_images": [entry["image"] for entry in skipped]}
+    if dataset.kind == "coco":
+        summary.update(_coco(dataset, roidb, found, tested, out_dir, image_set))
+    else:
+        summary.update(_voc(dataset, roidb, found, tested, out_dir))
+    if skipped:
+        logger.warning("%d of %d images could not be read and were skipped (listed in %s)", len(skipped),
+                       len(roidb), os.path.join(out_dir, "test_summary.json"))
+    write_json(summary, os.path.join(out_dir, "test_summary.json"))
+    logger.info("tested %d of %d images of %s, %d skipped", len(tested), len(roidb), image_set, len(skipped))
+    return summary
+
+
+def _coco(dataset, roidb, found, tested, out_dir, image_set):
+    image_ids = [roidb[i]["id"] for i in tested]
+    results = coco_results([found[i] for i in tested], image_ids, dataset.category_ids)
+    path = os.path.join(out_dir, f"detections_{image_set}_results.json")
+    write_json(results, path)
+    logger.info("wrote %d detections to %s", len(results), path)
+    if not dataset.coco.dataset.get("annotations"):
+        logger.info("%s has no annotations (e.g. test-dev): results written for submission, not evaluated",
+                    image_set)
+        return {"results": path}
+    return {"results": path, "stats": evaluate_coco(dataset.coco, path, out_dir, image_ids=image_ids)}
+
+
+def _voc(dataset, roidb, found, tested, out_dir):
+    entries = [roidb[i] for i in tested]
+    result = evaluate_voc([found[i] for i in tested], [e["boxes"] for e in entries],
+                          [e["gt_classes"] for e in entries], [e["difficult"] for e in entries],
+                          list(dataset.classes), out_dir, dataset.use_07_metric)
+    return {"stats": result}
+
+
+def extract_proposals(cfg, detector=None):
+    """RPN proposals of every image of ``dataset.image_set`` at ``TEST.SCALES`` (the best
+    ``TEST.NUM_PROPOSALS`` per scale, pooled), saved as ``{image_id: float32 (P, 5)}`` in original
+    unflipped pixels to ``proposal_file(cfg)``; returns the path."""
+    image_set = cfg.dataset.image_set
+    roidb, dataset = load_roidb(cfg, image_set, training=False)
+    _set_num_classes(cfg, dataset)
+    detector = detector or Detector.from_checkpoint(cfg, rpn_only=True)
+    found, skipped = run_images(roidb, detector.batch_size, detector.propose, "proposals")
+    proposals = {roidb[i]["id"]: found[i] for i in sorted(found)}
+    path = proposal_file(cfg)
+    write_atomic(path, lambda f: pickle.dump(proposals, f, protocol=pickle.HIGHEST_PROTOCOL))
+    counts = [len(p) for p in proposals.values()] or [0]
+    logger.info("wrote proposals of %d images (%d skipped, %.0f per image on average) to %s",
+                len(proposals), len(skipped), np.mean(counts), path)
+    return path

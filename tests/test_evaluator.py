@@ -1,0 +1,144 @@
+"""COCO and VOC evaluation against hand-worked cases and pycocotools run directly on the same files."""
+import contextlib
+import io
+import json
+import os
+
+import numpy as np
+import pytest
+from pycocotools.coco import COCO
+from pycocotools.cocoeval import COCOeval
+
+from lib.test.evaluator import coco_results, evaluate_coco, evaluate_voc, voc_ap, voc_class_ap, write_json
+
+# Contiguous label l is COCO category CATEGORY_IDS[l]: non-contiguous ids as in COCO itself.
+CATEGORY_IDS = [0, 3, 7]
+# Small boxes, so an off-by-one in the width conversion visibly costs IoU (and AP at 0.95).
+GT = {  # image id -> [(x1, y1, x2, y2 inclusive), contiguous label]
+    11: [((10, 10, 19, 19), 1), ((40, 40, 51, 49), 2)],
+    12: [((5, 8, 14, 21), 1)],
+}
+
+
+def make_coco_gt():
+    images = [{"id": i, "width": 64, "height": 64, "file_name": f"{i}.jpg"} for i in GT]
+    annotations = []
+    for image_id, objects in GT.items():
+        for (x1, y1, x2, y2), label in objects:
+            w, h = x2 - x1 + 1, y2 - y1 + 1
+            annotations.append({"id": len(annotations) + 1, "image_id": image_id, "category_id": CATEGORY_IDS[label],
+                                "bbox": [x1, y1, w, h], "area": w * h, "iscrowd": 0})
+    coco = COCO()
+    coco.dataset = {"images": images, "annotations": annotations,
+                    "categories": [{"id": c, "name": f"c{c}"} for c in CATEGORY_IDS[1:]]}
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco.createIndex()
+    return coco
+
+
+def perfect_detections():
+    return [np.array([[*box, 0.9, label] for box, label in GT[i]], np.float32) for i in GT]
+
+
+def run(tmp_path, detections):
+    path = os.path.join(tmp_path, "results.json")
+    write_json(coco_results(detections, list(GT), CATEGORY_IDS), path)
+    return path, evaluate_coco(make_coco_gt(), path, str(tmp_path), image_ids=list(GT))
+
+
+def test_results_entries_are_coco_format():
+    dets = [np.array([[10, 20, 19, 39, 0.5, 2]], np.float32), np.zeros((0, 6), np.float32)]
+    assert coco_results(dets, [5, 6], CATEGORY_IDS) == [
+        {"image_id": 5, "category_id": 7, "bbox": [10.0, 20.0, 10.0, 20.0], "score": 0.5}]
+
+
+def test_label_outside_categories_is_rejected():
+    with pytest.raises(ValueError, match="image 5: label 3"):
+        coco_results([np.array([[0, 0, 1, 1, 0.5, 3]], np.float32)], [5], CATEGORY_IDS)
+
+
+def test_perfect_detections_give_ap_one(tmp_path):
+    _, stats = run(tmp_path, perfect_detections())
+    assert stats["AP"] == pytest.approx(1.0)
+    assert stats["AP50"] == pytest.approx(1.0)
+    lines = open(tmp_path / "coco_summary.txt").read().rstrip().splitlines()
+    assert len(lines) == 12 and lines[0].startswith(" Average Precision  (AP) @[ IoU=0.50:0.95")
+    assert json.load(open(tmp_path / "coco_stats.json")) == stats
+
+
+def test_wrong_category_mapping_scores_zero(tmp_path):
+    swapped = [np.hstack([d[:, :5], 3 - d[:, 5:]]) for d in perfect_detections()]
+    assert run(tmp_path, swapped)[1]["AP"] == pytest.approx(0.0)
+
+
+def test_half_wrong_gives_hand_computed_ap(tmp_path):
+    # Category 3 (label 1): image 11's gt found (score 0.9), image 12's missed by a box elsewhere (0.8):
+    # precision 1 up to recall 0.5, nothing beyond: 51 of COCO's 101 recall points -> AP 51/101.
+    # Category 7 (label 2): found perfectly -> AP 1. The mean over categories is (51/101 + 1) / 2.
+    dets = [np.array([[10, 10, 19, 19, 0.9, 1], [40, 40, 51, 49, 0.9, 2]], np.float32),
+            np.array([[40, 40, 49, 53, 0.8, 1]], np.float32)]
+    _, stats = run(tmp_path, dets)
+    assert stats["AP"] == pytest.approx((51 / 101 + 1) / 2)
+    assert stats["AR100"] == pytest.approx((0.5 + 1) / 2)
+
+
+def test_matches_pycocotools_on_the_same_file(tmp_path):
+    rng = np.random.default_rng(0)
+    dets = []
+    for objects in GT.values():
+        rows = []
+        for (x1, y1, x2, y2), label in objects:
+            for _ in range(4):  # jittered copies: a mix of hits at various IoUs and misses
+                jitter = rng.uniform(-3, 3, 4)
+                rows.append([x1 + jitter[0], y1 + jitter[1], x2 + jitter[2], y2 + jitter[3], rng.uniform(), label])
+        dets.append(np.array(rows, np.float32))
+    path, stats = run(tmp_path, dets)
+    gt = make_coco_gt()
+    with contextlib.redirect_stdout(io.StringIO()):
+        reference = COCOeval(gt, gt.loadRes(path), "bbox")
+        reference.evaluate()
+        reference.accumulate()
+        reference.summarize()
+    np.testing.assert_allclose(list(stats.values()), reference.stats)
+    assert 0 < stats["AP"] < 1
+
+
+def test_no_detections_gives_zero_and_a_summary(tmp_path):
+    _, stats = run(tmp_path, [np.zeros((0, 6), np.float32)] * 2)
+    assert stats["AP"] == 0.0 and os.path.exists(tmp_path / "coco_summary.txt")
+
+
+def test_voc_ap_on_a_hand_worked_curve():
+    # Scores 0.9 TP, 0.8 duplicate (FP), 0.7 on a difficult gt (ignored), 0.6 TP; 2 non-difficult gts.
+    gt_boxes = [np.array([[0, 0, 9, 9], [20, 20, 29, 29]], np.float32), np.array([[0, 0, 19, 19]], np.float32)]
+    gt_difficult = [np.array([False, True]), np.array([False])]
+    det_images = [0, 0, 0, 1]
+    det_scores = [0.9, 0.8, 0.7, 0.6]
+    det_boxes = [[0, 0, 9, 9], [0, 0, 9, 10], [20, 20, 29, 29], [1, 1, 19, 19]]
+    recall, precision, ap = voc_class_ap(det_images, det_scores, det_boxes, gt_boxes, gt_difficult)
+    np.testing.assert_allclose(recall, [0.5, 0.5, 0.5, 1.0])
+    np.testing.assert_allclose(precision, [1.0, 0.5, 0.5, 2 / 3])
+    assert ap == pytest.approx(0.5 * 1.0 + 0.5 * 2 / 3)  # area under the precision envelope
+    assert voc_ap(recall, precision, use_07_metric=True) == pytest.approx((6 * 1.0 + 5 * 2 / 3) / 11)
+
+
+def test_voc_iou_threshold_is_strict_and_inclusive():
+    # 10x10 gt and 10x5 detection (inclusive pixels): IoU exactly 0.5, which VOC does not count.
+    gt = [np.array([[0, 0, 9, 9]], np.float32)]
+    _, _, ap = voc_class_ap([0], [1.0], [[0, 0, 9, 4]], gt, [np.array([False])])
+    assert ap == 0.0
+    _, _, ap = voc_class_ap([0], [1.0], [[0, 0, 9, 5]], gt, [np.array([False])])
+    assert ap == pytest.approx(1.0)
+
+
+def test_evaluate_voc_reports_per_class_and_mean(tmp_path):
+    classes = ["__background__", "cat", "dog", "cow"]
+    gt_boxes = [np.array([[0, 0, 9, 9], [30, 30, 49, 49]], np.float32)]
+    gt_classes = [np.array([1, 2])]
+    detections = [np.array([[0, 0, 9, 9, 0.9, 1], [0, 0, 9, 9, 0.8, 2]], np.float32)]
+    result = evaluate_voc(detections, gt_boxes, gt_classes, [np.array([False, False])], classes, str(tmp_path),
+                          use_07_metric=False)
+    assert result["AP"]["cat"] == pytest.approx(1.0) and result["AP"]["dog"] == 0.0
+    assert np.isnan(result["AP"]["cow"])  # no gt: left out of the mean
+    assert result["mAP"] == pytest.approx(0.5)
+    assert json.load(open(tmp_path / "voc_ap.json"))["mAP"] == pytest.approx(0.5)

@@ -1,0 +1,121 @@
+"""tools/launch.py without a job: hostfile, --env, the nodes it plans, the remote command line.
+
+The launcher running real jobs (local and over a stand-in ssh) is tested in test_distributed.py.
+"""
+import os
+import signal
+import subprocess
+
+import psutil
+import pytest
+
+from tools.launch import LaunchError, Host, parse_args, parse_env, parse_hostfile, plan_nodes, remote_command
+
+
+def test_hostfile_lines_comments_and_addresses(tmp_path):
+    path = tmp_path / "hosts"
+    path.write_text("# cluster\nnode1\n\n  ubuntu@node2   10.0.0.2  # second\n")
+    assert parse_hostfile(str(path)) == [Host("node1"), Host("ubuntu@node2", "10.0.0.2")]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("node1\nnode2 10.0.0.2 extra\n", r"hosts:2: expected 'SSH_DESTINATION \[NODE_ADDRESS\]'"),
+    ("# nothing\n\n", "lists no host"),
+])
+def test_bad_hostfiles_name_the_file_and_line(tmp_path, text, message):
+    path = tmp_path / "hosts"
+    path.write_text(text)
+    with pytest.raises(LaunchError, match=message):
+        parse_hostfile(str(path))
+
+
+def test_missing_hostfile():
+    with pytest.raises(LaunchError, match="cannot read hostfile /nonexistent/hosts"):
+        parse_hostfile("/nonexistent/hosts")
+
+
+def test_env_items_take_values_from_the_launcher_or_the_item():
+    assert parse_env(["A", "B=x=y", "C="], {"A": "1"}) == {"A": "1", "B": "x=y", "C": ""}
+    with pytest.raises(LaunchError, match="--env D: not set"):
+        parse_env(["D"], {})
+    with pytest.raises(LaunchError, match="expected NAME or NAME=VALUE"):
+        parse_env(["=1"], {})
+
+
+def test_local_plan_is_all_loopback():
+    nodes = plan_nodes(["train", "--x"], num_workers=2, num_servers=1, port=9000, python="py")
+    assert [(n.role, n.index) for n in nodes] == [("scheduler", 0), ("server", 0), ("worker", 0), ("worker", 1)]
+    for node in nodes:
+        assert node.host is None
+        assert node.env["DMLC_ROLE"] == node.role
+        assert node.env["DMLC_PS_ROOT_URI"] == node.env["DMLC_NODE_HOST"] == "127.0.0.1"
+        assert (node.env["DMLC_PS_ROOT_PORT"], node.env["DMLC_NUM_SERVER"], node.env["DMLC_NUM_WORKER"]) == \
+            ("9000", "1", "2")
+        assert "DMLC_INTERFACE" not in node.env
+    assert nodes[0].argv == nodes[1].argv == ["py", "-c", "import mxnet"]
+    assert nodes[2].argv == ["train", "--x"]
+
+
+def test_ssh_plan_goes_round_robin_and_uses_host_addresses():
+    hosts = [Host("a", "10.0.0.1"), Host("b")]
+    nodes = plan_nodes(["train"], num_workers=3, num_servers=2, port=9000, python="py", hosts=hosts,
+                       scheduler_address="10.0.0.9", interface="eth1", extra_env={"X": "1"})
+    placed = [(n.role, n.index, n.host.destination if n.host else None) for n in nodes]
+    assert placed == [("scheduler", 0, None), ("server", 0, "a"), ("server", 1, "b"),
+                      ("worker", 0, "a"), ("worker", 1, "b"), ("worker", 2, "a")]
+    hosts_of = {(n.role, n.index): n.env.get("DMLC_NODE_HOST") for n in nodes}
+    assert hosts_of == {("scheduler", 0): "10.0.0.9", ("server", 0): "10.0.0.1", ("server", 1): None,
+                        ("worker", 0): "10.0.0.1", ("worker", 1): None, ("worker", 2): "10.0.0.1"}
+    assert all(n.env["DMLC_INTERFACE"] == "eth1" and n.env["X"] == "1" for n in nodes)
+    assert all(n.env["DMLC_PS_ROOT_URI"] == "10.0.0.9" for n in nodes)
+
+
+def run_like_sshd(line, **kwargs):
+    """What sshd does with a command line: a login shell runs it in a new session, stdin a pipe."""
+    return subprocess.Popen(["sh", "-c", line], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            start_new_session=True, **kwargs)
+
+
+def test_remote_command_runs_in_the_workdir_with_the_env_and_keeps_the_exit_code(tmp_path):
+    line = remote_command(str(tmp_path), {"GREETING": "it's a \"test\" $HOME"},
+                          ["sh", "-c", 'pwd; printf "%s\\n" "$GREETING"; exit 7'])
+    process = run_like_sshd(line)
+    try:
+        output = process.stdout.read()
+        assert process.wait(30) == 7
+    finally:
+        process.stdin.close()  # the connection closes: the watcher ends too
+        os.killpg(process.pid, signal.SIGKILL) if process.poll() is None else None
+    assert output.splitlines() == [str(tmp_path), "it's a \"test\" $HOME"]
+
+
+def test_remote_command_ends_when_the_connection_closes(tmp_path):
+    process = run_like_sshd(remote_command(str(tmp_path), {}, ["sh", "-c", "echo started; sleep 60"]))
+    try:
+        assert process.stdout.readline() == "started\n"
+        group = [p for p in psutil.process_iter(["pid"]) if _pgid(p.pid) == process.pid]
+        assert len(group) >= 3  # the shell, the command (sh and its sleep), the watcher
+        process.stdin.close()
+        gone, alive = psutil.wait_procs(group, timeout=10)
+        assert not alive
+        process.wait(5)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+def _pgid(pid):
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
+def test_arguments():
+    args = parse_args(["-n", "2", "--", "python", "main_train.py", "--cfg", "x.yml"])
+    assert (args.num_workers, args.num_servers, args.launcher) == (2, 2, "local")
+    assert args.command == ["python", "main_train.py", "--cfg", "x.yml"]
+    for bad in (["-n", "2"], ["-n", "0", "cmd"], ["-n", "1", "--launcher", "ssh", "cmd"],
+                ["-n", "1", "-H", "hosts", "cmd"]):
+        with pytest.raises(SystemExit):
+            parse_args(bad)

@@ -1,0 +1,336 @@
+"""Multi-scale merging, and the tester end to end: an oracle network for exact AP, a tiny random network
+for the checkpoint round trip, multi-context batching and proposal extraction."""
+import copy
+import json
+import os
+import pickle
+
+import cv2
+import mxnet as mx
+import numpy as np
+import pytest
+
+from lib.boxes import bbox_overlaps
+from lib.config import load_config
+from lib.dataset import flip_boxes, load_roidb
+from lib.scales import parse_scales
+from lib.test import tester
+from lib.test.detector import DATA_NAMES, Detector, checkpoint_file, unique_rows
+from lib.test.merge import merge_scales, scale_candidates, suppress
+from lib.train.checkpoint import save_checkpoint
+from symbols import get_symbol
+
+
+def square(x, y, side):
+    return [x, y, x + side - 1, y + side - 1]
+
+
+@pytest.fixture
+def test_cfg():
+    return copy.deepcopy(load_config(None).TEST)
+
+
+def test_candidates_keep_boxes_in_the_scale_range_and_above_threshold():
+    boxes = np.array([square(0, 0, 20), square(0, 0, 50), square(0, 0, 100)], np.float32)
+    scores = np.array([[0.1, 0.9, 0.0005], [0.1, 0.002, 0.7], [0.2, 0.3, 0.5]], np.float32)
+    small = scale_candidates(boxes, scores, (-1, 32), 0.001)
+    np.testing.assert_allclose(small, [[*square(0, 0, 20), 0.9, 1]])
+    large = scale_candidates(boxes, scores, (32, -1), 0.001)
+    np.testing.assert_allclose(large, [[*square(0, 0, 50), 0.002, 1], [*square(0, 0, 50), 0.7, 2],
+                                       [*square(0, 0, 100), 0.3, 1], [*square(0, 0, 100), 0.5, 2]], rtol=1e-6)
+    # range ends are inclusive: sqrt(area) exactly 50 is in [50, 50]
+    assert len(scale_candidates(boxes, scores, (50, 50), 0.001)) == 2
+
+
+def test_merge_drops_out_of_range_scales_and_suppresses_duplicates(test_cfg):
+    # default ranges: [-1, 90], [32, 180], [75, -1]; 3 classes (background + 2)
+    test_cfg.SOFT_NMS = False
+    medium, shifted, large = square(10, 10, 50), square(12, 10, 50), square(100, 100, 120)
+    per_scale = [
+        (np.array([medium, large]), np.array([[0, 0.8, 0], [0, 0.95, 0]])),  # large is too big here
+        (np.array([shifted]), np.array([[0, 0.6, 0.3]])),
+        (np.array([medium, large]), np.array([[0, 0.99, 0], [0, 0.4, 0]])),  # medium too small here
+    ]
+    merged = merge_scales(per_scale, test_cfg)
+    # class 1: medium (0.8) suppresses shifted (IoU 48/52 > 0.45); class 2 keeps shifted; large from scale 2
+    np.testing.assert_allclose(merged, [[*medium, 0.8, 1], [*large, 0.4, 1], [*shifted, 0.3, 2]], rtol=1e-6)
+
+
+def test_soft_nms_decays_overlapping_scores_with_a_gaussian(test_cfg):
+    medium, shifted = square(10, 10, 50), square(12, 10, 50)
+    iou = (48 * 50) / (2 * 50 * 50 - 48 * 50)
+    per_scale = [(np.array([medium]), np.array([[0, 0.8]])), (np.array([shifted]), np.array([[0, 0.6]])),
+                 (np.zeros((0, 4)), np.zeros((0, 2)))]
+    merged = merge_scales(per_scale, test_cfg)
+    np.testing.assert_allclose(merged[:, 4], [0.8, 0.6 * np.exp(-iou ** 2 / test_cfg.SOFT_NMS_SIGMA)], rtol=1e-5)
+
+
+def test_suppress_caps_detections_per_image_by_score(test_cfg):
+    test_cfg.MAX_PER_IMAGE = 3
+    rng = np.random.default_rng(1)
+    scores = rng.uniform(0.01, 1, 10)
+    candidates = np.array([[*square(100 * i, 0, 20), s, 1 + i % 2] for i, s in enumerate(scores)], np.float32)
+    kept = suppress(candidates, test_cfg)  # disjoint boxes: nothing decays
+    np.testing.assert_allclose(kept[:, 4], np.sort(scores)[::-1][:3], rtol=1e-6)
+    assert suppress(np.zeros((0, 6)), test_cfg).shape == (0, 6)
+
+
+def test_scale_count_must_match_valid_ranges(test_cfg):
+    with pytest.raises(ValueError, match="2 scales of detections for 3 TEST.VALID_RANGES"):
+        merge_scales([(np.zeros((0, 4)), np.zeros((0, 2)))] * 2, test_cfg)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The tester end to end on tiny COCO- and VOC-format datasets written here.
+
+CATEGORY_IDS = [0, 4, 9]  # COCO ids of contiguous labels 1, 2
+# image set -> [(file name, image id, height, width, [(x1, y1, x2, y2 inclusive), label])]; every image has
+# its own size, which is how the oracle network below recognises it. "broken.jpg" cannot be decoded.
+IMAGES = {
+    "val": [("a.png", 7, 60, 80, [((10, 12, 29, 35), 1), ((40, 5, 75, 50), 2)]),
+            ("b.png", 8, 90, 50, [((3, 4, 12, 15), 2), ((20, 30, 44, 80), 1)]),
+            ("c.png", 9, 40, 40, [((0, 0, 39, 39), 1)]),
+            ("broken.jpg", 10, 30, 30, [((2, 2, 20, 20), 1)])],
+    "train": [("t1.png", 1, 50, 70, [((5, 5, 30, 30), 1)]),
+              ("t2.png", 2, 66, 40, [((10, 10, 25, 40), 2)]),
+              ("broken.jpg", 3, 30, 30, [((2, 2, 20, 20), 1)])],
+}
+
+
+def write_tiny_coco(root):
+    rng = np.random.default_rng(0)
+    for image_set, images in IMAGES.items():
+        os.makedirs(os.path.join(root, "images", image_set))
+        records, annotations = [], []
+        for name, image_id, height, width, objects in images:
+            path = os.path.join(root, "images", image_set, name)
+            if name == "broken.jpg":
+                with open(path, "wb") as f:
+                    f.write(b"not an image")
+            else:
+                cv2.imwrite(path, rng.integers(0, 255, (height, width, 3), dtype=np.uint8))
+            records.append({"id": image_id, "file_name": name, "height": height, "width": width})
+            for (x1, y1, x2, y2), label in objects:
+                w, h = x2 - x1 + 1, y2 - y1 + 1
+                annotations.append({"id": len(annotations) + 100 * image_id, "image_id": image_id, "iscrowd": 0,
+                                    "category_id": CATEGORY_IDS[label], "bbox": [x1, y1, w, h], "area": w * h})
+        os.makedirs(os.path.join(root, "annotations"), exist_ok=True)
+        with open(os.path.join(root, "annotations", f"instances_{image_set}.json"), "w") as f:
+            json.dump({"images": records, "annotations": annotations,
+                       "categories": [{"id": c, "name": f"cat{c}"} for c in CATEGORY_IDS[1:]]}, f)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """(cfg, arg_params, aux_params): the tiny network, randomly initialised, on the tiny dataset."""
+    root = tmp_path_factory.mktemp("tiny")
+    write_tiny_coco(str(root / "data"))
+    cfg = load_config(None, [
+        ("symbol", "resnet_tiny"), ("output_path", str(root / "output")), ("dataset.dataset_path", str(root / "data")),
+        ("dataset.root_path", str(root)), ("dataset.image_set", "train"), ("dataset.test_image_set", "val"),
+        ("dataset.NUM_CLASSES", "3"), ("gpus", ""), ("TEST.SCALES", "[[96, 128], [64, 96], [32, 48]]"),
+        ("TEST.RPN_PRE_NMS_TOP_N", "500"), ("TEST.RPN_POST_NMS_TOP_N", "50"), ("TEST.NUM_PROPOSALS", "20"),
+    ])
+    module = mx.mod.Module(get_symbol(cfg, is_train=False), data_names=DATA_NAMES, label_names=None)
+    module.bind([("data", (1, 3, 64, 64)), ("im_info", (1, 3)), ("im_ids", (1,)), ("chip_ids", (1,))],
+                for_training=False)
+    mx.random.seed(0)
+    module.init_params(mx.init.Normal(0.05))
+    arg_params, aux_params = module.get_params()
+    return cfg, arg_params, aux_params
+
+
+def tiny_images():
+    rng = np.random.default_rng(3)
+    return [rng.integers(0, 255, shape, dtype=np.uint8) for shape in [(40, 70, 3), (90, 30, 3), (12, 9, 3)]]
+
+
+class OracleDetector(Detector):
+    """The tester's Detector with the network replaced by an oracle: the proposal layer returns each
+    image's gt boxes (scaled, repeated to a fixed count as MultiProposal pads), the regressor zero deltas,
+    the classifier the gt class. Everything after the network (decoding, mapping back to original pixels,
+    merging, results, evaluation) is the real code, so AP must come out 1."""
+
+    def __init__(self, cfg, images=IMAGES, rois_per_image=12):
+        self.cfg, self.rpn_only, self.batch_size, self.source = cfg, False, 2, "oracle"
+        self.contexts = [mx.cpu()]
+        self.rois_per_image = rois_per_image
+        self.gts = {(h, w): objects for records in images.values() for _, _, h, w, objects in records}
+
+    def _forward(self, images, scale_spec):
+        scales = [scale_spec.image_scale(*image.shape[:2]) for image in images]
+        n, classes = self.rois_per_image, self.cfg.dataset.NUM_CLASSES
+        rois = np.zeros((self.batch_size, n, 5), np.float32)
+        scores = np.zeros((self.batch_size, n, classes), np.float32)
+        for slot, (image, s) in enumerate(zip(images, scales)):
+            objects = self.gts[image.shape[:2]]
+            rows = np.resize(np.arange(len(objects)), n)
+            rois[slot, :, 1:] = np.array([box for box, _ in objects], np.float32)[rows] * s
+            scores[slot, np.arange(n), np.array([label for _, label in objects])[rows]] = 1
+        return {"rois_output": rois.reshape(-1, 5), "cls_prob_reshape_output": scores,
+                "bbox_pred_reshape_output": np.zeros((self.batch_size, n, 4), np.float32)}, scales
+
+
+def test_unique_rows_keeps_first_occurrences_in_order():
+    rois = np.array([[3, 3, 5, 5], [1, 1, 2, 2], [3, 3, 5, 5], [0, 0, 1, 1], [1, 1, 2, 2]], np.float32)
+    np.testing.assert_array_equal(unique_rows(rois), [0, 1, 3])
+
+
+def test_oracle_network_scores_ap_one_and_skips_the_unreadable_image(tiny):
+    cfg = copy.deepcopy(tiny[0])
+    cfg.TEST.SOFT_NMS = False
+    summary = tester.test(cfg, detector=OracleDetector(cfg))
+    assert summary["stats"]["AP"] == pytest.approx(1.0)
+    assert (summary["images"], summary["tested"], summary["skipped"]) == (4, 3, 1)
+    assert summary["skipped_images"][0].endswith("broken.jpg")
+    out_dir = tester.results_dir(cfg)
+    assert json.load(open(os.path.join(out_dir, "test_summary.json")))["skipped"] == 1
+    results = json.load(open(summary["results"]))
+    # NMS leaves exactly one detection per object although every object is proposed repeatedly at 3 scales
+    assert sorted((r["image_id"], r["category_id"], tuple(r["bbox"])) for r in results) == sorted(
+        (image_id, CATEGORY_IDS[label], (x1, y1, x2 - x1 + 1, y2 - y1 + 1))
+        for _, image_id, _, _, objects in IMAGES["val"][:3] for (x1, y1, x2, y2), label in objects)
+
+
+VOC_IMAGES = {  # name -> (height, width, [(x1, y1, x2, y2) 1-based inclusive, class, difficult])
+    "000001": (50, 60, [((5, 5, 24, 30), "dog", False), ((30, 10, 55, 45), "cat", True)]),
+    "000002": (70, 45, [((10, 10, 40, 60), "cat", False)]),
+}
+
+
+def write_tiny_voc(root):
+    year = os.path.join(root, "VOC2007")
+    for folder in ("ImageSets/Main", "Annotations", "JPEGImages"):
+        os.makedirs(os.path.join(year, folder))
+    with open(os.path.join(year, "ImageSets", "Main", "test.txt"), "w") as f:
+        f.write("\n".join(VOC_IMAGES) + "\n")
+    for name, (height, width, objects) in VOC_IMAGES.items():
+        cv2.imwrite(os.path.join(year, "JPEGImages", f"{name}.jpg"), np.full((height, width, 3), 128, np.uint8))
+        xml = "".join(
+            f"<object><name>{cls}</name><difficult>{int(difficult)}</difficult><bndbox><xmin>{x1}</xmin>"
+            f"<ymin>{y1}</ymin><xmax>{x2}</xmax><ymax>{y2}</ymax></bndbox></object>"
+            for (x1, y1, x2, y2), cls, difficult in objects)
+        with open(os.path.join(year, "Annotations", f"{name}.xml"), "w") as f:
+            f.write(f"<annotation><size><width>{width}</width><height>{height}</height></size>{xml}</annotation>")
+
+
+def test_voc_set_is_scored_with_the_07_metric_and_difficult_objects_ignored(tmp_path, tiny):
+    from lib.dataset.pascal_voc import VOC_CLASSES
+
+    write_tiny_voc(str(tmp_path / "voc"))
+    cfg = copy.deepcopy(tiny[0])
+    cfg.update(output_path=str(tmp_path / "out"))
+    cfg.dataset.update(dataset="pascal_voc", dataset_path=str(tmp_path / "voc"), root_path=str(tmp_path),
+                       test_image_set="2007_test", NUM_CLASSES=21)
+    cfg.TEST.SOFT_NMS = False
+    # the oracle finds the non-difficult objects only (0-based pixels, contiguous labels)
+    found = {"voc": [(name, 0, h, w, [((x1 - 1, y1 - 1, x2 - 1, y2 - 1), VOC_CLASSES.index(cls) + 1)
+                                      for (x1, y1, x2, y2), cls, difficult in objects if not difficult])
+                     for name, (h, w, objects) in VOC_IMAGES.items()]}
+    summary = tester.test(cfg, detector=OracleDetector(cfg, images=found))
+    stats = summary["stats"]
+    assert stats["metric"] == "VOC07 11-point"
+    assert stats["AP"]["dog"] == pytest.approx(1.0) and stats["AP"]["cat"] == pytest.approx(1.0)
+    assert np.isnan(stats["AP"]["person"]) and stats["mAP"] == pytest.approx(1.0)
+    assert os.path.isfile(os.path.join(tester.results_dir(cfg), "voc_ap.json"))
+
+
+def test_gpu_contexts_this_mxnet_cannot_see_are_a_clear_error(tiny):
+    cfg, arg_params, aux_params = tiny
+    cfg = copy.deepcopy(cfg)
+    cfg.gpus = "99"
+    with pytest.raises(ValueError, match="config key gpus = '99' names gpu\\(99\\)"):
+        Detector(cfg, arg_params, aux_params)
+
+
+def test_oracle_boxes_survive_only_at_scales_whose_range_fits(tiny):
+    cfg = copy.deepcopy(tiny[0])
+    cfg.TEST.SOFT_NMS = False
+    cfg.TEST.VALID_RANGES = [[-1, 20], [20, 30], [30, -1]]  # 20x24 and 36x46 boxes of image a
+    detector = OracleDetector(cfg)
+    image = np.zeros((60, 80, 3), np.uint8)
+    per_scale = [detector.scale_detections([image], spec)[0] for spec in parse_scales(cfg.TEST.SCALES)]
+    small, large = [10, 12, 29, 35], [40, 5, 75, 50]
+    for boxes, _ in per_scale:  # every scale decodes both gts exactly, in original pixels
+        assert bbox_overlaps(boxes, np.array([small, large], np.float32)).max(axis=0) == pytest.approx(1, abs=1e-5)
+    merged = detector.detect([image])[0]
+    np.testing.assert_allclose(merged[:, :4], [small, large], atol=1e-3)
+    cfg.TEST.VALID_RANGES = [[-1, 20], [-1, 20], [-1, 20]]
+    assert len(detector.detect([image])[0]) == 0
+
+
+def test_saved_checkpoint_gives_the_same_detections(tiny):
+    cfg, arg_params, aux_params = tiny
+    cfg = copy.deepcopy(cfg)
+    cfg.name = "roundtrip"
+    from lib.train.trainer import checkpoint_prefix
+
+    save_checkpoint(checkpoint_prefix(cfg), cfg.TEST.TEST_EPOCH, None, arg_params, aux_params,
+                    stds=(1, 1, 1, 1), means=(0, 0, 0, 0))
+    assert os.path.isfile(checkpoint_file(cfg))
+    images = tiny_images()
+    expected = Detector(cfg, arg_params, aux_params).detect(images)
+    loaded = Detector.from_checkpoint(cfg).detect(images)
+    assert all(len(e) > 0 for e in expected)
+    for e, got in zip(expected, loaded):
+        np.testing.assert_array_equal(e, got)
+    for dets, image in zip(expected, images):  # original pixels, inside the image, valid labels
+        assert np.all(dets[:, :4] >= 0) and np.all(dets[:, [2, 3]] <= [image.shape[1] - 1, image.shape[0] - 1])
+        assert set(np.unique(dets[:, 5])) <= {1, 2}
+        assert len(dets) <= cfg.TEST.MAX_PER_IMAGE
+
+
+def test_two_cpu_contexts_give_the_same_detections_as_one(tiny):
+    cfg, arg_params, aux_params = tiny
+    # one size, so that batching does not change the canvas (and with it the proposals); 3 images: the
+    # second batch of two has a padding slot
+    images = [image[:9, :9] for image in tiny_images()]
+    single = Detector(cfg, arg_params, aux_params).detect(images)
+    multi_cfg = copy.deepcopy(cfg)
+    multi_cfg.gpus = "cpu:2"
+    detector = Detector(multi_cfg, arg_params, aux_params)
+    assert detector.batch_size == 2
+    for s, m in zip(single, detector.detect(images)):
+        np.testing.assert_allclose(s, m, rtol=1e-4, atol=1e-3)
+
+
+def test_checkpoint_missing_or_misshapen_parameters_are_clear_errors(tiny):
+    cfg, arg_params, aux_params = tiny
+    partial = {k: v for k, v in arg_params.items() if k != "cls_score_weight"}
+    with pytest.raises(ValueError, match="source.params lacks 1 parameters .* cls_score_weight"):
+        Detector(cfg, partial, aux_params, source="source.params")
+    other = copy.deepcopy(cfg)
+    other.dataset.NUM_CLASSES = 81
+    with pytest.raises(ValueError, match=r"cls_score_weight has shape \(3, 128\), .* needs \(81, 128\)"):
+        Detector(other, arg_params, aux_params)
+
+
+def test_extracted_proposals_load_back_for_chip_mining(tiny):
+    cfg, arg_params, aux_params = tiny
+    cfg = copy.deepcopy(cfg)
+    detector = Detector(cfg, arg_params, aux_params, rpn_only=True)
+    path = tester.extract_proposals(cfg, detector=detector)
+    assert path == tester.proposal_file(cfg) == os.path.join(cfg.output_path, "proposals", "train.pkl")
+    cfg.TEST.PROPOSAL_SAVE_PATH = os.path.dirname(path)  # an existing folder
+    assert tester.proposal_file(cfg) == path
+    cfg.TEST.PROPOSAL_SAVE_PATH = "/elsewhere/rpn.pkl"
+    assert tester.proposal_file(cfg) == "/elsewhere/rpn.pkl"
+    with open(path, "rb") as f:
+        proposals = pickle.load(f)
+    assert sorted(proposals) == [1, 2]  # image 3 cannot be read
+    sizes = {image_id: (h, w) for _, image_id, h, w, _ in IMAGES["train"]}
+    for image_id, boxes in proposals.items():
+        height, width = sizes[image_id]
+        assert boxes.dtype == np.float32 and boxes.shape[1] == 5
+        assert 0 < len(boxes) <= 3 * cfg.TEST.NUM_PROPOSALS
+        assert np.all(boxes[:, :2] >= 0) and np.all(boxes[:, 2] <= width - 1) and np.all(boxes[:, 3] <= height - 1)
+        assert np.all(np.diff(boxes[:, 4]) <= 0)
+        assert len(np.unique(boxes, axis=0)) == len(boxes)
+    # what negative chip mining reads: flipped entries get the mirrored proposals
+    cfg.dataset.proposal = path
+    cfg.TRAIN.FLIP = True
+    roidb, _ = load_roidb(cfg, "train", training=True)
+    for entry in roidb:
+        boxes = proposals.get(entry["id"], np.zeros((0, 5), np.float32))[:, :4]
+        expected = flip_boxes(boxes, entry["width"]) if entry["flipped"] else boxes
+        np.testing.assert_allclose(entry["proposals"], expected)

@@ -1,0 +1,153 @@
+"""Training loop (issue 5): loss falls, resume is exact, frozen params stay, divergence stops cleanly,
+checkpoints are atomic and store the de-normalised regressor, and the optimizer schedule is right."""
+import os
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+from lib.config import load_config
+from lib.train import checkpoint
+from lib.train.optimizer import make_optimizer_params, parse_lr_steps
+from lib.train.trainer import TrainingDiverged, train, use_fp16
+
+TINY = "configs/faster/sniper_synthetic_tiny.yml"
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("synthetic") / "data")
+
+
+def tiny_cfg(data_dir, out_dir, **overrides):
+    base = {
+        "dataset.dataset_path": data_dir, "dataset.synthetic_train": "2", "dataset.synthetic_val": "1",
+        "dataset.root_path": str(out_dir), "output_path": str(out_dir), "TRAIN.NUM_PROCESS": "0",
+        "TRAIN.BATCH_IMAGES": "2", "TRAIN.end_epoch": "2", "TRAIN.warmup_step": "5", "TRAIN.lr_step": "10",
+        "gpus": "cpu:1",
+    }
+    base.update(overrides)
+    return load_config(TINY, list(base.items()))
+
+
+def params_of(prefix, epoch):
+    args, aux = checkpoint.load_params(checkpoint.params_path(prefix, epoch))
+    return {k: v.asnumpy() for k, v in {**args, **aux}.items()}
+
+
+def test_loss_falls_on_two_cpu_contexts(data_dir, tmp_path):
+    cfg = tiny_cfg(data_dir, tmp_path, **{"gpus": "cpu:2", "TRAIN.end_epoch": "4", "TRAIN.lr": "0.01"})
+    prefix, history = train(cfg)
+    assert len(history) == 4
+    first, last = history[0], history[-1]
+    assert last["RCNNLogLoss"] < 0.7 * first["RCNNLogLoss"]
+    assert last["RPNLogLoss"] < first["RPNLogLoss"]
+    for epoch in range(1, 5):
+        assert os.path.isfile(checkpoint.params_path(prefix, epoch))
+        assert os.path.isfile(checkpoint.states_path(prefix, epoch))
+    assert checkpoint.last_complete_epoch(prefix) == 4
+
+
+def test_resume_reproduces_uninterrupted_run_and_fixed_params_stay(data_dir, tmp_path):
+    fixed = {"network.FIXED_PARAMS": "[conv0, stage1]"}
+    straight, _ = train(tiny_cfg(data_dir, tmp_path / "straight", **fixed))
+    interrupted_cfg = tiny_cfg(data_dir, tmp_path / "resumed", **fixed, **{"TRAIN.end_epoch": "1"})
+    resumed_prefix, _ = train(interrupted_cfg)
+    resumed_prefix, history = train(tiny_cfg(data_dir, tmp_path / "resumed", **fixed), resume=True)
+    assert len(history) == 1  # only epoch 2 ran
+    expected, got = params_of(straight, 2), params_of(resumed_prefix, 2)
+    assert expected.keys() == got.keys()
+    for name in expected:
+        np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    epoch1 = params_of(straight, 1)
+    frozen = [n for n in expected if n.startswith(("conv0", "stage1")) and not n.endswith(("moving_mean", "moving_var"))]
+    assert frozen
+    for name in frozen:
+        np.testing.assert_array_equal(expected[name], epoch1[name], err_msg=name)
+    trained = [n for n in expected if n.startswith("stage3") and n.endswith("weight")]
+    assert any(not np.array_equal(expected[n], epoch1[n]) for n in trained)
+
+
+def test_divergence_stops_before_update_and_keeps_last_checkpoint(data_dir, tmp_path):
+    prefix, _ = train(tiny_cfg(data_dir, tmp_path, **{"TRAIN.end_epoch": "1"}))
+    good = params_of(prefix, 1)
+    with pytest.raises(TrainingDiverged, match=r"epoch 2 iteration \d+: \w+ is (nan|inf)"):
+        train(tiny_cfg(data_dir, tmp_path, **{"TRAIN.lr": "1e30", "TRAIN.warmup": "false"}), resume=True)
+    assert checkpoint.last_complete_epoch(prefix) == 1
+    assert not os.path.exists(checkpoint.params_path(prefix, 2))
+    kept = params_of(prefix, 1)
+    for name in good:
+        np.testing.assert_array_equal(kept[name], good[name])
+
+
+def test_fp16_is_refused_on_cpu_with_a_clear_message():
+    cfg = load_config(TINY, [("TRAIN.fp16", "true")])
+    with pytest.raises(ValueError, match="TRAIN.fp16"):
+        use_fp16(cfg, [mx.cpu()])
+    assert use_fp16(cfg, [mx.gpu(0)]) is True
+    assert use_fp16(load_config(TINY), [mx.cpu()]) is False
+
+
+def test_checkpoint_stores_denormalised_regressor_and_round_trips(tmp_path):
+    prefix = str(tmp_path / "model")
+    weight = np.arange(8, dtype=np.float32).reshape(4, 2)
+    bias = np.array([1, 2, 3, 4], np.float32)
+    args = {"bbox_pred_weight": mx.nd.array(weight), "bbox_pred_bias": mx.nd.array(bias), "w": mx.nd.ones(3)}
+    aux = {"bn_moving_mean": mx.nd.zeros(2)}
+    stds, means = [0.1, 0.1, 0.2, 0.2], [0, 0, 0, 0]
+    checkpoint.save_checkpoint(prefix, 3, None, args, aux, stds, means, save_states=lambda p: open(p, "w").close())
+    stored_args, stored_aux = checkpoint.load_params(checkpoint.params_path(prefix, 3))
+    # test network: regressor multiplied back by the stds, row by row
+    np.testing.assert_allclose(stored_args["bbox_pred_weight"].asnumpy(),
+                               [[0, 0.1], [0.2, 0.3], [0.8, 1.0], [1.2, 1.4]], rtol=1e-6)
+    np.testing.assert_allclose(stored_args["bbox_pred_bias"].asnumpy(), [0.1, 0.2, 0.6, 0.8], rtol=1e-6)
+    np.testing.assert_array_equal(stored_aux["bn_moving_mean"].asnumpy(), [0, 0])
+    train_args, _ = checkpoint.load_training_checkpoint(prefix, 3, stds, means)
+    np.testing.assert_allclose(train_args["bbox_pred_weight"].asnumpy(), weight, rtol=1e-6)
+    np.testing.assert_allclose(train_args["bbox_pred_bias"].asnumpy(), bias, rtol=1e-6)
+    assert checkpoint.last_complete_epoch(prefix) == 3
+
+
+def test_interrupted_write_leaves_no_checkpoint(tmp_path):
+    prefix = str(tmp_path / "model")
+
+    def crash(path):
+        open(path, "w").write("partial")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint.save_checkpoint(prefix, 1, None, {"w": mx.nd.ones(2)}, {}, [1] * 4, [0] * 4, save_states=crash)
+    assert os.listdir(tmp_path) == []
+    assert checkpoint.last_complete_epoch(prefix) == 0
+    # params without optimizer states do not count as a complete epoch
+    checkpoint.save_checkpoint(prefix, 2, None, {"w": mx.nd.ones(2)}, {}, [1] * 4, [0] * 4)
+    assert checkpoint.last_complete_epoch(prefix) == 0
+
+
+def test_truncated_checkpoint_is_a_clear_error(tmp_path):
+    path = tmp_path / "bad-0001.params"
+    path.write_bytes(b"\x00\x01garbage")
+    with pytest.raises(ValueError, match="bad-0001.params"):
+        checkpoint.load_params(str(path))
+    with pytest.raises(FileNotFoundError, match="absent"):
+        checkpoint.load_params(str(tmp_path / "absent.params"))
+
+
+def test_schedule_warmup_steps_and_fp16_rescaling():
+    cfg = load_config(None, [("TRAIN.lr", "0.015"), ("TRAIN.warmup_lr", "0.0005"), ("TRAIN.warmup_step", "10"),
+                             ("TRAIN.lr_step", "5.33"), ("TRAIN.wd", "0.0001")])
+    assert parse_lr_steps("5.33", 100) == [533]
+    assert parse_lr_steps("8,11", 10) == [80, 110]
+    with pytest.raises(ValueError, match="lr_step"):
+        parse_lr_steps("five", 10)
+    params = make_optimizer_params(cfg, iters_per_epoch=100, num_update=0, fp16=False)
+    schedule = params["lr_scheduler"]
+    assert schedule(0) == pytest.approx(0.0005)
+    assert schedule(5) == pytest.approx(0.0005 + 0.5 * (0.015 - 0.0005))
+    assert schedule(100) == pytest.approx(0.015)
+    assert schedule(534) == pytest.approx(0.0015)
+    half = make_optimizer_params(cfg, iters_per_epoch=100, num_update=50, fp16=True)
+    # fp16: lr / 100 and wd * 100, so lr/S * (S*g + wd*S*w) is the fp32 update; fp32 master weights
+    assert half["learning_rate"] == pytest.approx(0.015 / 100)
+    assert half["wd"] == pytest.approx(0.0001 * 100)
+    assert half["multi_precision"] is True and half["begin_num_update"] == 50

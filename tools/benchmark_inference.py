@@ -1,0 +1,145 @@
+"""Inference speed: SNIPER single-scale and multi-scale testing vs GluonCV's Faster R-CNN ResNet-101.
+
+``python tools/benchmark_inference.py --cfg FILE [--set KEY VALUE ...] [--images 2] [--runs 3]``
+
+Times ``Detector.detect`` (network, decoding, merging) on the configured contexts for one test scale
+(``--single_scale``, an index into TEST.SCALES) and for all of TEST.SCALES, after a warm-up pass, as the
+median of ``--runs`` runs over ``--images`` random images of ``--image_size``. GluonCV's
+``faster_rcnn_resnet101_v1d_coco`` (built with pretrained=False, pretrained_base=False: no download)
+runs in the same process on the first context at the same input sizes, one image per call. Weights
+are the checkpoint's when it exists, else random: speed does not depend on them, except that random
+weights give the most detections to merge. Peak memory is the largest RSS of the process sampled up
+to the end of each row: MXNet keeps freed memory in its pool, so it only grows from row to row (the
+SNIPER rows run first, and the GluonCV rows include SNIPER's pool).
+"""
+import argparse
+import copy
+import os
+import statistics
+import sys
+import threading
+import time
+
+import mxnet as mx
+import numpy as np
+import psutil
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from lib.config import load_config, parse_cli_overrides  # noqa: E402
+from lib.scales import parse_scales  # noqa: E402
+from lib.test.detector import DATA_NAMES, Detector, checkpoint_file  # noqa: E402
+from symbols import get_symbol  # noqa: E402
+
+
+class PeakRss:
+    """Largest resident set size of this process while the block runs (sampled every 20 ms)."""
+
+    def __enter__(self):
+        self.process, self.peak, self._stop = psutil.Process(), 0, threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self):
+        while True:
+            self.peak = max(self.peak, self.process.memory_info().rss)
+            if self._stop.wait(0.02):
+                return
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def timed(run, runs):
+    """Warm up once, then the median wall time of ``runs`` calls and the peak RSS over them."""
+    run()
+    with PeakRss() as memory:
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            run()
+            mx.nd.waitall()
+            times.append(time.perf_counter() - start)
+    return statistics.median(times), memory.peak
+
+
+def load_detector(cfg):
+    path = checkpoint_file(cfg)
+    if os.path.isfile(path):
+        return Detector.from_checkpoint(cfg, path), path
+    module = mx.mod.Module(get_symbol(cfg, is_train=False), data_names=DATA_NAMES, label_names=None,
+                           context=mx.cpu())
+    module.bind([("data", (1, 3, 64, 64)), ("im_info", (1, 3)), ("im_ids", (1,)), ("chip_ids", (1,))],
+                for_training=False)
+    module.init_params(mx.init.Normal(0.01))
+    return Detector(cfg, *module.get_params()), "random weights"
+
+
+def gluoncv_runner(images, specs, context):
+    """Run GluonCV's Faster R-CNN on every image at every scale's input size, one image per call."""
+    from gluoncv import model_zoo
+
+    net = model_zoo.get_model("faster_rcnn_resnet101_v1d_coco", pretrained=False, pretrained_base=False)
+    net.initialize(ctx=context)
+    net.hybridize(static_alloc=True)
+    inputs = []
+    for spec in specs:
+        for image in images:
+            scale = spec.image_scale(*image.shape[:2])
+            height, width = (max(1, int(round(side * scale))) for side in image.shape[:2])
+            inputs.append(mx.nd.random.uniform(shape=(1, 3, height, width), ctx=context))
+
+    def run():
+        for x in inputs:
+            net(x)[0].wait_to_read()
+    return run
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cfg", required=True)
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY VALUE")
+    parser.add_argument("--images", type=int, default=2, help="images per run")
+    parser.add_argument("--runs", type=int, default=3, help="timed runs (median reported)")
+    parser.add_argument("--image_size", type=int, nargs=2, default=[480, 640], metavar=("H", "W"))
+    parser.add_argument("--single_scale", type=int, default=1, help="index into TEST.SCALES for single-scale")
+    parser.add_argument("--num_classes", type=int, default=81, help="when dataset.NUM_CLASSES is 0")
+    parser.add_argument("--no_gluoncv", action="store_true", help="skip the GluonCV baseline")
+    args = parser.parse_args(argv)
+    cfg = load_config(args.cfg, parse_cli_overrides(args.set))
+    cfg.dataset.NUM_CLASSES = cfg.dataset.NUM_CLASSES or args.num_classes
+    detector, weights = load_detector(cfg)
+    rng = np.random.default_rng(0)
+    images = [rng.integers(0, 255, (*args.image_size, 3), dtype=np.uint8) for _ in range(args.images)]
+
+    single = copy.deepcopy(cfg)
+    single.TEST.SCALES = [cfg.TEST.SCALES[args.single_scale]]
+    single.TEST.VALID_RANGES = [[-1, -1]]
+    runs = (("single-scale", single), ("multi-scale", cfg))
+    rows = []
+    for name, run_cfg in runs:
+        detector.cfg = run_cfg  # same network, other scales
+        seconds, peak = timed(lambda: detector.detect(images), args.runs)
+        rows.append((f"SNIPER {cfg.symbol}", name, run_cfg.TEST.SCALES, detector.contexts, seconds, peak))
+    if not args.no_gluoncv:
+        for name, run_cfg in runs:
+            run = gluoncv_runner(images, parse_scales(run_cfg.TEST.SCALES), detector.contexts[0])
+            seconds, peak = timed(run, args.runs)
+            rows.append(("GluonCV faster_rcnn_resnet101_v1d_coco", name, run_cfg.TEST.SCALES,
+                         detector.contexts[:1], seconds, peak))
+
+    print(f"\n{args.images} images of {args.image_size[0]}x{args.image_size[1]} per run, median of {args.runs} "
+          f"runs after warm-up, {os.cpu_count()} CPU cores, MXNet {mx.__version__}; SNIPER weights: {weights}")
+    header = f"| {'model':<45} | {'test':<12} | {'scales':<40} | {'contexts':<14} | {'images/s':>8} | " \
+             f"{'ms/image':>9} | {'peak RSS MB':>11} |"
+    print(header)
+    print("|" + "|".join("-" * (len(cell)) for cell in header.split("|")[1:-1]) + "|")
+    for model, name, scales, contexts, seconds, peak in rows:
+        print(f"| {model:<45} | {name:<12} | {str(scales):<40} | {','.join(map(str, contexts)):<14} | "
+              f"{args.images / seconds:8.3f} | {1000 * seconds / args.images:9.1f} | {peak / 2 ** 20:11.0f} |")
+
+
+if __name__ == "__main__":
+    main()
