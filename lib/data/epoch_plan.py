@@ -28,6 +28,7 @@ class ChipRef(NamedTuple):
     im_scale: float
     box: tuple  # (x1, y1, x2, y2), inclusive, in the scaled (and mirrored if flipped) image
     stride: int
+    negative: bool = False  # a background chip from negative chip mining
 
 
 class ChipTable(NamedTuple):
@@ -37,6 +38,7 @@ class ChipTable(NamedTuple):
     scale_index: np.ndarray  # int8 (n,)
     im_scale: np.ndarray  # float64 (n,)
     boxes: np.ndarray  # float32 (n, 4)
+    negative: np.ndarray = None  # bool (n,): negative (background) chips; None: all positive
 
     @classmethod
     def concatenate(cls, tables):
@@ -58,11 +60,13 @@ def mine_images(roidb, cfg, stride, seed, epoch, indices):
     for index in indices:
         rng = stream(seed, epoch, _MINE, index)
         image_chips = mine_image_chips(roidb[index], cfg, stride, rng)
-        for scale_index, box in sample_epoch_chips(image_chips, rng, max_neg):
-            rows.append((index, scale_index, image_chips.scales[scale_index].im_scale, box))
-    columns = list(zip(*rows)) or [(), (), (), ()]
+        num_pos = sum(len(scale.pos_chips) for scale in image_chips.scales)
+        for position, (scale_index, box) in enumerate(sample_epoch_chips(image_chips, rng, max_neg)):
+            # sample_epoch_chips lists the positive chips first
+            rows.append((index, scale_index, image_chips.scales[scale_index].im_scale, box, position >= num_pos))
+    columns = list(zip(*rows)) or [(), (), (), (), ()]
     return ChipTable(np.array(columns[0], np.int32), np.array(columns[1], np.int8), np.array(columns[2], np.float64),
-                     np.array(columns[3], np.float32).reshape(-1, 4))
+                     np.array(columns[3], np.float32).reshape(-1, 4), np.array(columns[4], bool))
 
 
 def mine_epoch(roidb, cfg, pool, seed, epoch):
@@ -101,6 +105,9 @@ class EpochPlan:
         if not 0 <= shard_index < num_shards:
             raise ValueError(f"EpochPlan: shard_index must be in [0, {num_shards}), got {shard_index}")
         count = len(chips.image_index)
+        if chips.negative is None:
+            chips = chips._replace(negative=np.zeros(count, bool))
+        self.num_negative = int(chips.negative.sum())
         self.chips = chips.take(stream(seed, epoch, _SHUFFLE).permutation(count) if shuffle else np.arange(count))
         self.num_chips, self.stride = count, stride
         self.seed, self.epoch, self.batch_size = seed, epoch, batch_size
@@ -121,7 +128,7 @@ class EpochPlan:
         """The ChipRef at position ``index`` of the shuffled epoch."""
         c = self.chips
         return ChipRef(int(c.image_index[index]), int(c.scale_index[index]), float(c.im_scale[index]),
-                       tuple(float(v) for v in c.boxes[index]), self.stride)
+                       tuple(float(v) for v in c.boxes[index]), self.stride, bool(c.negative[index]))
 
     def chip_at(self, batch, position):
         """(ChipRef, rng seed) of a batch position."""

@@ -35,10 +35,12 @@ class _Stopped(Exception):
 
 
 class LoaderStats:
-    """What the loader did: chips built, time per stage (summed over workers), unreadable images."""
+    """What the loader did: chips built (of which negative), time per stage (summed over workers),
+    unreadable images."""
 
     def __init__(self):
         self.chips = 0
+        self.negative_chips = 0
         self.decode_seconds = 0.0
         self.image_seconds = 0.0
         self.target_seconds = 0.0
@@ -49,8 +51,9 @@ class LoaderStats:
     def bad_image_count(self):
         return sum(self.bad_images.values())
 
-    def add_chip(self, timings, dropped):
+    def add_chip(self, timings, dropped, negative=False):
         self.chips += 1
+        self.negative_chips += bool(negative)
         decode, image, targets = timings
         self.decode_seconds += decode
         self.image_seconds += image
@@ -63,7 +66,8 @@ class LoaderStats:
         decode, image, targets = (seconds / max(self.chips, 1) * 1e3
                                   for seconds in (self.decode_seconds, self.image_seconds, self.target_seconds))
         per_chip = f", per chip: decode {decode:.1f} ms, crop/resize {image:.1f} ms, targets {targets:.1f} ms"
-        return (f"{self.chips} chips{per_chip if self.chips else ''}; {len(self.bad_images)} unreadable images "
+        return (f"{self.chips} chips ({self.negative_chips} negative){per_chip if self.chips else ''}; "
+                f"{len(self.bad_images)} unreadable images "
                 f"({self.bad_image_count} chips replaced); {self.dropped_gt_boxes} gt boxes over MAX_GT_PER_CHIP")
 
     def add_bad_image(self, path, error):
@@ -73,12 +77,14 @@ class LoaderStats:
 
 
 class _Batch:
-    """A batch being built: its slot, how many chips are still missing, replacement attempts."""
+    """A batch being built: its slot, how many chips are still missing, replacement attempts, and
+    which positions hold negative chips."""
 
-    __slots__ = ("index", "slot", "remaining", "attempts")
+    __slots__ = ("index", "slot", "remaining", "attempts", "negative")
 
     def __init__(self, index, slot, size):
         self.index, self.slot, self.remaining, self.attempts = index, slot, size, Counter()
+        self.negative = [False] * size
 
 
 class _Scheduler:
@@ -132,6 +138,7 @@ class _Scheduler:
 
     def _submit(self, batch, position, chip, seed):
         self.pending += 1
+        batch.negative[position] = chip.negative
         self.pool.submit(("chip", batch.slot, position, batch.index, chip, seed))
 
     def _handle(self, message, replace=True):
@@ -140,7 +147,7 @@ class _Scheduler:
         batch = self.building[index]
         if kind == "chip":
             batch.remaining -= 1
-            self.stats.add_chip(*message[3:])
+            self.stats.add_chip(*message[3:], negative=batch.negative[position])
             return
         path, error = message[3:]
         self.stats.add_bad_image(path, error)
@@ -391,8 +398,9 @@ class ChipLoader(mx.io.DataIter):
         self._plan = EpochPlan(chips, stride, self.batch_size, self.seed, self.epoch, self.cfg.TRAIN.SHUFFLE,
                                self.num_shards, self.shard_index)
         shard = f" (shard {self.shard_index} of {self.num_shards})" if self.num_shards > 1 else ""
-        logger.info("epoch %d: %d chips (stride %d) in %d batches of %d%s", self.epoch, self._plan.num_chips, stride,
-                    self._plan.num_batches, self.batch_size, shard)
+        logger.info("epoch %d: %d chips (%d negative, stride %d) in %d batches of %d%s", self.epoch,
+                    self._plan.num_chips, self._plan.num_negative, stride, self._plan.num_batches, self.batch_size,
+                    shard)
         self._scheduler = _Scheduler(pool, self._plan, self.roidb, self._resources.slots, self.stats)
         self._exhausted = False
         if self.num_workers:

@@ -1,0 +1,168 @@
+"""Negative chip mining end to end (tools/train_neg_chips.py): RPN-only training, proposal extraction
+with that checkpoint, SNIPER training on positive and negative chips, evaluation, resumable stages; and
+the loader's count of negative chips."""
+import logging
+import os
+import pickle
+import subprocess
+
+import numpy as np
+import pytest
+
+from lib.config import load_config
+from lib.data.epoch_plan import EpochPlan, mine_images
+from lib.test.detector import Detector
+from lib.train.checkpoint import load_params
+from symbols import get_symbol
+from tools.train_neg_chips import NegChipPipeline
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml")
+WRAPPER = os.path.join(ROOT, "scripts", "train_neg_props_and_sniper.sh")
+
+
+# -- the loader's negative chip flags ------------------------------------------------------------------
+def test_mined_chips_are_flagged_negative_exactly_for_the_background_chip():
+    rng = np.random.default_rng(3)
+    gt = np.array([[600, 440, 629, 469]], np.float32)  # bottom-right corner, finest scale only
+    x1, y1 = 10 + rng.uniform(0, 60, 30), 10 + rng.uniform(0, 60, 30)
+    proposals = np.stack([x1, y1, x1 + 19, y1 + 19], axis=1).astype(np.float32)  # 30 > 25 in the top-left
+    entry = {"id": 1, "image": "img.jpg", "width": 640, "height": 480, "flipped": False, "boxes": gt,
+             "gt_classes": np.ones(1, np.int32), "proposals": proposals}
+    cfg = load_config(None, [("TRAIN.CHIP_STRIDE", "56")])
+    table = mine_images([entry], cfg, 56, seed=0, epoch=0, indices=[0])
+    assert table.negative.dtype == bool and table.negative.sum() == 1
+    chip = table.boxes[table.negative][0]
+    scaled = proposals * 3.0  # the finest scale, factor 3
+    assert table.scale_index[table.negative][0] == 0
+    assert ((scaled[:, :2] >= chip[:2]) & (scaled[:, 2:] <= chip[2:])).all()
+    positives = table.boxes[~table.negative]
+    assert len(positives) >= 1 and any(((gt[0, :2] * 3 >= p[:2]) & (gt[0, 2:] * 3 <= p[2:])).all() for p in positives)
+    assert not mine_images([entry], load_config(None, [("TRAIN.USE_NEG_CHIPS", "false")]), 56, 0, 0, [0]).negative.any()
+
+    plan = EpochPlan(table, 56, batch_size=2, seed=0, epoch=0, shuffle=True)
+    assert plan.num_negative == 1
+    flags = [plan.chip(i).negative for i in range(plan.num_chips)]
+    assert sum(flags) == 1 and plan.chip(flags.index(True)).box == tuple(float(v) for v in chip)
+    # a table without the column (positive chips only) still makes a plan
+    assert EpochPlan(table._replace(negative=None), 56, 2, 0, 0, True).num_negative == 0
+
+
+# -- the pipeline ----------------------------------------------------------------------------------------
+def overrides(tmp_path):
+    return [("dataset.dataset_path", str(tmp_path / "data")), ("dataset.root_path", str(tmp_path)),
+            ("dataset.synthetic_train", "2"), ("dataset.synthetic_val", "1"), ("output_path", str(tmp_path / "out")),
+            ("TRAIN.FLIP", "false"), ("TRAIN.end_epoch", "1"), ("TRAIN.BATCH_IMAGES", "2"),
+            ("TRAIN.NUM_PROCESS", "0"), ("TRAIN.warmup_step", "5"), ("gpus", "cpu:1")]
+
+
+def loader_stats(records):
+    """The LoaderStats the trainer logs at the end of each training run, in order."""
+    return [r.args[0] for r in records if r.name == "lib.train.trainer" and r.msg.startswith("data loader")]
+
+
+def stage_messages(records):
+    return [r.getMessage() for r in records if r.name == "tools.train_neg_chips"]
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """(pipeline, outputs, log records) of one run of every stage on two synthetic images."""
+    tmp_path = tmp_path_factory.mktemp("neg_chips")
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    root = logging.getLogger()
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+        pipeline = NegChipPipeline(TINY, overrides(tmp_path), rpn_epochs=1)
+        outputs = pipeline.run(evaluate=True)
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+    return tmp_path, pipeline, outputs, records
+
+
+def test_stage_configs_keep_the_rpn_apart_and_feed_its_proposals_to_sniper(finished):
+    _, pipeline, outputs, _ = finished
+    rpn, sniper = pipeline.rpn_cfg, pipeline.sniper_cfg
+    assert rpn.TRAIN.ONLY_PROPOSAL and not rpn.TRAIN.USE_NEG_CHIPS and rpn.TRAIN.end_epoch == 1
+    assert rpn.TRAIN.model_prefix != sniper.TRAIN.model_prefix
+    assert pipeline.extract_cfg.TEST.EXTRACT_PROPOSALS and pipeline.extract_cfg.TEST.MODEL == outputs["rpn"]
+    assert not sniper.TRAIN.ONLY_PROPOSAL and sniper.TRAIN.USE_NEG_CHIPS
+    assert sniper.dataset.proposal == outputs["proposals"]
+    assert pipeline.eval_cfg.TEST.MODEL == outputs["sniper"]
+    assert os.path.basename(outputs["rpn"]) == "SNIPER_rpn-0001.params"
+    assert os.path.basename(outputs["sniper"]) == "SNIPER-0001.params"
+
+
+def test_rpn_checkpoint_loads_into_the_proposal_graph_only(finished):
+    _, pipeline, outputs, _ = finished
+    cfg = pipeline.extract_cfg
+    cfg.dataset.NUM_CLASSES = 6  # five shapes + background, as the tester derives it
+    args, aux = load_params(outputs["rpn"])
+    symbol = get_symbol(cfg, is_train=False, rpn_only=True)
+    shapes = {"data": (1, 3, 64, 64), "im_info": (1, 3), "im_ids": (1,), "chip_ids": (1,)}
+    arg_shapes, _, aux_shapes = symbol.infer_shape(**shapes)
+    needed = {**dict(zip(symbol.list_arguments(), arg_shapes)), **dict(zip(symbol.list_auxiliary_states(), aux_shapes))}
+    given = {**args, **aux}
+    for name, shape in needed.items():
+        if name not in shapes:
+            assert name in given and given[name].shape == shape, name
+    Detector.from_checkpoint(cfg, outputs["rpn"], rpn_only=True)
+    with pytest.raises(ValueError, match="lacks"):  # no R-CNN head in an RPN-only checkpoint
+        Detector.from_checkpoint(cfg, outputs["rpn"], rpn_only=False)
+
+
+def test_proposals_cover_the_training_images(finished):
+    tmp_path, pipeline, outputs, _ = finished
+    with open(outputs["proposals"], "rb") as f:
+        proposals = pickle.load(f)
+    assert sorted(proposals) == [1, 2]  # the synthetic training image ids
+    for boxes in proposals.values():
+        assert boxes.dtype == np.float32 and boxes.ndim == 2 and boxes.shape[1] == 5 and len(boxes) > 25
+        assert (boxes[:, 2] >= boxes[:, 0]).all() and (boxes[:, 3] >= boxes[:, 1]).all()
+    assert os.path.dirname(outputs["proposals"]).startswith(str(tmp_path / "out"))
+
+
+def test_sniper_trained_on_negative_chips_and_was_evaluated(finished):
+    _, _, outputs, records = finished
+    rpn_stats, sniper_stats = loader_stats(records)
+    assert rpn_stats.chips > 0 and rpn_stats.negative_chips == 0
+    assert 0 < sniper_stats.negative_chips < sniper_stats.chips
+    # at most MAX_NEG_CHIPS (2) per image and epoch: 2 images, and at most one wrapped padding chip
+    assert sniper_stats.negative_chips <= 2 * 2 + 1
+    assert os.path.isfile(outputs["sniper"])
+    summary = outputs["summary"]
+    assert summary["checkpoint"] == outputs["sniper"] and summary["tested"] == 1
+    assert {"AP", "APs", "APm", "APl"} <= set(summary["stats"])
+
+
+def test_a_second_run_skips_done_stages_and_redoes_a_missing_one(finished, caplog):
+    tmp_path, pipeline, outputs, _ = finished
+    done = {stage: os.path.getmtime(outputs[stage]) for stage in ("rpn", "proposals", "sniper", "eval")}
+    argv = ["--cfg", TINY, "--rpn-epochs", "1", "--eval", "--set"] + [w for pair in overrides(tmp_path) for w in pair]
+    result = subprocess.run([WRAPPER] + argv, cwd=str(tmp_path), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    for stage in done:
+        assert f"stage {stage}: skipped" in result.stderr
+        assert os.path.getmtime(outputs[stage]) == done[stage]
+
+    os.remove(outputs["proposals"])
+    caplog.set_level(logging.INFO)
+    again = NegChipPipeline(TINY, overrides(tmp_path), rpn_epochs=1).run()
+    assert again["proposals"] == outputs["proposals"] and os.path.isfile(outputs["proposals"])
+    messages = stage_messages(caplog.records)
+    assert any(m.startswith("stage rpn: skipped") for m in messages)
+    assert any(m.startswith("stage proposals: done") for m in messages)
+    # the SNIPER checkpoint predates the new proposals: kept, with a warning
+    assert any(m.startswith("stage sniper: skipped") for m in messages)
+    assert any("older than its input" in m and "stage sniper" in m for m in messages)
+    assert os.path.getmtime(outputs["sniper"]) == done["sniper"]
+
+
+def test_bad_rpn_epochs_is_a_clear_error():
+    with pytest.raises(ValueError, match="rpn_epochs"):
+        NegChipPipeline(TINY, [], rpn_epochs=0)
