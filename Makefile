@@ -2,12 +2,14 @@
 #   make            virtualenv + pinned packages + compiled extensions (idempotent, fast when done)
 #   make test       the test suite
 #   make train      the main job: synthetic data -> train tiny SNIPER on CPU -> COCO AP table
-#   make MXNET=mxnet-cu117   the same with a CUDA build of MXNet 1.9.1 (also mxnet-cu112)
+#   make MXNET=mxnet-cu117   the same with a CUDA build of MXNet 1.9.1 (also mxnet-cu112); the venv
+#                            remembers it, so later `make test` / `make train` keep that build
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
-MXNET ?= mxnet
+VENV := .venv
+MXNET_VARIANTS := mxnet mxnet-cu112 mxnet-cu117
+MXNET ?= $(shell cat $(VENV)/.mxnet-variant 2>/dev/null || echo mxnet)
 MXNET_VERSION := 1.9.1
 GLUONCV_VERSION := 0.10.5.post0
-VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(MXNET)-$(MXNET_VERSION)
 OPS_LIB := lib/ops/libsniper_ops.so
@@ -28,10 +30,12 @@ venv: $(STAMP)
 $(STAMP): requirements.txt constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade "pip<25"
+	# one MXNet build per venv: remove the others (they share the `mxnet` package folder)
+	$(PY) -m pip uninstall -y -q $(filter-out $(MXNET),$(MXNET_VARIANTS)) 2>/dev/null || true
 	$(PY) -m pip install -q -c constraints.txt "$(MXNET)==$(MXNET_VERSION)" -r requirements.txt
 	# gluoncv asks for the non-headless opencv-python; its real dependencies are in requirements.txt
 	$(PY) -m pip install -q --no-deps gluoncv==$(GLUONCV_VERSION)
-	rm -f $(VENV)/.installed-* && touch $@
+	rm -f $(VENV)/.installed-* && echo $(MXNET) > $(VENV)/.mxnet-variant && touch $@
 
 build: extensions $(OPS_LIB)
 

@@ -12,7 +12,7 @@ import sys
 import cv2
 import numpy as np
 
-from lib.config import ConfigError, load_config, parse_cli_overrides
+from lib.config import add_config_arguments, config_from_arguments
 from lib.logger import setup_logging
 
 logger = logging.getLogger("demo")
@@ -20,11 +20,10 @@ logger = logging.getLogger("demo")
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cfg", required=True, help="YAML config the checkpoint was trained with")
+    add_config_arguments(parser, cfg_help="YAML config the checkpoint was trained with")
     parser.add_argument("--im_path", required=True, help="image to run on")
     parser.add_argument("--out", default=None, help="PNG to write (default: IMAGE_detections.png beside it)")
     parser.add_argument("--thresh", type=float, default=0.5, help="draw detections scoring at least this")
-    parser.add_argument("--set", nargs="+", default=[], metavar="KEY VALUE", help="override config keys")
     return parser.parse_args(argv)
 
 
@@ -64,10 +63,7 @@ def draw_detections(image, detections, names, thresh):
 
 def main(argv=None):
     args = parse_args(argv)
-    try:
-        cfg = load_config(args.cfg, parse_cli_overrides(args.set))
-    except (ConfigError, ValueError) as err:
-        sys.exit(f"config error: {err}")
+    cfg = config_from_arguments(args)
     setup_logging()
     from lib.dataset import read_image
     from lib.test.detector import Detector

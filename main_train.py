@@ -3,28 +3,25 @@ import argparse
 import logging
 import sys
 
-from lib.config import ConfigError, dump_config, load_config, parse_cli_overrides
+from lib.config import add_config_arguments, config_from_arguments, dump_config
 from lib.logger import setup_logging
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--cfg", required=True, help="YAML config, e.g. configs/faster/sniper_res101_e2e.yml")
-    parser.add_argument("--set", nargs="+", default=[], metavar="KEY VALUE",
-                        help="override config keys, e.g. --set TRAIN.BATCH_IMAGES 8 gpus 0,1")
+    add_config_arguments(parser)
     parser.add_argument("--resume", action="store_true", help="continue from the last complete checkpoint")
-    parser.add_argument("--eval", action="store_true", help="evaluate the final checkpoint on the test image set")
+    parser.add_argument("--eval", action="store_true",
+                        help="evaluate the final checkpoint (TRAIN.end_epoch) on the test image set")
     return parser.parse_args(argv)
 
 
 def main(argv=None):
     args = parse_args(argv)
-    try:
-        cfg = load_config(args.cfg, parse_cli_overrides(args.set))
-    except (ConfigError, ValueError) as err:
-        sys.exit(f"config error: {err}")
+    cfg = config_from_arguments(args)
     from lib.train.distributed import Workers, create_kvstore
-    from lib.train.trainer import output_dir, train
+    from lib.train.checkpoint import output_dir
+    from lib.train.trainer import train
 
     try:
         kvstore = create_kvstore(cfg)  # with dist_sync: joins the job started by tools/launch.py
@@ -38,6 +35,8 @@ def main(argv=None):
         if args.eval and workers.rank == 0:
             from lib.test.tester import test
 
+            # The checkpoint just written, whatever TEST.TEST_EPOCH / TEST.MODEL say (they serve main_test.py).
+            cfg.TEST.MODEL, cfg.TEST.TEST_EPOCH = "", cfg.TRAIN.end_epoch
             test(cfg)
 
 

@@ -12,10 +12,12 @@ DEFAULTS = {
     "symbol": "resnet101",
     # Devices: "0,1,2" for GPUs; "" or "cpu:N" for N CPU contexts.
     "gpus": "",
-    "CLASS_AGNOSTIC": True,
     "default": {
         "frequent": 20,  # log metrics every N batches
-        "kvstore": "device",  # device, local, dist_sync
+        # One machine: "device" (gradients summed on the GPUs) or "local" (on the CPU); any other name
+        # mx.kv.create knows (e.g. "nccl") goes to Module as is. Several machines, started by
+        # tools/launch.py: "dist_sync" or "dist_device_sync"; asynchronous "dist_async" is refused.
+        "kvstore": "device",
         "seed": 3,
     },
     "network": {
@@ -40,9 +42,10 @@ DEFAULTS = {
         "NUM_CLASSES": 0,  # 0: derived from the annotation file (background included)
         "proposal": "",  # proposals file for negative chip mining ("" disables it)
         # > 0: dataset_path is the project's synthetic dataset, generated on first use with these
-        # image counts (seed default.seed); 0: a real dataset that must already exist.
+        # image counts and seed; 0: a real dataset that must already exist.
         "synthetic_train": 0,
         "synthetic_val": 0,
+        "synthetic_seed": 0,
     },
     "TRAIN": {
         "lr": 0.015,

@@ -6,6 +6,7 @@ of silently training with a default.
 """
 import copy
 import os
+import sys
 
 import yaml
 
@@ -175,3 +176,18 @@ def parse_cli_overrides(pairs):
     if len(pairs) % 2:
         raise ConfigError(f"--set takes KEY VALUE pairs; got an odd number of words: {pairs}")
     return list(zip(pairs[0::2], pairs[1::2]))
+
+
+def add_config_arguments(parser, cfg_help="YAML config, e.g. configs/faster/sniper_res101_e2e.yml"):
+    """The ``--cfg FILE [--set KEY VALUE ...]`` options every entry point takes."""
+    parser.add_argument("--cfg", required=True, help=cfg_help)
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY VALUE",
+                        help="override config keys (dotted), e.g. --set TRAIN.BATCH_IMAGES 8 gpus 0,1")
+
+
+def config_from_arguments(args):
+    """The config of parsed ``--cfg``/``--set``; a bad file, key or value exits with a message naming it."""
+    try:
+        return load_config(args.cfg, parse_cli_overrides(args.set))
+    except (ConfigError, ValueError) as err:
+        sys.exit(f"config error: {err}")

@@ -3,7 +3,8 @@ import mxnet as mx
 
 
 def parse_contexts(spec):
-    """Return the list of mx.Context named by ``spec`` (a clear ValueError for anything else)."""
+    """Return the list of mx.Context named by ``spec`` (a clear ValueError for anything else, including
+    GPU ids that this MXNet does not see: ``mx.context.num_gpus()``)."""
     spec = str(spec).strip()
     if spec in ("", "cpu"):
         return [mx.cpu(0)]
@@ -18,4 +19,11 @@ def parse_contexts(spec):
         raise ValueError(f"gpus: expected '0,1,...', '' or 'cpu:N', got {spec!r}") from None
     if any(i < 0 for i in ids):
         raise ValueError(f"gpus: device ids must be >= 0, got {spec!r}")
+    available = mx.context.num_gpus()
+    missing = [i for i in ids if i >= available]
+    if missing:
+        seen = f"{available} GPU" + ("" if available == 1 else "s")
+        seen += f" (ids 0..{available - 1})" if available else ""
+        raise ValueError(f"config key gpus = {spec!r} names gpu({missing[0]}), but this MXNet sees {seen}; "
+                         f"use gpus '' (or 'cpu:N') for CPU")
     return [mx.gpu(i) for i in ids]

@@ -12,22 +12,24 @@ from symbols.resnet import RESNETS, BatchNormPolicy, resnet_body
 
 FEATURE_STRIDE = 16  # the body's only output stride (res4 and the dilated res5)
 
-# Head widths: RPN 3x3 conv, R-CNN 1x1 reduction before pooling, the two fully connected layers.
-HeadSpec = namedtuple("HeadSpec", ["rpn_channels", "rcnn_channels", "fc_channels"])
+# Head widths: RPN 3x3 conv, R-CNN 1x1 reduction before pooling, the two fully connected layers; and
+# the bilinear samples per pooled bin side. The tiny head takes 2x2 samples instead of the published
+# 4x4: MXNet's CPU deformable PS-ROI pooling is single-threaded and was half of a CPU training step
+# (BENCHMARKS.md, "Network on the CPU"); sampling does not change any parameter shape.
+HeadSpec = namedtuple("HeadSpec", ["rpn_channels", "rcnn_channels", "fc_channels", "samples_per_part"])
 HEADS = {
-    "resnet101": HeadSpec(rpn_channels=512, rcnn_channels=256, fc_channels=1024),
-    "resnet50": HeadSpec(rpn_channels=512, rcnn_channels=256, fc_channels=1024),
-    "resnet_tiny": HeadSpec(rpn_channels=64, rcnn_channels=16, fc_channels=128),
+    "resnet101": HeadSpec(rpn_channels=512, rcnn_channels=256, fc_channels=1024, samples_per_part=4),
+    "resnet50": HeadSpec(rpn_channels=512, rcnn_channels=256, fc_channels=1024, samples_per_part=4),
+    "resnet_tiny": HeadSpec(rpn_channels=64, rcnn_channels=16, fc_channels=128, samples_per_part=2),
 }
 
 POOLED_SIZE = 7
-SAMPLES_PER_PART = 4
 TRANS_STD = 0.1
 OFFSET_LR_MULT = 0.01
 RPN_BBOX_LOSS_WEIGHT = 3.0  # RPN smooth-L1 is scaled by 3 / (chips * RPN_BATCH_SIZE)
 RCNN_BBOX_NORMALISER = 188.0  # R-CNN smooth-L1 is scaled by 1 / (188 * chips), 1 / (188 * 16) published
 # The proposal-target operator (and its gt/im_info/valid_ranges inputs) form this context group: its
-# library registers a CPU kernel only, so GPU training binds with group2ctxs={group: mx.cpu()}.
+# library registers a CPU kernel only, so GPU training binds with group2ctxs={group: [mx.cpu(i), ...]}.
 PROPOSAL_TARGET_GROUP = "proposal_target"
 
 
@@ -124,7 +126,7 @@ def _rcnn_head(features, rois, head, num_classes):
     reduced = mx.sym.Convolution(features, num_filter=head.rcnn_channels, kernel=(1, 1), name="conv_new_1")
     reduced = mx.sym.Activation(reduced, act_type="relu", name="conv_new_1_relu")
     pooling = dict(spatial_scale=1.0 / FEATURE_STRIDE, output_dim=head.rcnn_channels, group_size=1,
-                   pooled_size=POOLED_SIZE, part_size=POOLED_SIZE, sample_per_part=SAMPLES_PER_PART)
+                   pooled_size=POOLED_SIZE, part_size=POOLED_SIZE, sample_per_part=head.samples_per_part)
     # The part offsets are regressed from a plain (offset-free) pooling of the same roi.
     plain = mx.sym.contrib.DeformablePSROIPooling(data=reduced, rois=rois, no_trans=True, name="offset_t",
                                                   **pooling)

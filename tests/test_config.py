@@ -1,5 +1,7 @@
 """Config loading, overrides, type checks, and both scale forms of spec section 1."""
 import glob
+import os
+import re
 
 import pytest
 
@@ -115,3 +117,29 @@ def test_valid_range_mask_uses_inclusive_sqrt_area():
     assert in_valid_range(boxes, (-1, 80)).tolist() == [True, True, False, True]
     assert in_valid_range(boxes, (32, 150)).tolist() == [True, True, True, False]
     assert in_valid_range(boxes, (120, -1)).tolist() == [False, False, False, False]
+
+
+def test_kvstore_comment_names_the_values_training_accepts(monkeypatch):
+    from lib.train.distributed import DMLC_VARIABLES, SYNC_KVSTORES, create_kvstore
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "configs", "default.py")) as f:
+        lines = f.read().splitlines()
+    line = next(i for i, text in enumerate(lines) if text.strip().startswith('"kvstore":'))
+    comment = []
+    while lines[line - 1 - len(comment)].strip().startswith("#"):
+        comment.insert(0, lines[line - 1 - len(comment)])
+    names = set(re.findall(r'"(\w+)"', " ".join(comment) + lines[line].partition("#")[2]))
+    assert set(SYNC_KVSTORES) | {"device", "local", "dist_async"} <= names
+    for variable in DMLC_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    for name in names:
+        cfg = load_config(None, [("default.kvstore", name)])
+        if name == "dist_async":  # named as refused
+            with pytest.raises(ValueError, match="is not supported"):
+                create_kvstore(cfg)
+        elif name.startswith("dist"):  # accepted: it goes on to look for the launcher's variables
+            with pytest.raises(ValueError, match="not set: start the workers with tools/launch.py"):
+                create_kvstore(cfg)
+        else:  # single machine: handed to Module as is
+            assert create_kvstore(cfg) == name

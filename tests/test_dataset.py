@@ -119,11 +119,44 @@ def test_unknown_dataset_kind_is_named(tmp_path):
         load_roidb(make_cfg(tmp_path, dataset="imagenet"), "train")
 
 
+def write_image_info(root, image_set, image_folder, images, categories=CATEGORIES):
+    """A COCO test-dev style set: ``annotations/image_info_{image_set}.json`` (images and categories,
+    no 'annotations' key at all) with its images in ``images/{image_folder}``."""
+    os.makedirs(os.path.join(root, "annotations"), exist_ok=True)
+    os.makedirs(os.path.join(root, "images", image_folder), exist_ok=True)
+    with open(os.path.join(root, "annotations", f"image_info_{image_set}.json"), "w") as f:
+        json.dump({"info": {"description": "test-dev"}, "images": images, "categories": categories}, f)
+    for image in images:
+        cv2.imwrite(os.path.join(root, "images", image_folder, image["file_name"]),
+                    np.zeros((image["height"], image["width"], 3), np.uint8))
+
+
+def test_coco_test_dev_image_info_loads_for_testing_without_boxes(tmp_path):
+    root = str(tmp_path / "data")
+    write_image_info(root, "test-dev2015", "test2015", [image_record(5, 60, 40), image_record(3)])
+    roidb, dataset = load_roidb(make_cfg(tmp_path), "test-dev2015", training=False)
+    assert dataset.annotation_files == [os.path.join(root, "annotations", "image_info_test-dev2015.json")]
+    assert dataset.classes == ["__background__", "two", "seven"] and dataset.category_ids == [0, 2, 7]
+    assert [entry["id"] for entry in roidb] == [5, 3] == dataset.image_ids
+    assert roidb[0]["image"] == os.path.join(root, "images", "test2015", "5.jpg")  # COCO's test2015 folder
+    assert (roidb[0]["height"], roidb[0]["width"]) == (40, 60)
+    for entry in roidb:
+        assert entry["boxes"].shape == (0, 4) and entry["gt_classes"].shape == (0,)
+        assert entry["crowd_boxes"].shape == (0, 4) and entry["difficult"].shape == (0,)
+    assert sorted(dataset.coco.getImgIds()) == [3, 5] and dataset.coco.getAnnIds() == []
+
+    # an instances file, when there is one, is preferred; a folder named after the set is used when present
+    write_coco(root, "test-dev2015", [image_record(9)], [ann(1, 9, [1, 2, 3, 4])])
+    roidb, dataset = load_roidb(make_cfg(tmp_path), "test-dev2015", training=False)
+    assert [len(entry["boxes"]) for entry in roidb] == [1]
+    assert roidb[0]["image"] == os.path.join(root, "images", "test-dev2015", "9.jpg")
+
+
 # ---------------------------------------------------------------- bad COCO input
 
 
 def test_missing_annotation_file_names_it(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"instances_train\.json"):
+    with pytest.raises(FileNotFoundError, match=r"instances_train\.json .* nor does image_info_train\.json"):
         load_roidb(make_cfg(tmp_path), "train")
 
 
@@ -327,6 +360,14 @@ def test_bad_proposal_files_are_errors_naming_them(tmp_path, content, error, mes
     with pytest.raises(error, match=message) as info:
         load_roidb(make_cfg(tmp_path, **{"dataset.proposal": path}), "train")
     assert "proposals.pkl" in str(info.value)
+
+
+def test_proposal_file_is_not_read_without_negative_chips(tmp_path):
+    write_coco(str(tmp_path / "data"), "train", [image_record(1)], [ann(1, 1, [10, 20, 30, 40])])
+    missing = tmp_path / "never_written.pkl"
+    roidb, _ = load_roidb(make_cfg(tmp_path, **{"dataset.proposal": missing, "TRAIN.USE_NEG_CHIPS": False}),
+                          "train")
+    assert roidb and all("proposals" not in entry for entry in roidb)
 
 
 # ---------------------------------------------------------------- Pascal VOC

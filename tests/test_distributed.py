@@ -273,11 +273,12 @@ def test_stopping_or_killing_the_launcher_leaves_no_process(tmp_path, fake_ssh, 
 def test_two_workers_train_the_tiny_config_in_step(tmp_path):
     overrides = ["dataset.dataset_path", str(tmp_path / "data"), "dataset.root_path", str(tmp_path),
                  "dataset.synthetic_train", "4", "dataset.synthetic_val", "2", "TRAIN.FLIP", "false",
-                 "TRAIN.end_epoch", "2", "TRAIN.BATCH_IMAGES", "2", "TRAIN.NUM_PROCESS", "0", "default.frequent", "2",
+                 "TRAIN.end_epoch", "2", "TRAIN.BATCH_IMAGES", "2", "gpus", "cpu:1", "TRAIN.NUM_PROCESS", "0",
+                 "default.frequent", "2",
                  "output_path", str(tmp_path / "out"), "default.kvstore", "dist_sync"]
     cfg = load_config(TINY, list(zip(overrides[::2], overrides[1::2])))
     # made once up front, as a job on a shared filesystem should (the workers would race to make it)
-    ensure_synthetic_dataset(cfg.dataset.dataset_path, train=4, val=2, seed=cfg.default.seed)
+    ensure_synthetic_dataset(cfg.dataset.dataset_path, train=4, val=2, seed=cfg.dataset.synthetic_seed)
     command = [sys.executable, os.path.join(ROOT, "main_train.py"), "--cfg", TINY, "--set", *overrides]
     with Launched(tmp_path, ["-n", "2", "-s", "1", *command], timeout=150) as job:
         assert job.finish() == 0, job.output()[-5000:]

@@ -51,6 +51,21 @@ def test_render_chip_flipped_reads_the_mirrored_image():
     np.testing.assert_array_equal(out[:, :200, :200], (mirrored[50:250, 0:200] - MEANS).transpose(2, 0, 1))
 
 
+def test_render_chip_fits_non_square_inputs_by_their_own_height_and_width():
+    image = smooth_image(300, 400)
+    wide = np.full((3, 64, 160), 7, np.float32)
+    assert render_chip(image, (10, 20, 159, 79), 1.0, False, MEANS, wide) == (60, 150)  # 150 wide, 60 high
+    np.testing.assert_array_equal(wide[:, :60, :150], (image[20:80, 10:160] - MEANS).transpose(2, 0, 1))
+    assert not wide[:, 60:, :].any() and not wide[:, :, 150:].any()
+    tall = np.full((3, 160, 64), 7, np.float32)
+    with pytest.raises(ValueError, match="does not fit the 160 x 64 network input"):
+        render_chip(image, (10, 20, 159, 79), 1.0, False, MEANS, tall)
+    assert render_chip(image, (10, 20, 69, 169), 1.0, True, MEANS, tall) == (150, 60)  # 60 wide, 150 high
+    mirrored = image[:, ::-1]
+    np.testing.assert_array_equal(tall[:, :150, :60], (mirrored[20:170, 10:70] - MEANS).transpose(2, 0, 1))
+    assert not tall[:, 150:, :].any() and not tall[:, :, 60:].any()
+
+
 @pytest.mark.parametrize("scale, flipped", [(3.0, False), (1.667, True), (0.5, False)])
 def test_render_chip_scaled_matches_resizing_the_whole_image(scale, flipped):
     image = smooth_image(240, 320, seed=1)

@@ -57,7 +57,7 @@ def overrides(tmp_path):
 
 
 def loader_stats(records):
-    """The LoaderStats the trainer logs at the end of each training run, in order."""
+    """The LoaderStats the trainer logs after each epoch, in order (each stage here trains one epoch)."""
     return [r.args[0] for r in records if r.name == "lib.train.trainer" and r.msg.startswith("data loader")]
 
 
@@ -166,3 +166,13 @@ def test_a_second_run_skips_done_stages_and_redoes_a_missing_one(finished, caplo
 def test_bad_rpn_epochs_is_a_clear_error():
     with pytest.raises(ValueError, match="rpn_epochs"):
         NegChipPipeline(TINY, [], rpn_epochs=0)
+
+
+def test_rpn_stage_steps_its_lr_at_the_main_schedules_fractions():
+    # main run: 8 epochs stepping at 4 and 6 -> a 2-epoch RPN steps at 1 and 1.5
+    pipeline = NegChipPipeline(TINY, [("TRAIN.end_epoch", "8"), ("TRAIN.lr_step", "4,6")], rpn_epochs=2)
+    assert pipeline.rpn_cfg.TRAIN.lr_step == "1,1.5"
+    assert pipeline.sniper_cfg.TRAIN.lr_step == "4,6"
+    explicit = NegChipPipeline(TINY, [("TRAIN.end_epoch", "8")], rpn_epochs=2,
+                               rpn_overrides=[("TRAIN.lr_step", "0.5")])
+    assert explicit.rpn_cfg.TRAIN.lr_step == "0.5"

@@ -163,6 +163,29 @@ def test_ensure_never_leaves_half_a_dataset_and_never_overwrites_foreign_folders
     assert (foreign / "notes.txt").read_text() == "keep me"
 
 
+def test_a_dataset_installed_by_another_process_meanwhile_is_kept(tmp_path, monkeypatch):
+    path = str(tmp_path / "data")
+    real_generate = synthetic.generate_synthetic_coco
+
+    def racing(out_dir, train, val, seed):
+        real_generate(path, train, val, seed)  # the other process finishes and installs first...
+        with open(os.path.join(path, "installed_first"), "w"):
+            pass
+        real_generate(out_dir, train, val, seed)  # ...while this one is still generating its copy
+
+    monkeypatch.setattr(synthetic, "generate_synthetic_coco", racing)
+    assert ensure_synthetic_dataset(path, train=0, val=0, seed=0) == path
+    assert os.path.isfile(os.path.join(path, "installed_first"))  # the complete dataset was not replaced
+    assert sorted(os.listdir(tmp_path)) == ["data"]  # our copy and any temporary folder are gone
+
+    # an outdated dataset found there at the end is still replaced
+    monkeypatch.setattr(synthetic, "generate_synthetic_coco", real_generate)
+    ensure_synthetic_dataset(path, train=0, val=1, seed=0)
+    assert not os.path.exists(os.path.join(path, "installed_first"))
+    assert len(os.listdir(os.path.join(path, "images", "val"))) == 1
+    assert sorted(os.listdir(tmp_path)) == ["data"]
+
+
 def test_generator_rejects_bad_counts(tmp_path):
     with pytest.raises(ValueError, match="train"):
         generate_synthetic_coco(str(tmp_path), train=-1, val=1, seed=0)

@@ -2,6 +2,7 @@
 for the checkpoint round trip, multi-context batching and proposal extraction."""
 import copy
 import json
+import logging
 import os
 import pickle
 
@@ -17,7 +18,7 @@ from lib.scales import parse_scales
 from lib.test import tester
 from lib.test.detector import DATA_NAMES, Detector, checkpoint_file, unique_rows
 from lib.test.merge import merge_scales, scale_candidates, suppress
-from lib.train.checkpoint import save_checkpoint
+from lib.train.checkpoint import checkpoint_prefix, save_checkpoint
 from symbols import get_symbol
 
 
@@ -192,6 +193,38 @@ def test_oracle_network_scores_ap_one_and_skips_the_unreadable_image(tiny):
         for _, image_id, _, _, objects in IMAGES["val"][:3] for (x1, y1, x2, y2), label in objects)
 
 
+def test_test_dev_results_are_written_and_evaluation_is_skipped(tiny, tmp_path, caplog):
+    """COCO test-dev: an image_info file (no annotations), images in COCO's test2015 folder."""
+    images = {"test-dev2015": [("d.png", 21, 50, 60, [((5, 6, 30, 40), 2)]),
+                               ("e.png", 22, 70, 30, [((1, 1, 20, 50), 1), ((3, 55, 12, 66), 2)])]}
+    root = tmp_path / "data"
+    os.makedirs(root / "images" / "test2015")
+    os.makedirs(root / "annotations")
+    for name, _, height, width, _ in images["test-dev2015"]:
+        cv2.imwrite(str(root / "images" / "test2015" / name), np.zeros((height, width, 3), np.uint8))
+    with open(root / "annotations" / "image_info_test-dev2015.json", "w") as f:
+        json.dump({"images": [{"id": i, "file_name": n, "height": h, "width": w}
+                              for n, i, h, w, _ in images["test-dev2015"]],
+                   "categories": [{"id": c, "name": f"cat{c}"} for c in CATEGORY_IDS[1:]]}, f)
+    cfg = copy.deepcopy(tiny[0])
+    cfg.TEST.SOFT_NMS = False
+    cfg.output_path, cfg.dataset.root_path, cfg.dataset.dataset_path = str(tmp_path / "out"), str(tmp_path), str(root)
+    cfg.dataset.test_image_set = "test-dev2015"
+    with caplog.at_level(logging.INFO, logger="lib.test.tester"):
+        summary = tester.test(cfg, detector=OracleDetector(cfg, images=images))
+    assert (summary["images"], summary["tested"], summary["skipped"]) == (2, 2, 0)
+    assert "stats" not in summary
+    assert "test-dev2015 has no annotations (e.g. test-dev): results written for submission, not evaluated" \
+        in caplog.text
+    results = json.load(open(summary["results"]))
+    assert os.path.basename(summary["results"]) == "detections_test-dev2015_results.json"
+    assert sorted((r["image_id"], r["category_id"], tuple(r["bbox"])) for r in results) == sorted(
+        (image_id, CATEGORY_IDS[label], (x1, y1, x2 - x1 + 1, y2 - y1 + 1))
+        for _, image_id, _, _, objects in images["test-dev2015"] for (x1, y1, x2, y2), label in objects)
+    out_dir = tester.results_dir(cfg)
+    assert sorted(os.listdir(out_dir)) == ["detections_test-dev2015_results.json", "test_summary.json"]
+
+
 VOC_IMAGES = {  # name -> (height, width, [(x1, y1, x2, y2) 1-based inclusive, class, difficult])
     "000001": (50, 60, [((5, 5, 24, 30), "dog", False), ((30, 10, 55, 45), "cat", True)]),
     "000002": (70, 45, [((10, 10, 40, 60), "cat", False)]),
@@ -263,8 +296,6 @@ def test_saved_checkpoint_gives_the_same_detections(tiny):
     cfg, arg_params, aux_params = tiny
     cfg = copy.deepcopy(cfg)
     cfg.name = "roundtrip"
-    from lib.train.trainer import checkpoint_prefix
-
     save_checkpoint(checkpoint_prefix(cfg), cfg.TEST.TEST_EPOCH, None, arg_params, aux_params,
                     stds=(1, 1, 1, 1), means=(0, 0, 0, 0))
     assert os.path.isfile(checkpoint_file(cfg))

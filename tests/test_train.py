@@ -1,6 +1,8 @@
 """Training loop (issue 5): loss falls, resume is exact, frozen params stay, divergence stops cleanly,
 checkpoints are atomic and store the de-normalised regressor, and the optimizer schedule is right."""
+import logging
 import os
+import re
 
 import mxnet as mx
 import numpy as np
@@ -9,6 +11,7 @@ import pytest
 from lib.config import load_config
 from lib.train import checkpoint
 from lib.train.optimizer import make_optimizer_params, parse_lr_steps
+from lib.train import trainer
 from lib.train.trainer import TrainingDiverged, train, use_fp16
 
 TINY = "configs/faster/sniper_synthetic_tiny.yml"
@@ -78,6 +81,29 @@ def test_divergence_stops_before_update_and_keeps_last_checkpoint(data_dir, tmp_
     kept = params_of(prefix, 1)
     for name in good:
         np.testing.assert_array_equal(kept[name], good[name])
+
+
+def test_every_epoch_logs_the_loader_stats(data_dir, tmp_path, monkeypatch, caplog):
+    def data_only_epoch(cfg, module, loader, metric, epoch, num_workers=1):
+        return sum(1 for _ in loader)  # the loader builds every chip; nothing is trained
+
+    monkeypatch.setattr(trainer, "_train_epoch", data_only_epoch)
+    with caplog.at_level(logging.INFO, logger="lib.train.trainer"):
+        train(tiny_cfg(data_dir, tmp_path, **{"TRAIN.end_epoch": "2"}))
+    logged = re.findall(r"data loader: (\d+) chips \((\d+) negative\), per chip: decode [\d.]+ ms.*"
+                        r"after epoch (\d+)", caplog.text)  # as emitted, not the final totals
+    assert [int(epoch) for _, _, epoch in logged] == [1, 2]
+    first, second = (int(chips) for chips, _, _ in logged)
+    assert 0 < first < second  # running totals
+
+
+def test_run_paths_live_in_the_checkpoint_module():
+    cfg = load_config(None, [("output_path", "/runs"), ("TRAIN.model_prefix", "MODEL")])
+    cfg.name = "exp"
+    assert checkpoint.output_dir(cfg) == os.path.join("/runs", "exp")
+    assert checkpoint.checkpoint_prefix(cfg) == os.path.join("/runs", "exp", "MODEL")
+    assert checkpoint.params_path(checkpoint.checkpoint_prefix(cfg), 3) == "/runs/exp/MODEL-0003.params"
+    assert not hasattr(trainer, "output_dir") and not hasattr(trainer, "checkpoint_prefix")  # no second copy
 
 
 def test_fp16_is_refused_on_cpu_with_a_clear_message():

@@ -39,8 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from lib.config import ConfigError, load_config, parse_cli_overrides  # noqa: E402
 from lib.logger import setup_logging  # noqa: E402
-from lib.train.checkpoint import load_progress, params_path  # noqa: E402
-from lib.train.trainer import checkpoint_prefix  # noqa: E402
+from lib.train.checkpoint import checkpoint_prefix, load_progress, params_path  # noqa: E402
 from tools.pixel_budget import BASELINE_SCALE, epoch_pixel_budget  # noqa: E402
 from tools.train_neg_chips import (DEFAULT_RPN_EPOCHS, NegChipPipeline, eval_stage, evaluated,  # noqa: E402
                                    run_stage, summary_path, train_stage)

@@ -25,7 +25,8 @@ def source_region(chip, im_scale, image_width, flipped):
 
 
 def render_chip(image, chip, im_scale, flipped, pixel_means, out):
-    """Write the chip of ``image`` (BGR uint8, original, unflipped) into ``out`` (3, S, S) float32.
+    """Write the chip of ``image`` (BGR uint8, original, unflipped) into ``out`` (3, H, W) float32;
+    the chip must fit ``out``'s own height and width (non-square inputs work as well as square ones).
 
     The content fills the top-left ``height x width`` corner (the chip's size), minus ``pixel_means``
     (BGR); the padding is 0, i.e. the mean colour. Returns (height, width).

@@ -3,11 +3,18 @@
 Layout: ``{dataset_path}/annotations/instances_{image_set}.json`` with the images of that set in
 ``{dataset_path}/images/{image_set}/``. Several sets joined with '+' form one dataset; they must share
 their categories and have distinct image and annotation ids (as COCO's own splits do).
+
+A set without annotations, such as COCO test-dev, has ``annotations/image_info_{image_set}.json``
+instead (images and categories only): it loads for testing, with entries without boxes, and the
+tester writes its results without evaluating them. test-dev's images live in COCO's
+``test{year}`` folder, so ``images/test{year}/`` serves ``test-dev{year}`` unless
+``images/test-dev{year}/`` exists.
 """
 import contextlib
 import io
 import json
 import os
+import re
 
 import numpy as np
 from tqdm import tqdm
@@ -95,6 +102,27 @@ def _check_annotation(ann, path, index_of, label_of, seen_annotations):
                          f"{ann.get('category_id')!r}, which is not in its 'categories' list")
 
 
+def annotation_file(dataset_path, image_set):
+    """``annotations/instances_{image_set}.json``, or ``image_info_{image_set}.json`` for a set
+    without annotations (COCO test-dev); an error naming both when neither exists."""
+    folder = os.path.join(dataset_path, "annotations")
+    candidates = [os.path.join(folder, f"{kind}_{image_set}.json") for kind in ("instances", "image_info")]
+    for path in candidates:
+        if os.path.isfile(path):
+            return path
+    raise FileNotFoundError(f"COCO annotation file {candidates[0]} (image set {image_set!r}) does not exist, "
+                            f"nor does {os.path.basename(candidates[1])} (a set without annotations)")
+
+
+def image_folder(dataset_path, image_set):
+    """``images/{image_set}``; for ``test-dev{year}`` without its own folder, COCO's ``images/test{year}``."""
+    folder = os.path.join(dataset_path, "images", image_set)
+    match = re.fullmatch(r"test-dev(\d*)", image_set)
+    if match and not os.path.isdir(folder):
+        return os.path.join(dataset_path, "images", f"test{match.group(1)}")
+    return folder
+
+
 class CocoDataset:
     """One or more COCO image sets; ``load_entries`` reads them, ``coco`` indexes them for COCOeval.
 
@@ -108,12 +136,7 @@ class CocoDataset:
         self.dataset_path = os.path.abspath(dataset_path)
         self.image_set = image_set
         self.image_sets = split_image_sets(image_set)
-        self.annotation_files = [
-            os.path.join(self.dataset_path, "annotations", f"instances_{name}.json") for name in self.image_sets
-        ]
-        for name, path in zip(self.image_sets, self.annotation_files):
-            if not os.path.isfile(path):
-                raise FileNotFoundError(f"COCO annotation file {path} (image set {name!r}) does not exist")
+        self.annotation_files = [annotation_file(self.dataset_path, name) for name in self.image_sets]
         self.classes = None
         self.category_ids = None
         self.image_ids = None
@@ -139,7 +162,7 @@ class CocoDataset:
                     f"COCO annotation file {path}: categories differ from {self.annotation_files[0]}; "
                     f"joined image sets must share them")
             label_of = {cat_id: label for label, cat_id in enumerate(self.category_ids) if label}
-            image_dir = os.path.join(self.dataset_path, "images", image_set)
+            image_dir = image_folder(self.dataset_path, image_set)
             entries += self._file_entries(data, path, image_dir, label_of, report, first_file, seen_annotations)
         report.log()
         self.box_report = report.counts()

@@ -11,11 +11,11 @@ import logging
 import os
 import pickle
 import re
-import tempfile
 
 import numpy as np
 from tqdm import tqdm
 
+from lib.atomic import write_pickle
 from lib.dataset.coco import CocoDataset
 from lib.dataset.pascal_voc import PascalVocDataset
 from lib.dataset.synthetic import ensure_synthetic_dataset
@@ -50,7 +50,7 @@ def load_roidb(cfg, image_set, training=True):
     """
     if cfg.dataset.synthetic_train > 0:
         ensure_synthetic_dataset(cfg.dataset.dataset_path, train=cfg.dataset.synthetic_train,
-                                 val=cfg.dataset.synthetic_val, seed=cfg.default.seed)
+                                 val=cfg.dataset.synthetic_val, seed=cfg.dataset.synthetic_seed)
     dataset = make_dataset(cfg, image_set)
     flip = bool(training and cfg.TRAIN.FLIP)
     cache_path = _cache_path(cfg.dataset.root_path, dataset, training, flip)
@@ -65,7 +65,7 @@ def load_roidb(cfg, image_set, training=True):
         logger.info("roidb of %s %r: %d entries, cached to %s", dataset.kind, image_set, len(roidb), cache_path)
     check_num_classes(cfg, dataset)
     check_image_files(roidb)
-    if training and cfg.dataset.proposal:
+    if training and cfg.TRAIN.USE_NEG_CHIPS and cfg.dataset.proposal:
         attach_proposals(roidb, cfg.dataset.proposal)
     return roidb, dataset
 
@@ -133,7 +133,9 @@ def attach_proposals(roidb, path):
         with open(path, "rb") as f:
             proposals = pickle.load(f)
     except OSError as err:
-        raise IOError(f"cannot read proposal file {path}: {err.strerror or err}") from None
+        raise IOError(f"cannot read proposal file {path} (dataset.proposal): {err.strerror or err}. Negative "
+                      "chips (TRAIN.USE_NEG_CHIPS) need proposals of the training images: make them with "
+                      "scripts/train_neg_props_and_sniper.sh, or set TRAIN.USE_NEG_CHIPS false") from None
     except Exception as err:  # unpickling raises many types for a corrupt file
         raise ValueError(f"proposal file {path} is not a readable pickle: {err}") from None
     if not isinstance(proposals, dict):
@@ -196,15 +198,8 @@ def _read_cache(path):
 
 
 def _write_cache(path, content):
-    """Write through a temporary file and rename, so a killed run never leaves a truncated cache."""
-    tmp = None
+    """Written atomically (``lib.atomic``), so a killed run never leaves a truncated cache."""
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=os.path.dirname(path), prefix=".tmp-", delete=False) as f:
-            tmp = f.name
-            pickle.dump(content, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, path)
+        write_pickle(content, path)
     except OSError as err:  # the cache only saves time: warn and go on
         logger.warning("cannot write roidb cache %s: %s", path, err)
-        if tmp and os.path.exists(tmp):
-            os.remove(tmp)

@@ -334,7 +334,8 @@ def ensure_synthetic_dataset(path, train=DEFAULT_TRAIN, val=DEFAULT_VAL, seed=DE
 
     A no-op when it already does. Otherwise the dataset is generated into a temporary sibling folder
     and renamed into place, so an interrupted run never leaves half a dataset. A synthetic dataset
-    made with other settings is replaced; any other folder at ``path`` is left alone (error).
+    made with other settings is replaced; any other folder at ``path`` is left alone (error). When
+    several processes generate at once, the first to finish installs its copy and the others keep it.
     """
     manifest = _manifest(train, val, seed)
     if _is_complete(path, manifest):
@@ -355,12 +356,22 @@ def ensure_synthetic_dataset(path, train=DEFAULT_TRAIN, val=DEFAULT_VAL, seed=DE
 
 
 def _install(tmp, path, manifest):
-    """Rename the finished ``tmp`` to ``path``, moving an outdated dataset out of the way first."""
+    """Rename the finished ``tmp`` to ``path``, moving an outdated dataset out of the way first.
+
+    Another process may have generated the same dataset meanwhile: a complete one found at ``path``
+    now is kept (and ``tmp`` discarded by the caller), never replaced.
+    """
+    if _is_complete(path, manifest):
+        logger.info("another process installed the synthetic dataset in %s meanwhile; keeping it", path)
+        return
     old = None
     if os.path.exists(path):
         old = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(path))}.old-",
                                dir=os.path.dirname(os.path.abspath(path)))
-        os.rename(path, os.path.join(old, "dataset"))
+        try:
+            os.rename(path, os.path.join(old, "dataset"))
+        except FileNotFoundError:  # another process moved it away first
+            pass
     try:
         os.rename(tmp, path)
     except OSError:

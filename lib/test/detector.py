@@ -16,7 +16,7 @@ from lib.boxes import clip_boxes, decode
 from lib.contexts import parse_contexts
 from lib.scales import parse_scales
 from lib.test.merge import merge_scales
-from lib.train.checkpoint import load_params, params_path
+from lib.train.checkpoint import checkpoint_prefix, load_params, params_path
 from symbols import get_symbol
 
 logger = logging.getLogger(__name__)
@@ -28,8 +28,6 @@ def checkpoint_file(cfg):
     """``TEST.MODEL`` when set, else epoch ``TEST.TEST_EPOCH`` of the training run of ``cfg``."""
     if cfg.TEST.MODEL:
         return cfg.TEST.MODEL
-    from lib.train.trainer import checkpoint_prefix
-
     return params_path(checkpoint_prefix(cfg), cfg.TEST.TEST_EPOCH)
 
 
@@ -62,10 +60,6 @@ class Detector:
         self.rpn_only = rpn_only
         self.source = source
         self.contexts = contexts if contexts is not None else parse_contexts(cfg.gpus)
-        missing_gpus = [c for c in self.contexts if c.device_type == "gpu" and c.device_id >= mx.context.num_gpus()]
-        if missing_gpus:
-            raise ValueError(f"config key gpus = {cfg.gpus!r} names {missing_gpus[0]}, but this MXNet sees "
-                             f"{mx.context.num_gpus()} GPUs; use gpus '' (or 'cpu:N') for CPU")
         self.batch_size = cfg.TEST.BATCH_IMAGES * len(self.contexts)
         if cfg.TEST.BATCH_IMAGES < 1:
             raise ValueError(f"config key TEST.BATCH_IMAGES must be >= 1, got {cfg.TEST.BATCH_IMAGES}")

@@ -12,6 +12,7 @@ import os
 
 import numpy as np
 
+from lib.atomic import write_json
 from lib.boxes import bbox_overlaps
 
 logger = logging.getLogger(__name__)
@@ -20,25 +21,6 @@ COCO_STAT_NAMES = (
     "AP", "AP50", "AP75", "APs", "APm", "APl",
     "AR1", "AR10", "AR100", "ARs", "ARm", "ARl",
 )
-
-
-def write_atomic(path, write):
-    """``write(binary file)`` into a temporary file beside ``path``, then rename it onto ``path``, so a
-    killed run never leaves a truncated results or proposal file."""
-    directory, name = os.path.split(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f".tmp-{os.getpid()}-{name}")
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
-def write_json(obj, path):
-    write_atomic(path, lambda f: f.write(json.dumps(obj).encode()))
 
 
 def coco_results(detections, image_ids, category_ids):

@@ -10,23 +10,24 @@ on a thread. An image that cannot be read is logged with its path, left out and 
 """
 import logging
 import os
-import pickle
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from tqdm import tqdm
 
+from lib.atomic import write_json, write_pickle
 from lib.dataset import load_roidb, read_image
 from lib.test.detector import Detector
-from lib.test.evaluator import coco_results, evaluate_coco, evaluate_voc, write_atomic, write_json
+from lib.test.evaluator import coco_results, evaluate_coco, evaluate_voc
+from lib.train.checkpoint import output_dir
 
 logger = logging.getLogger(__name__)
 
 
 def results_dir(cfg):
     """``{output_path}/{cfg.name}/results/{test_image_set}``."""
-    return os.path.join(cfg.output_path, cfg.name, "results", cfg.dataset.test_image_set)
+    return os.path.join(output_dir(cfg), "results", cfg.dataset.test_image_set)
 
 
 def proposal_file(cfg):
@@ -147,7 +148,7 @@ def extract_proposals(cfg, detector=None):
     found, skipped = run_images(roidb, detector.batch_size, detector.propose, "proposals")
     proposals = {roidb[i]["id"]: found[i] for i in sorted(found)}
     path = proposal_file(cfg)
-    write_atomic(path, lambda f: pickle.dump(proposals, f, protocol=pickle.HIGHEST_PROTOCOL))
+    write_pickle(proposals, path)
     counts = [len(p) for p in proposals.values()] or [0]
     logger.info("wrote proposals of %d images (%d skipped, %.0f per image on average) to %s",
                 len(proposals), len(skipped), np.mean(counts), path)

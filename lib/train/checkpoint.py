@@ -1,11 +1,15 @@
 """Atomic checkpoints in MXNet's ``prefix-symbol.json`` / ``prefix-%04d.params`` layout.
 
+A run's files live in ``output_dir(cfg)`` = ``{output_path}/{name}`` and its checkpoints under
+``checkpoint_prefix(cfg)`` = ``{output_dir}/{TRAIN.model_prefix}``.
+
 A checkpoint's ``.params`` is what the test network loads: the class-agnostic box regressor is stored
 de-normalised (multiplied back by the target stds, spec section 7). Multiplying and dividing by the
 stds in float32 is not exact, and a resumed run must continue bit for bit, so the training values of
-the regressor are also kept, under ``train:`` keys that MXNet's own loaders ignore. The optimizer state goes beside it as ``prefix-%04d.states``; an epoch counts as complete only
-when both files exist, and each is written to a temporary name and renamed, so a run killed mid-write
-never leaves a checkpoint that looks complete.
+the regressor are also kept, under ``train:`` keys that MXNet's own loaders ignore. The optimizer
+state goes beside it as ``prefix-%04d.states``; an epoch counts as complete only when both files
+exist, and each is written to a temporary name and renamed (``lib.atomic``), so a run killed
+mid-write never leaves a checkpoint that looks complete.
 """
 import glob
 import json
@@ -16,11 +20,23 @@ import re
 import mxnet as mx
 import numpy as np
 
+from lib.atomic import atomic_path, write_json
+
 logger = logging.getLogger(__name__)
 
 BBOX_PRED_WEIGHT = "bbox_pred_weight"
 BBOX_PRED_BIAS = "bbox_pred_bias"
 TRAIN_KIND = "train"  # key prefix of the regressor's exact training values
+
+
+def output_dir(cfg):
+    """``{output_path}/{name}``: the run's checkpoints, logs and results."""
+    return os.path.join(cfg.output_path, cfg.name)
+
+
+def checkpoint_prefix(cfg):
+    """``{output_path}/{name}/{TRAIN.model_prefix}``: the prefix of the run's checkpoint files."""
+    return os.path.join(output_dir(cfg), cfg.TRAIN.model_prefix)
 
 
 def params_path(prefix, epoch):
@@ -33,18 +49,6 @@ def states_path(prefix, epoch):
 
 def progress_path(prefix, epoch):
     return f"{prefix}-{epoch:04d}.progress.json"
-
-
-def _replace_atomically(write, path):
-    """Call ``write(tmp_path)`` then rename onto ``path``; the tmp file keeps the suffix MXNet expects."""
-    directory, name = os.path.split(os.path.abspath(path))
-    tmp = os.path.join(directory, f".tmp-{os.getpid()}-{name}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 def _scale_regressor(arg_params, stds, means, forward):
@@ -72,20 +76,20 @@ def save_checkpoint(prefix, epoch, symbol, arg_params, aux_params, stds, means, 
     training ``progress`` dict (iteration counts a resumed run needs to keep the same schedule)."""
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
     if symbol is not None:
-        _replace_atomically(symbol.save, f"{prefix}-symbol.json")
+        with atomic_path(f"{prefix}-symbol.json") as tmp:
+            symbol.save(tmp)
     test_args = _scale_regressor(arg_params, stds, means, forward=True)
     blob = {f"arg:{k}": v for k, v in test_args.items()}
     blob.update({f"aux:{k}": v for k, v in aux_params.items()})
     blob.update({f"{TRAIN_KIND}:{k}": arg_params[k] for k in (BBOX_PRED_WEIGHT, BBOX_PRED_BIAS) if k in arg_params})
     if save_states is not None:
-        _replace_atomically(save_states, states_path(prefix, epoch))
+        with atomic_path(states_path(prefix, epoch)) as tmp:
+            save_states(tmp)
     if progress is not None:
-        def write_progress(tmp):
-            with open(tmp, "w") as f:
-                json.dump(progress, f)
-        _replace_atomically(write_progress, progress_path(prefix, epoch))
+        write_json(progress, progress_path(prefix, epoch))
     # params last: its presence marks the epoch complete
-    _replace_atomically(lambda tmp: mx.nd.save(tmp, blob), params_path(prefix, epoch))
+    with atomic_path(params_path(prefix, epoch)) as tmp:
+        mx.nd.save(tmp, blob)
     logger.info("saved checkpoint %s", params_path(prefix, epoch))
 
 

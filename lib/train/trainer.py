@@ -5,7 +5,6 @@ non-finite loss stops the run at the iteration where it appears, before the upda
 checkpoints are written atomically with their optimizer state.
 """
 import logging
-import os
 import time
 
 import mxnet as mx
@@ -27,14 +26,6 @@ logger = logging.getLogger(__name__)
 
 class TrainingDiverged(RuntimeError):
     """A loss became NaN or infinite; the last good checkpoint is left in place."""
-
-
-def output_dir(cfg):
-    return os.path.join(cfg.output_path, cfg.name)
-
-
-def checkpoint_prefix(cfg):
-    return os.path.join(output_dir(cfg), cfg.TRAIN.model_prefix)
 
 
 def use_fp16(cfg, contexts):
@@ -83,7 +74,7 @@ def train(cfg, resume=False, kvstore=None):
     rpn_only = cfg.TRAIN.ONLY_PROPOSAL
     roidb, dataset = load_roidb(cfg, cfg.dataset.image_set, training=True)
     cfg.dataset.NUM_CLASSES = dataset.num_classes
-    prefix = checkpoint_prefix(cfg)
+    prefix = checkpoint.checkpoint_prefix(cfg)
     begin_epoch = _begin_epoch(cfg, prefix, resume)
     loader = ChipLoader(roidb, cfg, num_ctx=len(contexts), rpn_only=rpn_only, seed=cfg.default.seed,
                         begin_epoch=begin_epoch, num_shards=workers.count, shard_index=workers.rank)
@@ -120,6 +111,7 @@ def train(cfg, resume=False, kvstore=None):
                 loader.reset()
             num_update += _train_epoch(cfg, module, loader, metric, epoch, workers.count)
             history.append(loss_values(metric))
+            logger.info("data loader: %s (totals of this run after epoch %d)", loader.stats, epoch + 1)
             # BatchNorm writes its moving statistics outside the engine's dependency tracking on the CPU:
             # without these waits a copy (get_params, set_params) can race the last batch's update.
             mx.nd.waitall()
@@ -132,13 +124,14 @@ def train(cfg, resume=False, kvstore=None):
                                            save_states=module.save_optimizer_states,
                                            progress={"iters_per_epoch": iters_per_epoch, "num_update": num_update,
                                                      "metrics": history[-1]})
-        logger.info("data loader: %s", loader.stats)
     return prefix, history
 
 
 def _bind_module(cfg, symbol, loader, contexts):
-    # The compiled proposal-target operator has a host kernel only: on GPUs it runs on the CPU.
-    group2ctxs = {PROPOSAL_TARGET_GROUP: [mx.cpu()] * len(contexts)}
+    # The compiled proposal-target operator has a host kernel only: on GPUs it runs on the CPU. Device i
+    # gets cpu(i): its own CPU worker thread (the engine runs one per CPU device id), so the devices'
+    # operators never queue behind each other; with CPU contexts that is each context itself.
+    group2ctxs = {PROPOSAL_TARGET_GROUP: [mx.cpu(i) for i in range(len(contexts))]}
     module = mx.mod.Module(symbol, data_names=[d.name for d in loader.provide_data],
                            label_names=[d.name for d in loader.provide_label], context=contexts,
                            fixed_param_names=get_fixed_param_names(symbol, cfg), group2ctxs=group2ctxs,

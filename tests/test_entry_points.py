@@ -1,0 +1,52 @@
+"""The command-line entry points: bad configs stop them with a message; what main_test.py logs."""
+import glob
+import logging
+import os
+
+import pytest
+
+import demo
+import main_test
+import main_train
+from lib.config import dump_config
+from lib.test import tester
+
+
+def test_main_test_logs_the_effective_config_as_yaml(tmp_path, monkeypatch):
+    config = tmp_path / "exp.yml"
+    config.write_text("TEST:\n  TEST_EPOCH: 3\n")
+    tested = []
+    monkeypatch.setattr(tester, "test", tested.append)
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        main_test.main(["--cfg", str(config), "--set", "output_path", str(tmp_path / "out"), "TEST.BATCH_IMAGES", "2"])
+    finally:  # setup_logging replaced the root handlers: restore pytest's
+        for handler in root.handlers:
+            if handler not in handlers:
+                handler.close()
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    (cfg,) = tested
+    assert (cfg.name, cfg.TEST.TEST_EPOCH, cfg.TEST.BATCH_IMAGES) == ("exp", 3, 2)
+    (log,) = glob.glob(os.path.join(tmp_path, "out", "exp", "test_*.log"))
+    with open(log) as f:
+        text = f.read()
+    assert f"config {config} with overrides ['output_path', '{tmp_path / 'out'}', 'TEST.BATCH_IMAGES', '2']:\n" in text
+    assert dump_config(cfg) in text  # the YAML of every key, as main_train.py logs it
+    assert "  TEST_EPOCH: 3\n" in text and "  BATCH_IMAGES: 2\n" in text
+
+
+@pytest.mark.parametrize("entry", [main_train, main_test, demo])
+@pytest.mark.parametrize("overrides, message", [
+    (["TRAIN.NO_SUCH_KEY", "1"], "TRAIN.NO_SUCH_KEY"),
+    (["TRAIN.BATCH_IMAGES", "many"], "TRAIN.BATCH_IMAGES"),
+    (["TRAIN.lr"], "odd number of words"),
+])
+def test_entry_points_stop_on_a_bad_override_naming_it(entry, overrides, message, tmp_path):
+    argv = ["--cfg", "configs/faster/sniper_synthetic_tiny.yml", "--set"] + overrides
+    if entry is demo:
+        argv += ["--im_path", str(tmp_path / "image.png")]
+    with pytest.raises(SystemExit) as info:
+        entry.main(argv)
+    assert str(info.value.code).startswith("config error:") and message in str(info.value.code)
