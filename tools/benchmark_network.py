@@ -1,10 +1,13 @@
 """Times the SNIPER network (symbols/) on the CPU: training forward+backward and test forward.
 
 Random weights and inputs; the point is the cost per batch of chips and which operators dominate it.
-Timings use MXNet's defaults; the operator shares come from a separate profiled pass with bulk
-execution and operator fusion off, so that each operator is timed on its own.
+Timings use MXNet's defaults; the operator shares come from a separate profiled pass (one context) with
+bulk execution and operator fusion off, so that each operator is timed on its own. With ``--contexts N``
+the batch is split over N CPU contexts (cpu(0)..cpu(N-1)), as ``gpus: 'cpu:N'`` trains; the CPU column
+is process CPU time over wall time (how many cores were busy).
 
     .venv/bin/python tools/benchmark_network.py [--symbol resnet_tiny] [--chips 2] [--size 512] [--repeat 3]
+        [--contexts 1] [--rois 300]
 """
 import argparse
 import os
@@ -23,8 +26,8 @@ from lib.config import load_config  # noqa: E402
 from symbols import get_symbol  # noqa: E402
 
 
-def bind(symbol, shapes, for_training, rng):
-    executor = symbol.simple_bind(mx.cpu(), grad_req="write" if for_training else "null", **shapes)
+def bind(symbol, shapes, for_training, rng, context=None):
+    executor = symbol.simple_bind(context or mx.cpu(), grad_req="write" if for_training else "null", **shapes)
     for name, array in executor.arg_dict.items():
         if name not in shapes:
             array[:] = rng.normal(0, 0.02, array.shape) if name.endswith("weight") else name.endswith("gamma")
@@ -43,10 +46,13 @@ def bind(symbol, shapes, for_training, rng):
     return executor
 
 
-def run(executor, for_training):
-    executor.forward(is_train=for_training)
+def run(executors, for_training):
+    """One pass of every executor (one per context), pushed before waiting so that they overlap."""
+    for executor in executors:
+        executor.forward(is_train=for_training)
     if for_training:
-        executor.backward()
+        for executor in executors:
+            executor.backward()
     mx.nd.waitall()
 
 
@@ -59,12 +65,12 @@ def profile_top(symbol, shapes, for_training, rng, top):
     executor = bind(symbol, shapes, for_training, rng)
     for name in UNFUSED:
         del os.environ[name]
-    run(executor, for_training)
+    run([executor], for_training)
     # MXNet's profiler replaces the file it is given: never point it at /dev/null.
     trace = os.path.join(tempfile.mkdtemp(prefix="sniper-profile-"), "profile.json")
     mx.profiler.set_config(profile_symbolic=True, aggregate_stats=True, filename=trace)
     mx.profiler.set_state("run")
-    run(executor, for_training)
+    run([executor], for_training)
     mx.profiler.set_state("stop")
     shutil.rmtree(os.path.dirname(trace), ignore_errors=True)
     totals, section = {}, None
@@ -85,11 +91,16 @@ def main():
     parser.add_argument("--size", type=int, default=512)
     parser.add_argument("--classes", type=int, default=81)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--contexts", type=int, default=1, help="CPU contexts sharing the batch (gpus 'cpu:N')")
+    parser.add_argument("--rois", type=int, default=300, help="proposals per chip in training (RPN_POST_NMS_TOP_N)")
     args = parser.parse_args()
+    if args.contexts < 1 or args.chips % args.contexts:
+        parser.error(f"--chips ({args.chips}) must be a positive multiple of --contexts ({args.contexts})")
     cfg = load_config(None)
-    cfg.symbol, cfg.dataset.NUM_CLASSES, cfg.TRAIN.BATCH_IMAGES, cfg.TRAIN.fp16 = \
-        args.symbol, args.classes, args.chips, False
-    chips, size, anchors, feat = args.chips, args.size, cfg.network.NUM_ANCHORS, args.size // 16
+    chips = args.chips // args.contexts  # per context
+    cfg.symbol, cfg.dataset.NUM_CLASSES, cfg.TRAIN.BATCH_IMAGES, cfg.TRAIN.fp16 = args.symbol, args.classes, chips, False
+    cfg.TRAIN.RPN_POST_NMS_TOP_N = args.rois
+    size, anchors, feat = args.size, cfg.network.NUM_ANCHORS, args.size // 16
     train_shapes = dict(data=(chips, 3, size, size), im_info=(chips, 3), valid_ranges=(chips, 2),
                         gt_boxes=(chips, 100, 5), label=(chips, anchors * feat * feat),
                         bbox_target=(chips, 4 * anchors, feat, feat), bbox_weight=(chips, 4 * anchors, feat, feat))
@@ -98,21 +109,23 @@ def main():
     rows = []
     for label, for_training, shapes in (("train fwd+bwd", True, train_shapes), ("test fwd", False, test_shapes)):
         symbol = get_symbol(cfg, is_train=for_training)
-        executor = bind(symbol, shapes, for_training, rng)
-        run(executor, for_training)  # warm-up
-        times = []
+        executors = [bind(symbol, shapes, for_training, rng, mx.cpu(i)) for i in range(args.contexts)]
+        run(executors, for_training)  # warm-up
+        times, cpu_times = [], []
         for _ in range(args.repeat):
-            tic = time.perf_counter()
-            run(executor, for_training)
+            tic, cpu_tic = time.perf_counter(), time.process_time()
+            run(executors, for_training)
             times.append(time.perf_counter() - tic)
+            cpu_times.append(time.process_time() - cpu_tic)
         top = ", ".join("%s %.0f%%" % (name, 100 * share)
                         for name, share in profile_top(symbol, shapes, for_training, rng, 3))
-        rows.append((label, 1000 * np.median(times), chips / np.median(times), top))
-    print("%s, %d chips of %dx%d, %d classes, CPU with %d cores" % (args.symbol, chips, size, size, args.classes,
-                                                                    os.cpu_count()))
-    print("%-14s %10s %9s  %s" % ("pass", "ms/batch", "chips/s", "largest operator shares (profiled pass)"))
-    for label, ms, speed, top in rows:
-        print("%-14s %10.0f %9.2f  %s" % (label, ms, speed, top))
+        wall = np.median(times)
+        rows.append((label, 1000 * wall, args.chips / wall, np.sum(cpu_times) / np.sum(times), top))
+    print("%s, %d chips of %dx%d on %d CPU context(s), %d rois/chip, %d classes, CPU with %d cores"
+          % (args.symbol, args.chips, size, size, args.contexts, args.rois, args.classes, os.cpu_count()))
+    print("%-14s %10s %9s %5s  %s" % ("pass", "ms/batch", "chips/s", "CPU", "largest operator shares (profiled pass)"))
+    for label, ms, speed, cpu, top in rows:
+        print("%-14s %10.0f %9.2f %5.2f  %s" % (label, ms, speed, cpu, top))
 
 
 if __name__ == "__main__":
