@@ -150,9 +150,10 @@ def mine_image_chips(entry, cfg, stride, rng):
 
 def sample_epoch_chips(image_chips, rng, max_neg):
     """The chips one image contributes to an epoch: every positive chip, then at most `max_neg`
-    negative chips drawn without replacement from the pool of all scales. List of (scale index, chip)."""
-    positives = [(level, chip) for level, scale in enumerate(image_chips.scales) for chip in scale.pos_chips]
-    pool = [(level, chip) for level, scale in enumerate(image_chips.scales) for chip in scale.neg_chips]
+    negative chips drawn without replacement from the pool of all scales. List of
+    (scale index, chip, negative)."""
+    positives = [(level, chip, False) for level, scale in enumerate(image_chips.scales) for chip in scale.pos_chips]
+    pool = [(level, chip, True) for level, scale in enumerate(image_chips.scales) for chip in scale.neg_chips]
     if max_neg <= 0 or not pool:
         return positives
     drawn = rng.choice(len(pool), size=min(max_neg, len(pool)), replace=False)

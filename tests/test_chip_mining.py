@@ -200,17 +200,18 @@ def fake_chips(num_pos, num_neg):
 def test_sample_epoch_chips_takes_all_positives_and_at_most_max_neg():
     chips = fake_chips([2, 1, 1], [3, 2, 0])
     sampled = sample_epoch_chips(chips, np.random.default_rng(0), 2)
-    assert [level for level, _ in sampled[:4]] == [0, 0, 1, 2]
+    assert [level for level, _, _ in sampled[:4]] == [0, 0, 1, 2]
+    assert [negative for _, _, negative in sampled] == [False] * 4 + [True] * 2
     negatives = sampled[4:]
     assert len(negatives) == 2
     pool = {(level, tuple(c)) for level, s in enumerate(chips.scales) for c in s.neg_chips}
-    drawn = {(level, tuple(c)) for level, c in negatives}
+    drawn = {(level, tuple(c)) for level, c, _ in negatives}
     assert len(drawn) == 2 and drawn <= pool
     assert len(sample_epoch_chips(chips, np.random.default_rng(0), 0)) == 4
     assert len(sample_epoch_chips(chips, np.random.default_rng(0), 10)) == 4 + 5
     # Over many epochs every negative chip gets drawn.
     seen = {(level, tuple(c)) for seed in range(50)
-            for level, c in sample_epoch_chips(chips, np.random.default_rng(seed), 2)[4:]}
+            for level, c, _ in sample_epoch_chips(chips, np.random.default_rng(seed), 2)[4:]}
     assert seen == pool
 
 

@@ -39,11 +39,9 @@ def epoch_pixel_budget(roidb, cfg, rng):
               "baseline_pixels": 0}
     for entry in tqdm(roidb, desc="mining chips", leave=False):
         chips = mine_image_chips(entry, cfg, stride, rng)
-        num_pos = [len(scale.pos_chips) for scale in chips.scales]
         sampled = sample_epoch_chips(chips, rng, max_neg)
-        for position, (level, chip) in enumerate(sampled):
-            kind = "positive" if position < sum(num_pos) else "negative"
-            totals[kind][level] += 1
+        for level, chip, negative in sampled:
+            totals["negative" if negative else "positive"][level] += 1
             totals["content_pixels"] += int((chip[2] - chip[0] + 1) * (chip[3] - chip[1] + 1))
         totals["chip_pixels"] += len(sampled) * cfg.TRAIN.CHIP_SIZE ** 2
         scale = baseline.image_scale(entry["height"], entry["width"])

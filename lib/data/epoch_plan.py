@@ -60,10 +60,8 @@ def mine_images(roidb, cfg, stride, seed, epoch, indices):
     for index in indices:
         rng = stream(seed, epoch, _MINE, index)
         image_chips = mine_image_chips(roidb[index], cfg, stride, rng)
-        num_pos = sum(len(scale.pos_chips) for scale in image_chips.scales)
-        for position, (scale_index, box) in enumerate(sample_epoch_chips(image_chips, rng, max_neg)):
-            # sample_epoch_chips lists the positive chips first
-            rows.append((index, scale_index, image_chips.scales[scale_index].im_scale, box, position >= num_pos))
+        for scale_index, box, negative in sample_epoch_chips(image_chips, rng, max_neg):
+            rows.append((index, scale_index, image_chips.scales[scale_index].im_scale, box, negative))
     columns = list(zip(*rows)) or [(), (), (), (), ()]
     return ChipTable(np.array(columns[0], np.int32), np.array(columns[1], np.int8), np.array(columns[2], np.float64),
                      np.array(columns[3], np.float32).reshape(-1, 4), np.array(columns[4], bool))
