@@ -28,7 +28,7 @@ def parse_args(argv=None):
 
 
 def class_names(cfg):
-    """Names of the contiguous labels (index 0 is background), and sets ``dataset.NUM_CLASSES``."""
+    """Names of the contiguous labels (index 0 is background); their count is the network's class count."""
     from lib.dataset import load_roidb
 
     try:
@@ -38,7 +38,6 @@ def class_names(cfg):
             raise ValueError(f"{err}; without the dataset set dataset.NUM_CLASSES to name the classes") from None
         logger.warning("%s: classes are shown by number", err)
         return ["__background__"] + [f"class {label}" for label in range(1, cfg.dataset.NUM_CLASSES)]
-    cfg.dataset.NUM_CLASSES = cfg.dataset.NUM_CLASSES or dataset.num_classes
     return list(dataset.classes)
 
 
@@ -66,14 +65,14 @@ def main(argv=None):
     cfg = config_from_arguments(args)
     setup_logging()
     from lib.dataset import read_image
-    from lib.test.detector import Detector
+    from lib.inference.detector import Detector
 
     try:
         image = read_image(args.im_path)
     except IOError as err:
         sys.exit(str(err))
     names = class_names(cfg)
-    detections = Detector.from_checkpoint(cfg).detect([image])[0]
+    detections = Detector.from_checkpoint(cfg, len(names)).detect([image])[0]
     shown = detections[detections[:, 4] >= args.thresh]
     for x1, y1, x2, y2, score, label in shown:
         logger.info("%-15s %.3f  [%.0f, %.0f, %.0f, %.0f]", names[int(label)], score, x1, y1, x2, y2)

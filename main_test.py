@@ -20,7 +20,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     cfg = config_from_arguments(args)
-    from lib.test.tester import extract_proposals, test
+    from lib.inference.tester import extract_proposals, test
     from lib.train.checkpoint import output_dir
 
     setup_logging(output_dir(cfg), name="test")

@@ -74,6 +74,25 @@ def parse_valid_ranges(spec, key="VALID_RANGES"):
     return ranges
 
 
+@dataclass(frozen=True)
+class ScaleLevel:
+    """One level of a pyramid: how to resize an image, and the sqrt(area) range (original pixels, -1
+    open) of the objects this level is trusted with."""
+
+    spec: ScaleSpec
+    valid_range: tuple
+
+
+def pyramid(section, name):
+    """The parsed levels (finest first) of a config section holding SCALES and VALID_RANGES, e.g.
+    ``pyramid(cfg.TRAIN, "TRAIN")``: parse once per run and pass the levels on."""
+    scales = parse_scales(section.SCALES, f"{name}.SCALES")
+    ranges = parse_valid_ranges(section.VALID_RANGES, f"{name}.VALID_RANGES")
+    if len(scales) != len(ranges):
+        raise ScaleError(f"{name}.SCALES has {len(scales)} scales but {name}.VALID_RANGES has {len(ranges)} ranges")
+    return tuple(ScaleLevel(spec, valid_range) for spec, valid_range in zip(scales, ranges))
+
+
 def box_sqrt_area(boxes):
     """sqrt(area) of inclusive-pixel boxes (N,4)."""
     boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)

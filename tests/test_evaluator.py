@@ -10,7 +10,7 @@ from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
 from lib.atomic import write_json
-from lib.test.evaluator import coco_results, evaluate_coco, evaluate_voc, voc_ap, voc_class_ap
+from lib.inference.evaluator import coco_results, evaluate_coco, evaluate_voc, voc_ap, voc_class_ap
 
 # Contiguous label l is COCO category CATEGORY_IDS[l]: non-contiguous ids as in COCO itself.
 CATEGORY_IDS = [0, 3, 7]

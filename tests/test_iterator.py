@@ -18,9 +18,8 @@ from lib.data import ChipLoader, WorkerDiedError, WorkerError
 from lib.data.batch_ring import BatchRing, Field
 from lib.data.chip_boxes import chip_gt_boxes, crop_to_chip, pack_gt_boxes, scaled_valid_range
 from lib.data.chip_image import render_chip
-from lib.data.chip_worker import ChipWorker
-from chip_generator.mining import mine_image_chips
-from lib.dataset import ensure_synthetic_dataset, load_roidb, read_image
+from chip_generator.mining import MiningParams, mine_image_chips
+from lib.dataset import load_roidb, read_image
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MEANS = np.array([103.939, 116.779, 123.68], np.float32)
@@ -128,19 +127,22 @@ def test_batch_ring_refuses_a_too_small_dev_shm(monkeypatch):
 
 
 # -- the loader on a tiny synthetic dataset ----------------------------------------------------------
+CHIPS = 4  # chips per device
+
+
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory):
-    return ensure_synthetic_dataset(str(tmp_path_factory.mktemp("data") / "synthetic"), train=3, val=0, seed=3)
+def dataset(synthetic_dataset):
+    return synthetic_dataset(train=3, val=0)
 
 
-def make_cfg(dataset_path, root, *overrides):
+def dataset_cfg(dataset_path, root, *overrides):
     return load_config(None, [("dataset.dataset_path", dataset_path), ("dataset.image_set", "train"),
-                              ("dataset.root_path", str(root)), ("TRAIN.BATCH_IMAGES", "4"), *overrides])
+                              ("dataset.root_path", str(root)), *overrides])
 
 
 @pytest.fixture(scope="module")
 def cfg(dataset, tmp_path_factory):
-    return make_cfg(dataset, tmp_path_factory.mktemp("root"))
+    return dataset_cfg(dataset, tmp_path_factory.mktemp("root"))
 
 
 @pytest.fixture(scope="module")
@@ -155,7 +157,7 @@ def numpy_batches(loader):
 @pytest.fixture(scope="module")
 def inline_epochs(roidb, cfg):
     """Two epochs built in-process, with the loader's plan of the first."""
-    with ChipLoader(roidb, cfg, num_workers=0, seed=11) as loader:
+    with ChipLoader(roidb, cfg, CHIPS, num_workers=0, seed=11) as loader:
         first, plan = numpy_batches(loader), loader._plan
         loader.reset()
         second = numpy_batches(loader)
@@ -229,7 +231,7 @@ def test_epochs_differ_and_chips_are_remined(inline_epochs):
 
 def test_workers_give_the_same_batches_as_in_process(inline_epochs, roidb, cfg):
     first, second, _, _, _ = inline_epochs
-    with ChipLoader(roidb, cfg, num_workers=2, seed=11) as loader:
+    with ChipLoader(roidb, cfg, CHIPS, num_workers=2, seed=11) as loader:
         assert len(loader.pids) == 2
         got = numpy_batches(loader)
         loader.reset()
@@ -244,21 +246,20 @@ def test_workers_give_the_same_batches_as_in_process(inline_epochs, roidb, cfg):
 
 def test_valid_boxes_are_the_miners(inline_epochs, roidb, cfg):
     _, _, plan, _, _ = inline_epochs
-    worker = ChipWorker(roidb, cfg, None, rpn_only=False)
+    params = MiningParams.from_config(cfg)
     checked = set()
     for index in range(plan.num_chips):
         chip = plan.chip(index)
         if (chip.image_index, chip.scale_index) in checked:
             continue
         checked.add((chip.image_index, chip.scale_index))
-        mined = mine_image_chips(roidb[chip.image_index], cfg, plan.stride, np.random.default_rng(0))
-        np.testing.assert_array_equal(worker.valid_mask(roidb[chip.image_index], chip),
-                                      mined.scales[chip.scale_index].valid)
+        mined = mine_image_chips(roidb[chip.image_index], params, plan.stride, np.random.default_rng(0))
+        assert chip.valid_boxes == tuple(np.flatnonzero(mined.scales[chip.scale_index].valid))
     assert len(checked) > 3
 
 
 def test_rpn_only_and_two_contexts_bind_a_module(roidb, cfg):
-    with ChipLoader(roidb, cfg, num_ctx=2, rpn_only=True, num_workers=2) as loader:
+    with ChipLoader(roidb, cfg, CHIPS, num_ctx=2, rpn_only=True, num_workers=2) as loader:
         assert loader.batch_size == 8
         assert [d.name for d in loader.provide_data] == ["data"]
         assert [d.name for d in loader.provide_label] == ["label", "bbox_target", "bbox_weight"]
@@ -276,7 +277,7 @@ def test_rpn_only_and_two_contexts_bind_a_module(roidb, cfg):
 
 
 def test_kept_batches_are_not_overwritten(roidb, cfg):
-    with ChipLoader(roidb, cfg, num_workers=2, seed=5) as loader:
+    with ChipLoader(roidb, cfg, CHIPS, num_workers=2, seed=5) as loader:
         kept = [next(loader) for _ in range(3)]
         copies = [b.data[0].asnumpy().copy() for b in kept]
         for _ in loader:
@@ -288,7 +289,7 @@ def test_kept_batches_are_not_overwritten(roidb, cfg):
 
 
 def test_dropped_batches_are_handed_out_without_copies(roidb, cfg):
-    with ChipLoader(roidb, cfg, num_workers=2, seed=5) as loader:
+    with ChipLoader(roidb, cfg, CHIPS, num_workers=2, seed=5) as loader:
         for _ in loader:
             pass
         assert loader._outputs._sets == []
@@ -300,7 +301,7 @@ def damaged(dataset, tmp_path):
     """A copy of the dataset with one corrupt and one missing image, and its roidb."""
     copy = tmp_path / "synthetic"
     shutil.copytree(dataset, copy)
-    cfg = make_cfg(str(copy), tmp_path / "root")
+    cfg = dataset_cfg(str(copy), tmp_path / "root")
     roidb = load_roidb(cfg, "train")[0]
     corrupt, missing = roidb[0]["image"], roidb[1]["image"]
     with open(corrupt, "wb") as f:
@@ -312,7 +313,7 @@ def damaged(dataset, tmp_path):
 @pytest.mark.parametrize("workers", [0, 2])
 def test_unreadable_images_are_replaced_logged_and_counted(damaged, workers, caplog):
     cfg, roidb, corrupt, missing = damaged
-    with ChipLoader(roidb, cfg, num_workers=workers, seed=2) as loader:
+    with ChipLoader(roidb, cfg, CHIPS, num_workers=workers, seed=2) as loader:
         batches = numpy_batches(loader)
         plan = loader._plan
     bad_chips = sum(roidb[i]["image"] in (corrupt, missing) for i in plan.chips.image_index)
@@ -336,7 +337,7 @@ def test_a_failing_task_raises_with_the_cause_and_leaves_no_workers(roidb, cfg, 
     before = workers_alive()
     expected = WorkerError if workers else ValueError
     with pytest.raises(expected, match=f"image id {broken[1]['id']}.*shape"):
-        ChipLoader(broken, cfg, num_workers=workers)
+        ChipLoader(broken, cfg, CHIPS, num_workers=workers)
     assert workers_alive() == before
 
 
@@ -358,7 +359,7 @@ class alarm:
 
 
 def test_a_killed_worker_raises_instead_of_hanging_and_close_reaps_all(roidb, cfg):
-    loader = ChipLoader(roidb, cfg, num_workers=2, seed=1)
+    loader = ChipLoader(roidb, cfg, CHIPS, num_workers=2, seed=1)
     pids = loader.pids
     try:
         os.kill(pids[0], signal.SIGKILL)
@@ -379,9 +380,9 @@ SCRIPT = textwrap.dedent("""
     from lib.data import ChipLoader
     from lib.dataset import load_roidb
     cfg = load_config(None, [("dataset.dataset_path", {data!r}), ("dataset.image_set", "train"),
-                             ("dataset.root_path", {cache!r}), ("TRAIN.BATCH_IMAGES", "4")])
+                             ("dataset.root_path", {cache!r})])
     roidb = load_roidb(cfg, "train")[0]
-    loader = ChipLoader(roidb, cfg, num_workers=2)
+    loader = ChipLoader(roidb, cfg, 4, num_workers=2)
     print(" ".join(map(str, loader.pids)), loader._resources.ring._memory.name, flush=True)
     while True:
         for batch in loader:

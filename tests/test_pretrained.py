@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 from gluoncv.model_zoo import get_model
 
-from lib.config import load_config
-from lib.train.pretrained import PretrainedError, checkpoint_path, initial_params
-from symbols import get_symbol, is_imagenet_parameter
+from conftest import build_cfg
+
+from lib.train.checkpoint import params_path
+from lib.train.pretrained import PretrainedError, initial_params
+from symbols import is_imagenet_parameter, training_symbol
 from symbols.resnet import RESNETS, BatchNormPolicy, resnet_body
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -55,7 +57,7 @@ def gluon_resnet50():
 
 
 def pixel_means():
-    return np.array(load_config(None).network.PIXEL_MEANS)
+    return np.array(build_cfg().network.PIXEL_MEANS)
 
 
 def backbone_params(names):
@@ -117,8 +119,8 @@ def test_converter_cli_writes_a_checkpoint_the_trainer_loads(converter, gluon_re
     gluon_resnet50.save_parameters(gluon_file)
     converter.main(["--model", "resnet50_v2", "--params", gluon_file, "--prefix", str(tmp_path / "r50"),
                     "--epoch", "2"])
-    cfg = make_cfg("resnet50", pretrained=str(tmp_path / "r50"), epoch=2)
-    symbol = get_symbol(cfg, is_train=True, rpn_only=True)
+    cfg = pretrained_cfg("resnet50", pretrained=str(tmp_path / "r50"), epoch=2)
+    symbol = training_symbol(cfg, None, chips_per_device=2, rpn_only=True)
     args, aux = initial_params(cfg, symbol, rpn_only_shapes(64))
     expected_args, expected_aux = converter.convert(gluon_resnet50, pixel_means())
     for name, value in list(expected_args.items()) + list(expected_aux.items()):
@@ -126,16 +128,9 @@ def test_converter_cli_writes_a_checkpoint_the_trainer_loads(converter, gluon_re
         np.testing.assert_array_equal(loaded.asnumpy(), value.asnumpy(), err_msg=name)
 
 
-def make_cfg(symbol="resnet_tiny", pretrained="", epoch=0, from_scratch=False):
-    cfg = load_config(None)
-    cfg.symbol = symbol
-    cfg.dataset.NUM_CLASSES = 5
-    cfg.TRAIN.BATCH_IMAGES = 2
-    cfg.TRAIN.fp16 = False
-    cfg.TRAIN.FROM_SCRATCH = from_scratch
-    cfg.network.pretrained = pretrained
-    cfg.network.pretrained_epoch = epoch
-    return cfg
+def pretrained_cfg(symbol="resnet_tiny", pretrained="", epoch=0, from_scratch=False):
+    return build_cfg({"symbol": symbol, "TRAIN.fp16": False, "TRAIN.FROM_SCRATCH": from_scratch,
+                      "network.pretrained": pretrained, "network.pretrained_epoch": epoch})
 
 
 def rpn_only_shapes(size, chips=2, anchors=21):
@@ -153,7 +148,7 @@ def train_shapes(size, chips=2, anchors=21):
 def tiny_network():
     """The tiny training symbol, its parameter shapes and a random ImageNet-style backbone checkpoint."""
     import lib.ops  # noqa: F401  (the training symbol's proposal-target operator)
-    symbol = get_symbol(make_cfg(), is_train=True)
+    symbol = training_symbol(pretrained_cfg(), num_classes=5, chips_per_device=2)
     shapes = train_shapes(64)
     arg_shapes, _, aux_shapes = symbol.infer_shape(**shapes)
     args = {n: s for n, s in zip(symbol.list_arguments(), arg_shapes) if n not in shapes}
@@ -167,13 +162,13 @@ def tiny_network():
 
 def write_checkpoint(directory, stored, epoch=3):
     prefix = str(directory / "backbone")
-    mx.nd.save(checkpoint_path(prefix, epoch), stored)
+    mx.nd.save(params_path(prefix, epoch), stored)
     return prefix
 
 
 def test_backbone_is_loaded_and_new_layers_initialised_per_rule(tiny_network, tmp_path):
     symbol, shapes, arg_shapes, aux_shapes, stored = tiny_network
-    cfg = make_cfg(pretrained=write_checkpoint(tmp_path, stored), epoch=3)
+    cfg = pretrained_cfg(pretrained=write_checkpoint(tmp_path, stored), epoch=3)
     mx.random.seed(0)
     args, aux = initial_params(cfg, symbol, shapes)
     assert {n: v.shape for n, v in args.items()} == arg_shapes
@@ -198,7 +193,7 @@ def test_backbone_is_loaded_and_new_layers_initialised_per_rule(tiny_network, tm
 
 def test_training_from_scratch_needs_no_file(tiny_network):
     symbol, shapes, arg_shapes, aux_shapes, _ = tiny_network
-    cfg = make_cfg(pretrained="/nonexistent/prefix", from_scratch=True)
+    cfg = pretrained_cfg(pretrained="/nonexistent/prefix", from_scratch=True)
     args, aux = initial_params(cfg, symbol, shapes)
     assert set(args) == set(arg_shapes) and set(aux) == set(aux_shapes)
     conv0 = args["conv0_weight"].asnumpy()  # He initialisation: std sqrt(2 / fan_in)
@@ -209,7 +204,7 @@ def test_training_from_scratch_needs_no_file(tiny_network):
 
 def test_missing_weights_file_explains_how_to_get_one(tiny_network, tmp_path):
     symbol, shapes, _, _, _ = tiny_network
-    cfg = make_cfg(pretrained=str(tmp_path / "resnet101_v2"), epoch=0)
+    cfg = pretrained_cfg(pretrained=str(tmp_path / "resnet101_v2"), epoch=0)
     with pytest.raises(PretrainedError, match=r"resnet101_v2-0000\.params not found.*convert_gluoncv_resnet.*"
                                               r"FROM_SCRATCH"):
         initial_params(cfg, symbol, shapes)
@@ -229,6 +224,6 @@ def test_unfit_checkpoints_are_rejected_by_name(tiny_network, tmp_path, corrupti
         del stored["arg:stage3_unit1_conv2_weight"]
     else:
         stored["stage1_conv0_weight"] = mx.nd.zeros((1,))
-    cfg = make_cfg(pretrained=write_checkpoint(tmp_path, stored), epoch=3)
+    cfg = pretrained_cfg(pretrained=write_checkpoint(tmp_path, stored), epoch=3)
     with pytest.raises(PretrainedError, match=message):
         initial_params(cfg, symbol, shapes)

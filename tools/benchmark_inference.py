@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from lib.config import load_config, parse_cli_overrides  # noqa: E402
 from lib.scales import parse_scales  # noqa: E402
-from lib.test.detector import DATA_NAMES, Detector, checkpoint_file  # noqa: E402
+from lib.inference.detector import DATA_NAMES, Detector, checkpoint_file  # noqa: E402
 from symbols import get_symbol  # noqa: E402
 
 

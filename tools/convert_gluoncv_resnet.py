@@ -28,7 +28,7 @@ from gluoncv.model_zoo.resnet import BottleneckV2  # noqa: E402
 from mxnet.gluon import nn  # noqa: E402
 
 from configs.default import DEFAULTS  # noqa: E402
-from lib.train.pretrained import checkpoint_path  # noqa: E402
+from lib.train.checkpoint import params_path  # noqa: E402
 from symbols.resnet import BN_EPS  # noqa: E402
 
 logger = logging.getLogger("convert_gluoncv_resnet")
@@ -96,7 +96,7 @@ def _value(parameter):
 
 
 def save(prefix, epoch, arg_params, aux_params):
-    path = checkpoint_path(prefix, epoch)
+    path = params_path(prefix, epoch)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     stored = {"arg:" + k: v for k, v in arg_params.items()}
     stored.update({"aux:" + k: v for k, v in aux_params.items()})

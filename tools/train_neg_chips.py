@@ -83,7 +83,7 @@ def train_stage(cfg):
 def eval_stage(cfg):
     """A stage runner testing ``cfg`` (its TEST.MODEL) on ``dataset.test_image_set``."""
     def run():
-        from lib.test.tester import test
+        from lib.inference.tester import test
 
         test(cfg)
     return run
@@ -91,7 +91,7 @@ def eval_stage(cfg):
 
 def summary_path(cfg):
     """Where the tester writes its summary for ``cfg``."""
-    from lib.test.tester import results_dir
+    from lib.inference.tester import results_dir
 
     return os.path.join(results_dir(cfg), "test_summary.json")
 
@@ -151,7 +151,7 @@ class NegChipPipeline:
                          f"training the RPN alone for {self.rpn_cfg.TRAIN.end_epoch} epochs")
 
     def run_proposals(self):
-        from lib.test.tester import extract_proposals
+        from lib.inference.tester import extract_proposals
 
         return run_stage("proposals", self.proposal_file, [self.rpn_checkpoint],
                          lambda: extract_proposals(self.extract_cfg),
