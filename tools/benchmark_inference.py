@@ -1,6 +1,6 @@
 """Inference speed: SNIPER single-scale and multi-scale testing vs GluonCV's Faster R-CNN ResNet-101.
 
-``python tools/benchmark_inference.py --cfg FILE [--set KEY VALUE ...] [--images 2] [--runs 3]``
+    python tools/benchmark_inference.py --cfg FILE [--set KEY VALUE ...] [--images 2] [--runs 3]
 
 Times ``Detector.detect`` (network, decoding, merging) on the configured contexts for one test scale
 (``--single_scale``, an index into TEST.SCALES) and for all of TEST.SCALES, after a warm-up pass, as the
@@ -12,57 +12,32 @@ weights give the most detections to merge. Peak memory is the largest RSS of the
 to the end of each row: MXNet keeps freed memory in its pool, so it only grows from row to row (the
 SNIPER rows run first, and the GluonCV rows include SNIPER's pool).
 """
+import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
 import argparse
-import copy
+import json
 import os
-import statistics
-import sys
-import threading
-import time
 
 import mxnet as mx
 import numpy as np
-import psutil
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from lib.config import load_config, parse_cli_overrides  # noqa: E402
-from lib.scales import parse_scales  # noqa: E402
-from lib.test.detector import DATA_NAMES, Detector, checkpoint_file  # noqa: E402
-from symbols import get_symbol  # noqa: E402
-
-
-class PeakRss:
-    """Largest resident set size of this process while the block runs (sampled every 20 ms)."""
-
-    def __enter__(self):
-        self.process, self.peak, self._stop = psutil.Process(), 0, threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-        return self
-
-    def _sample(self):
-        while True:
-            self.peak = max(self.peak, self.process.memory_info().rss)
-            if self._stop.wait(0.02):
-                return
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
+from lib.benchmarking import PeakMemory, markdown_table, measure
+from lib.config import add_config_arguments, config_from_arguments, load_config, parse_cli_overrides
+from lib.scales import parse_scales
+from lib.test.detector import DATA_NAMES, Detector, checkpoint_file
+from symbols import get_symbol
 
 
 def timed(run, runs):
-    """Warm up once, then the median wall time of ``runs`` calls and the peak RSS over them."""
-    run()
-    with PeakRss() as memory:
-        times = []
-        for _ in range(runs):
-            start = time.perf_counter()
-            run()
-            mx.nd.waitall()
-            times.append(time.perf_counter() - start)
-    return statistics.median(times), memory.peak
+    """Warm up once, then the median wall time of ``runs`` calls and the peak RSS over them (sampled every
+    20 ms)."""
+    def call():
+        run()
+        mx.nd.waitall()
+
+    call()
+    with PeakMemory() as memory:
+        timing = measure(call, repeat=runs, warmup=0)
+    return timing.median, memory.rss
 
 
 def load_detector(cfg):
@@ -99,8 +74,7 @@ def gluoncv_runner(images, specs, context):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cfg", required=True)
-    parser.add_argument("--set", nargs="+", default=[], metavar="KEY VALUE")
+    add_config_arguments(parser)
     parser.add_argument("--images", type=int, default=2, help="images per run")
     parser.add_argument("--runs", type=int, default=3, help="timed runs (median reported)")
     parser.add_argument("--image_size", type=int, nargs=2, default=[480, 640], metavar=("H", "W"))
@@ -108,15 +82,16 @@ def main(argv=None):
     parser.add_argument("--num_classes", type=int, default=81, help="when dataset.NUM_CLASSES is 0")
     parser.add_argument("--no_gluoncv", action="store_true", help="skip the GluonCV baseline")
     args = parser.parse_args(argv)
-    cfg = load_config(args.cfg, parse_cli_overrides(args.set))
-    cfg.dataset.NUM_CLASSES = cfg.dataset.NUM_CLASSES or args.num_classes
+    class_count = config_from_arguments(args).dataset.NUM_CLASSES  # a bad file, key or value stops here
+    overrides = parse_cli_overrides(args.set)
+    if not class_count:
+        overrides.append(("dataset.NUM_CLASSES", str(args.num_classes)))
+    cfg = load_config(args.cfg, overrides)
+    single = load_config(args.cfg, overrides + [("TEST.SCALES", json.dumps([cfg.TEST.SCALES[args.single_scale]])),
+                                                ("TEST.VALID_RANGES", "[[-1, -1]]")])
     detector, weights = load_detector(cfg)
     rng = np.random.default_rng(0)
     images = [rng.integers(0, 255, (*args.image_size, 3), dtype=np.uint8) for _ in range(args.images)]
-
-    single = copy.deepcopy(cfg)
-    single.TEST.SCALES = [cfg.TEST.SCALES[args.single_scale]]
-    single.TEST.VALID_RANGES = [[-1, -1]]
     runs = (("single-scale", single), ("multi-scale", cfg))
     rows = []
     for name, run_cfg in runs:
@@ -132,13 +107,11 @@ def main(argv=None):
 
     print(f"\n{args.images} images of {args.image_size[0]}x{args.image_size[1]} per run, median of {args.runs} "
           f"runs after warm-up, {os.cpu_count()} CPU cores, MXNet {mx.__version__}; SNIPER weights: {weights}")
-    header = f"| {'model':<45} | {'test':<12} | {'scales':<40} | {'contexts':<14} | {'images/s':>8} | " \
-             f"{'ms/image':>9} | {'peak RSS MB':>11} |"
-    print(header)
-    print("|" + "|".join("-" * (len(cell)) for cell in header.split("|")[1:-1]) + "|")
-    for model, name, scales, contexts, seconds, peak in rows:
-        print(f"| {model:<45} | {name:<12} | {str(scales):<40} | {','.join(map(str, contexts)):<14} | "
-              f"{args.images / seconds:8.3f} | {1000 * seconds / args.images:9.1f} | {peak / 2 ** 20:11.0f} |")
+    print(markdown_table(
+        ["model", "test", "scales", "contexts", "images/s", "ms/image", "peak RSS MB"],
+        [(model, name, str(scales), ",".join(map(str, contexts)), args.images / seconds, 1000 * seconds / args.images,
+          peak / 2 ** 20) for model, name, scales, contexts, seconds, peak in rows],
+        [None, None, None, None, ".3f", ".1f", ".0f"]))
 
 
 if __name__ == "__main__":

@@ -1,24 +1,18 @@
-"""Launch a distributed training job on MXNet's parameter server (ps-lite): scheduler, servers, workers.
+"""A distributed training job on MXNet's parameter server (ps-lite): scheduler, servers, workers.
 
-    # 2 workers and 1 server on this machine (loopback only):
-    .venv/bin/python tools/launch.py -n 2 -s 1 -- \\
-        .venv/bin/python main_train.py --cfg CFG --set default.kvstore dist_sync
-    # 4 workers and 4 servers over the hosts of a hostfile, scheduler on this machine:
-    .venv/bin/python tools/launch.py --launcher ssh -H hosts.txt --scheduler-address 10.0.0.1 -n 4 -- \\
-        .venv/bin/python main_train.py --cfg CFG --set default.kvstore dist_sync
+tools/launch.py is its command line; docs/distributed.md the set-up. The scheduler and servers are
+``python -c "import mxnet"`` processes: MXNet turns into a ps-lite scheduler or server on import when
+DMLC_ROLE says so. Every worker runs the given command with the DMLC_* variables set. The launcher
+prefixes each process's output with its name; when any process fails (or a scheduler/server ends
+while workers still run), it stops all of them and exits with that process's code, since the others
+would wait for it forever. Ctrl-C, SIGTERM or SIGHUP stop all of them; a child also gets SIGTERM if
+the launcher itself is killed. A hostfile has one host per line: ``SSH_DESTINATION [NODE_ADDRESS]``
+(the address the other nodes reach that host at; without it ps-lite picks the host's first network
+interface, or the one named by ``interface``). Remote processes run in ``workdir`` and end when their
+ssh connection closes.
 
-The scheduler and servers are ``python -c "import mxnet"`` processes: MXNet turns into a ps-lite
-scheduler or server on import when DMLC_ROLE says so. Every worker runs the given command with the
-DMLC_* variables set. The launcher prefixes each process's output with its name; when any process
-fails (or a scheduler/server ends while workers still run), it stops all of them and exits with that
-process's code, since the others would wait for it forever. Ctrl-C, SIGTERM or SIGHUP stop all of
-them; a child also gets SIGTERM if the launcher itself is killed. A hostfile has one host per line:
-``SSH_DESTINATION [NODE_ADDRESS]`` (the address the other nodes reach that host at; without it
-ps-lite picks the host's first network interface, or the one named by ``--interface``). Remote
-processes run in ``--workdir`` (default: this directory) and end when their ssh connection closes.
-See docs/distributed.md.
+Standard library only: the launcher needs no MXNet of its own.
 """
-import argparse
 import ctypes
 import os
 import shlex
@@ -281,57 +275,30 @@ def _raise_signalled(signum, _frame):
     raise _Signalled(signum)
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-n", "--num-workers", type=int, required=True, help="number of workers")
-    parser.add_argument("-s", "--num-servers", type=int, help="number of servers (default: as many as workers)")
-    parser.add_argument("--launcher", choices=("local", "ssh"), default="local",
-                        help="local: every process on this machine over 127.0.0.1; ssh: over the hostfile's hosts")
-    parser.add_argument("-H", "--hostfile", help="ssh: one 'SSH_DESTINATION [NODE_ADDRESS]' per line")
-    parser.add_argument("--scheduler-address", help="ssh: this machine's address as the hosts reach it "
-                                                    "(the scheduler listens there)")
-    parser.add_argument("--port", type=int, default=0, help="the scheduler's port (default: a free one)")
-    parser.add_argument("--interface", default="", help="ssh: network interface for ps-lite (DMLC_INTERFACE) on "
-                                                        "hosts without a NODE_ADDRESS")
-    parser.add_argument("--env", action="append", default=[], metavar="NAME[=VALUE]",
-                        help="pass an environment variable to every process (repeatable)")
-    parser.add_argument("--python", default=sys.executable, help="interpreter for the scheduler and servers "
-                                                                 "(default: this one; same path on every host)")
-    parser.add_argument("--ssh", default="ssh -o BatchMode=yes", help="ssh command and options")
-    parser.add_argument("--workdir", default=os.getcwd(), help="ssh: directory the remote processes run in")
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="the training command run by every worker")
-    args = parser.parse_args(argv)
-    if args.command and args.command[0] == "--":
-        args.command = args.command[1:]
-    if not args.command:
-        parser.error("no training command given")
-    if args.num_servers is None:
-        args.num_servers = args.num_workers
-    if args.num_workers < 1 or args.num_servers < 1:
-        parser.error("-n and -s must be at least 1")
-    if args.launcher == "ssh" and not (args.hostfile and args.scheduler_address):
-        parser.error("--launcher ssh needs -H HOSTFILE and --scheduler-address")
-    if args.launcher == "local" and args.hostfile:
-        parser.error("-H is for --launcher ssh")
-    return args
+def launch(command, num_workers, num_servers, hostfile=None, scheduler_address=None, port=0, interface="",
+           env_items=(), python=sys.executable, ssh="ssh -o BatchMode=yes", workdir=None):
+    """Run a job until its workers finish; returns its exit code (0 when every worker succeeded).
 
-
-def main(argv=None):
-    args = parse_args(argv)
+    Without ``hostfile`` every process runs on this machine over 127.0.0.1; with it, over ssh on the
+    hosts it lists, the scheduler on this machine at ``scheduler_address``. ``env_items`` are
+    ``NAME`` or ``NAME=VALUE`` items for every process. A bad hostfile, item or address raises
+    LaunchError before anything starts. Installs its own SIGINT/SIGTERM/SIGHUP handlers: it is the body
+    of a program (tools/launch.py).
+    """
+    hosts = parse_hostfile(hostfile) if hostfile else None
+    address = scheduler_address if hosts else LOOPBACK
     try:
-        hosts = parse_hostfile(args.hostfile) if args.launcher == "ssh" else None
-        address = args.scheduler_address if hosts else LOOPBACK
-        port = args.port or free_port(address)
-        nodes = plan_nodes(args.command, args.num_workers, args.num_servers, port, args.python, hosts, address,
-                           args.interface, parse_env(args.env, os.environ))
-    except (LaunchError, OSError) as err:
-        sys.exit(f"launch.py: {err}")
-    job = Job(nodes, shlex.split(args.ssh), args.workdir)
+        port = port or free_port(address)
+    except OSError as err:
+        raise LaunchError(f"cannot bind the scheduler address {address}: {err.strerror}") from None
+    nodes = plan_nodes(command, num_workers, num_servers, port, python, hosts, address, interface,
+                       parse_env(env_items, os.environ))
+    job = Job(nodes, shlex.split(ssh), workdir)
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # SIGINT too: it may come in ignored
         signal.signal(signum, _raise_signalled)
     code = 1
     try:
-        job.say(f"scheduler at {address}:{port}, {args.num_servers} servers, {args.num_workers} workers")
+        job.say(f"scheduler at {address}:{port}, {num_servers} servers, {num_workers} workers")
         job.start()
         code = job.wait()
         if code == 0:
@@ -345,8 +312,4 @@ def main(argv=None):
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, signal.SIG_IGN)  # let the clean-up finish
         job.stop()
-    sys.exit(code)
-
-
-if __name__ == "__main__":
-    main()
+    return code

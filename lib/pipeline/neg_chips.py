@@ -1,37 +1,30 @@
 """Negative chip mining end to end (spec section 3): RPN -> proposals -> SNIPER with negative chips.
 
-    .venv/bin/python tools/train_neg_chips.py --cfg FILE [--set KEY VALUE ...] [--rpn-epochs N]
-        [--rpn-set KEY VALUE ...] [--eval]
-
-Stages, every one a set of config overrides of ``--cfg`` + ``--set`` (``{out}`` is
+Stages, every one a set of config overrides of a config file + overrides (``{out}`` is
 ``{output_path}/{config name}``, ``{rpn}`` is ``{TRAIN.model_prefix}_rpn``):
 
-1. rpn: the RPN alone (TRAIN.ONLY_PROPOSAL) for ``--rpn-epochs`` epochs (2 in the paper), without
+1. rpn: the RPN alone (TRAIN.ONLY_PROPOSAL) for ``rpn_epochs`` epochs (2 in the paper), without
    negative chips, under its own model prefix so it never touches the SNIPER checkpoints:
    ``{out}/{rpn}-{N:04d}.params``.
 2. proposals: that RPN over the training images at TEST.SCALES (TEST.EXTRACT_PROPOSALS):
    ``{out}/proposals/{rpn}-{N:04d}_{image_set}.pkl``.
 3. sniper: SNIPER with TRAIN.USE_NEG_CHIPS and dataset.proposal set to that file:
    ``{out}/{TRAIN.model_prefix}-{end_epoch:04d}.params``.
-4. eval (``--eval``): the tester on that checkpoint: ``{out}/results/{test_image_set}/test_summary.json``.
+4. eval: the tester on that checkpoint: ``{out}/results/{test_image_set}/test_summary.json``.
 
 A stage whose output exists is skipped (a warning says so when the output is older than its input:
 delete it to redo the stage), so a run that was stopped continues where it was; an unfinished training
-stage resumes from its last complete epoch. ``--rpn-set`` overrides apply to stages 1 and 2 only. The
-RPN's learning rate steps at the same fractions of its schedule as the main run's (5.33 of 7 epochs
--> 1.523 of 2) unless ``--rpn-set TRAIN.lr_step ...`` says otherwise.
+stage resumes from its last complete epoch. ``rpn_overrides`` apply to stages 1 and 2 only. The RPN's
+learning rate steps at the same fractions of its schedule as the main run's (5.33 of 7 epochs -> 1.523
+of 2) unless ``rpn_overrides`` set TRAIN.lr_step. The command line is tools/train_neg_chips.py
+(scripts/train_neg_props_and_sniper.sh); tools/ablation_synthetic.py runs the stages too.
 """
-import argparse
 import json
 import logging
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from lib.config import ConfigError, load_config, parse_cli_overrides  # noqa: E402
-from lib.logger import setup_logging  # noqa: E402
-from lib.train.checkpoint import checkpoint_prefix, output_dir, params_path  # noqa: E402
+from lib.config import load_config
+from lib.train.checkpoint import checkpoint_prefix, output_dir, params_path
 
 logger = logging.getLogger(__name__)
 
@@ -167,33 +160,3 @@ class NegChipPipeline:
         return run_stage("eval", self.summary_file, [self.sniper_checkpoint], eval_stage(self.eval_cfg),
                          f"evaluating {self.sniper_checkpoint} on {self.eval_cfg.dataset.test_image_set}",
                          done=evaluated(self.sniper_checkpoint))
-
-
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cfg", required=True, help="SNIPER config YAML, e.g. configs/faster/sniper_res101_e2e.yml")
-    parser.add_argument("--set", nargs="+", default=[], metavar="KEY VALUE", help="overrides for every stage")
-    parser.add_argument("--rpn-set", nargs="+", default=[], metavar="KEY VALUE",
-                        help="overrides for the RPN training and proposal extraction only")
-    parser.add_argument("--rpn-epochs", type=int, default=DEFAULT_RPN_EPOCHS,
-                        help=f"epochs of RPN-only training (default {DEFAULT_RPN_EPOCHS}, as in the paper)")
-    parser.add_argument("--eval", action="store_true", help="evaluate the SNIPER checkpoint on the test image set")
-    return parser.parse_args(argv)
-
-
-def main(argv=None):
-    args = parse_args(argv)
-    try:
-        pipeline = NegChipPipeline(args.cfg, parse_cli_overrides(args.set), args.rpn_epochs,
-                                   parse_cli_overrides(args.rpn_set))
-    except (ConfigError, ValueError) as err:
-        sys.exit(f"config error: {err}")
-    setup_logging(pipeline.output_dir, name="neg_chips")
-    logger.info("negative chip pipeline for %s with overrides %s (RPN stages also %s)", args.cfg, args.set,
-                args.rpn_set)
-    outputs = pipeline.run(evaluate=args.eval)
-    logger.info("negative chip pipeline done: %s", {k: v for k, v in outputs.items() if k != "summary"})
-
-
-if __name__ == "__main__":
-    main()
