@@ -373,29 +373,25 @@ def test_a_killed_worker_raises_instead_of_hanging_and_close_reaps_all(roidb, cf
         next(loader)
 
 
-SCRIPT = textwrap.dedent("""
-    import sys, time
-    sys.path.insert(0, {root!r})
-    from lib.config import load_config
-    from lib.data import ChipLoader
-    from lib.dataset import load_roidb
-    cfg = load_config(None, [("dataset.dataset_path", {data!r}), ("dataset.image_set", "train"),
-                             ("dataset.root_path", {cache!r})])
-    roidb = load_roidb(cfg, "train")[0]
-    loader = ChipLoader(roidb, cfg, 4, num_workers=2)
-    print(" ".join(map(str, loader.pids)), loader._resources.ring._memory.name, flush=True)
-    while True:
-        for batch in loader:
-            time.sleep(0.05)
-        loader.reset()
-""")
-
-
 def start_script(dataset, tmp_path):
-    script = tmp_path / "run_loader.py"
-    script.write_text(SCRIPT.format(root=ROOT, data=dataset, cache=str(tmp_path / "root")))
+    script, cache = tmp_path / "run_loader.py", str(tmp_path / "root")
+    script.write_text(textwrap.dedent(f"""
+        import time
+        from lib.config import load_config
+        from lib.data import ChipLoader
+        from lib.dataset import load_roidb
+        cfg = load_config(None, [("dataset.dataset_path", {dataset!r}), ("dataset.image_set", "train"),
+                                 ("dataset.root_path", {cache!r})])
+        roidb = load_roidb(cfg, "train")[0]
+        loader = ChipLoader(roidb, cfg, 4, num_workers=2)
+        print(" ".join(map(str, loader.pids)), loader._resources.ring._memory.name, flush=True)
+        while True:
+            for batch in loader:
+                time.sleep(0.05)
+            loader.reset()
+    """))
     process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
+                               text=True, env=dict(os.environ, PYTHONPATH=ROOT))
     words = process.stdout.readline().split()
     assert len(words) == 3, process.stderr.read()
     time.sleep(1.0)  # let it run a few batches

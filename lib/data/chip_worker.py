@@ -90,10 +90,8 @@ class ChipWorker:
                                     arrays["data"][position])
         rendered = time.perf_counter()
 
-        valid = np.zeros(len(entry["boxes"]), bool)
-        valid[list(chip.valid_boxes)] = True
-        boxes, classes, valid = chip_gt_boxes(entry["boxes"], entry["gt_classes"], valid, chip.im_scale, chip.box,
-                                              self.min_gt_size)
+        boxes, classes, valid = chip_gt_boxes(entry["boxes"], entry["gt_classes"], chip.valid_mask(len(entry["boxes"])),
+                                              chip.im_scale, chip.box, self.min_gt_size)
         rng = np.random.default_rng(seed)
         self.targeter(boxes[valid], boxes[~valid], height, width, rng,
                       out=(arrays["label"][position], arrays["bbox_target"][position],

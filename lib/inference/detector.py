@@ -148,10 +148,12 @@ class Detector:
             results.append((to_original(boxes, scale, *image.shape[:2]), outputs["cls_prob_reshape_output"]))
         return results
 
-    def detect(self, images):
-        """Merged detections per image at ``TEST.SCALES``, float32 (N, 6) ``[x1, y1, x2, y2, score, label]``."""
-        per_scale = [self.scale_detections(images, level.spec) for level in self.levels]
-        ranges = [level.valid_range for level in self.levels]
+    def detect(self, images, levels=None):
+        """Merged detections per image at ``levels`` (default: the config's test pyramid), float32 (N, 6)
+        ``[x1, y1, x2, y2, score, label]``."""
+        levels = self.levels if levels is None else levels
+        per_scale = [self.scale_detections(images, level.spec) for level in levels]
+        ranges = [level.valid_range for level in levels]
         return [merge_scales([scale[i] for scale in per_scale], ranges, self.cfg.TEST) for i in range(len(images))]
 
     def propose(self, images):
