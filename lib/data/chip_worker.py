@@ -45,6 +45,7 @@ class ChipWorker:
         self.mining = MiningParams.from_config(cfg)
         self.targeter = AnchorTargeter(AnchorTargetParams.from_config(cfg))
         self.pixel_means = np.asarray(cfg.network.PIXEL_MEANS, np.float32)
+        self.channel_order = cfg.network.CHANNEL_ORDER
         self.min_gt_size = float(cfg.TRAIN.RPN_MIN_GT_SIZE)
 
     @staticmethod
@@ -87,7 +88,7 @@ class ChipWorker:
 
         arrays = self.ring.slot(slot)
         height, width = render_chip(image, chip.box, chip.im_scale, entry["flipped"], self.pixel_means,
-                                    arrays["data"][position])
+                                    self.channel_order, arrays["data"][position])
         rendered = time.perf_counter()
 
         boxes, classes, valid = chip_gt_boxes(entry["boxes"], entry["gt_classes"], chip.valid_mask(len(entry["boxes"])),
