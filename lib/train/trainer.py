@@ -11,13 +11,13 @@ import mxnet as mx
 import numpy as np
 from tqdm import tqdm
 
-from lib.contexts import parse_contexts
+from lib.contexts import fp16_enabled, parse_contexts
 from lib.data import ChipLoader
 from lib.dataset import load_roidb
 from lib.train import checkpoint
 from lib.train.distributed import Workers, create_kvstore
 from lib.train.metrics import loss_values, make_metrics
-from lib.train.optimizer import make_optimizer_params
+from lib.train.optimizer import make_optimizer_params, master_params
 from lib.train.pretrained import initial_params
 from symbols import PROPOSAL_TARGET_GROUP, get_fixed_param_names, training_symbol
 
@@ -26,16 +26,6 @@ logger = logging.getLogger(__name__)
 
 class TrainingDiverged(RuntimeError):
     """A loss became NaN or infinite; the last good checkpoint is left in place."""
-
-
-def use_fp16(cfg, contexts):
-    """fp16 only on GPUs: MXNet 1.9 has no float16 GEMM/convolution kernels on the CPU."""
-    if not cfg.TRAIN.fp16:
-        return False
-    if any(ctx.device_type == "cpu" for ctx in contexts):
-        raise ValueError("TRAIN.fp16 is true but the contexts are CPUs; MXNet 1.9 cannot train float16 on the CPU. "
-                         "Set --set TRAIN.fp16 false, or gpus to GPU ids.")
-    return True
 
 
 def _begin_epoch(cfg, prefix, resume):
@@ -67,7 +57,7 @@ def train(cfg, resume=False, kvstore=None):
     writes checkpoints.
     """
     contexts = parse_contexts(cfg.gpus)
-    fp16 = use_fp16(cfg, contexts)
+    fp16 = fp16_enabled(cfg, "TRAIN", contexts)
     kvstore = create_kvstore(cfg) if kvstore is None else kvstore
     workers = Workers(kvstore)
     _seed(cfg)
@@ -118,7 +108,7 @@ def train(cfg, resume=False, kvstore=None):
             mx.nd.waitall()
             workers.average_aux_states(module)
             mx.nd.waitall()
-            arg_params, aux_params = module.get_params()
+            arg_params, aux_params = master_params(module)
             workers.log_digest(epoch + 1, arg_params, aux_params)
             if workers.rank == 0:
                 checkpoint.save_checkpoint(prefix, epoch + 1, symbol, arg_params, aux_params, stds, means,
