@@ -172,7 +172,8 @@ def mixed_precision_module(contexts):
     """A module with one float16 weight (between casts, as the body) and one float32 weight, the loss
     scaled by S, bound and given the trainer's fp16 optimizer settings."""
     data = mx.sym.var("data")
-    half = mx.sym.sum(mx.sym.broadcast_mul(mx.sym.Cast(data, dtype="float16"), mx.sym.var("half_weight", shape=W16.shape)))
+    half_weight = mx.sym.var("half_weight", shape=W16.shape)
+    half = mx.sym.sum(mx.sym.broadcast_mul(mx.sym.Cast(data, dtype="float16"), half_weight))
     full = mx.sym.sum(mx.sym.broadcast_mul(data, mx.sym.var("full_weight", shape=W32.shape)))
     loss = mx.sym.MakeLoss(mx.sym.Cast(half, dtype="float32") + full, grad_scale=LOSS_SCALE)
     module = mx.mod.Module(loss, data_names=["data"], label_names=None, context=contexts)

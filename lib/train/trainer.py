@@ -70,7 +70,7 @@ def train(cfg, resume=False, kvstore=None):
                         seed=cfg.default.seed, begin_epoch=begin_epoch, num_shards=workers.count,
                         shard_index=workers.rank)
     symbol = training_symbol(cfg, dataset.num_classes, chips_per_device, rpn_only=rpn_only)
-    module = _bind_module(cfg, symbol, loader, contexts)
+    module = bind_module(cfg, symbol, loader, contexts)
     stds, means = cfg.TRAIN.BBOX_STDS, cfg.TRAIN.BBOX_MEANS
     if begin_epoch > 0:
         arg_params, aux_params = checkpoint.load_training_checkpoint(prefix, begin_epoch, stds, means)
@@ -118,7 +118,9 @@ def train(cfg, resume=False, kvstore=None):
     return prefix, history
 
 
-def _bind_module(cfg, symbol, loader, contexts):
+def bind_module(cfg, symbol, loader, contexts):
+    """The training Module of ``symbol`` on ``contexts``, bound to ``loader``'s shapes (tools/gpu_check.py
+    binds its runs with it too, so they train the trainer's module)."""
     # The compiled proposal-target operator has a host kernel only: on GPUs it runs on the CPU. Device i
     # gets cpu(i): its own CPU worker thread (the engine runs one per CPU device id), so the devices'
     # operators never queue behind each other; with CPU contexts that is each context itself.
