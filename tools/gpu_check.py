@@ -83,6 +83,8 @@ FP16_FIRST_TOLERANCE = 0.02
 FP16_MEAN_TOLERANCE = 0.10
 GRADIENT_TOLERANCE = 1e-3
 LOSS_NAMES = ("RPNLogLoss", "RPNL1Loss", "RCNNLogLoss", "RCNNL1Loss")
+# the checks after the environment's, in report order
+GPU_RUNS = ("first_kernel", "proposal_target", "train_fp32", "train_fp16", "fp16_vs_fp32", "gradients", "inference")
 
 
 # --- the runs (each in its own process: ``--section NAME``) ------------------------------------------------
@@ -293,8 +295,6 @@ def section_proposal_target(plan, workdir):
 
 
 def section_train(plan, workdir, precision):
-    import mxnet as mx  # noqa: F401
-
     from lib.contexts import fp16_enabled, parse_contexts
     from lib.train.metrics import loss_values, make_metrics
     from lib.train.optimizer import make_optimizer_params
@@ -489,6 +489,12 @@ class Report:
     def check(self, name, status, detail):
         self.checks.append({"check": name, "status": status, "detail": detail})
 
+    def skip_unreported(self, names, reason):
+        reported = {c["check"] for c in self.checks}
+        for name in names:
+            if name not in reported:
+                self.check(name, "skip", reason)
+
     def failed(self):
         return [c["check"] for c in self.checks if c["status"] == "fail"]
 
@@ -574,14 +580,16 @@ def check_plan(plan_name, plan, workdir, out):
     env = report.results["environment"] = run_section("environment", plan, workdir)
     runnable = judge_environment(report, env, plan)
     if not runnable:
-        for name in ("first_kernel", "proposal_target", "train_fp32", "train_fp16", "gradients", "inference"):
-            report.check(name, "skip", "not run: see the failed checks above")
+        report.skip_unreported(GPU_RUNS, "not run: see the failed checks above")
         return finish(report, out)
     first = report.results["first_kernel"] = run_section("first_kernel", plan, workdir)
-    report.check("first_kernel", "fail" if "error" in first else "pass",
-                 first.get("error", f"{first.get('first_seconds')} s for the first kernel (JIT compilation "
-                                    f"included), {first.get('second_seconds')} s for the next"))
-    if "error" in first:
+    ran = "error" not in first and first["value"] == 2 * 64 * 64
+    report.check("first_kernel", "pass" if ran else "fail",
+                 first.get("error", f"sum of 2 * ones(64, 64) = {first.get('value')}; {first.get('first_seconds')} s "
+                                    f"for the first kernel (JIT compilation included), {first.get('second_seconds')} "
+                                    f"s for the next"))
+    if not ran:
+        report.skip_unreported(GPU_RUNS, "not run: no kernel ran")
         return finish(report, out)
     target = report.results["proposal_target"] = run_section("proposal_target", plan, workdir)
     if "error" in target:

@@ -96,6 +96,7 @@ environment() {  # the installed packages, their CUDA 11 libraries and the numpy
   libs=$(find "$SITE/nvidia" -maxdepth 2 -name lib -type d 2>/dev/null | paste -sd: -)
   export LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export CUDA_CACHE_MAXSIZE=4294967296  # room for the driver's PTX JIT cache, should any PTX be compiled
+  export CUDA_MODULE_LOADING=LAZY  # CUDA >= 11.7 loads (and JIT-compiles) a kernel when first used
 }
 
 case "${1:-}" in
@@ -103,5 +104,5 @@ case "${1:-}" in
   calls) calls ;;
   install) install ;;
   check) shift; environment; exec "$PYTHON" tools/gpu_check.py "$@" ;;
-  *) sed -n '2,20p' "$0"; exit 2 ;;
+  *) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 2 ;;
 esac
