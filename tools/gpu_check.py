@@ -382,12 +382,13 @@ def section_inference(plan, workdir, precision):
     import numpy as np
 
     from lib.config import with_overrides
+    from lib.dataset import load_roidb
     from lib.inference.detector import DATA_NAMES, Detector
     from lib.train.pretrained import initial_params
     from symbols import inference_symbol
 
     base = run_config(plan, workdir, precision)
-    num_classes = 1 + 5  # the synthetic dataset's shapes and the background
+    num_classes = load_roidb(base, base.dataset.test_image_set, training=False)[1].num_classes
     rng = np.random.default_rng(0)
     images = [rng.integers(0, 255, (*plan["image_size"], 3), dtype=np.uint8) for _ in range(plan["inference_images"])]
     symbol = inference_symbol(base, num_classes)
