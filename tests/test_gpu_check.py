@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -127,3 +128,13 @@ def test_a_run_past_its_time_is_stopped_and_failed(tmp_path):
     plan = dict(runs.PLANS["cpu-smoke"], timeouts={"environment": 0.5})
     result = gpu_report.run_section("environment", plan, str(tmp_path))
     assert result["error"].startswith("timed out after 0.5 s") and result["seconds"] < 30
+
+
+def test_device_memory_keeps_the_peak_in_use(monkeypatch):
+    import mxnet as mx
+
+    readings = iter([(90, 100), (40, 100)] + [(70, 100)] * 10000)  # (free, total) bytes
+    monkeypatch.setattr(mx.context, "gpu_memory_info", lambda device_id: next(readings))
+    with runs.DeviceMemory(0) as memory:
+        time.sleep(0.2)
+    assert memory.device == 60 and memory.rss > 0

@@ -8,7 +8,6 @@ import importlib.util
 import json
 import os
 import platform
-import threading
 import time
 
 from lib.benchmarking import PeakMemory, measure
@@ -46,6 +45,8 @@ LOSS_NAMES = ("RPNLogLoss", "RPNL1Loss", "RCNNLogLoss", "RCNNL1Loss")
 
 
 def run_config(plan, workdir, precision="fp32", devices=1):
+    """The config of one run: the plan's file with RUN_SETTINGS, ``precision`` for both networks, and
+    ``devices`` contexts of the plan's kind sharing the plan's chips."""
     from lib.config import load_config, with_overrides
 
     fp16 = precision == "fp16"
@@ -101,7 +102,7 @@ class Shapes:
         return Shapes(part(self.provide_data), part(self.provide_label))
 
     def all(self):
-        return dict((d.name, d.shape) for d in self.provide_data + self.provide_label)
+        return {d.name: d.shape for d in self.provide_data + self.provide_label}
 
 
 def initial_weights(cfg, symbol, shapes):
@@ -111,28 +112,20 @@ def initial_weights(cfg, symbol, shapes):
     return initial_params(cfg, symbol, shapes)
 
 
-class DeviceMemory:
-    """Peak device memory in use while a ``with`` block runs (total - free: the CUDA context and MXNet's
-    pool included), sampled every 50 ms, in bytes."""
+class DeviceMemory(PeakMemory):
+    """PeakMemory that also keeps the peak device memory in use on GPU ``device_id`` (``.device``: total -
+    free, the CUDA context and MXNet's pool included), in bytes, sampled every 50 ms."""
 
     def __init__(self, device_id):
-        self.device_id, self.peak, self._stop = device_id, 0, threading.Event()
-        self._thread = threading.Thread(target=self._run, name="device memory sampler", daemon=True)
+        super().__init__(interval=0.05)
+        self.device_id, self.device = device_id, 0
 
-    def _run(self):
+    def _sample(self):
         import mxnet as mx
 
-        while not self._stop.wait(0.05):
-            free, total = mx.context.gpu_memory_info(self.device_id)
-            self.peak = max(self.peak, total - free)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
+        super()._sample()
+        free, total = mx.context.gpu_memory_info(self.device_id)
+        self.device = max(self.device, total - free)
 
 
 def section_environment(plan, workdir):
@@ -277,7 +270,7 @@ def section_train(plan, workdir, precision):
     return {"precision": precision, "fp16": fp16, "chips": plan["chips"], "distinct_batches": len(batches),
             "losses": losses, "iteration_seconds": [round(t, 4) for t in times],
             "chips_per_second": round(plan["chips"] * len(timed) / sum(timed), 2),
-            "peak_memory_mib": round((memory.peak if on_gpu else memory.rss) / 2 ** 20, 1)}
+            "peak_memory_mib": round((memory.device if on_gpu else memory.rss) / 2 ** 20, 1)}
 
 
 def section_gradients(plan, workdir):

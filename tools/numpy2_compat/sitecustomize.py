@@ -8,7 +8,9 @@ when called). Each is restored only where it is missing, so NumPy 1.x is untouch
 importing and training with MXNet 1.9.1 under NumPy 2.5 on Python 3.12 (docs/gpu.md). Python 3.12 has
 no ``distutils`` either; MXNet imports it, and setuptools (present on such images) provides it.
 
-Another ``sitecustomize`` later on ``sys.path`` (this one shadows it) is run afterwards.
+Another ``sitecustomize`` later on ``sys.path`` (this one shadows it) is run afterwards. It acts only in
+processes that inherit ``PYTHONPATH``: a child started with another one (or over ssh, as the distributed
+launcher's) does not get it.
 """
 import importlib.machinery
 import importlib.util
@@ -17,7 +19,10 @@ import sys
 import types
 import warnings
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # an interpreter without NumPy (a tool's own python3, say) has nothing to restore
+    np = None
 
 
 def _removed(name):
@@ -30,7 +35,7 @@ def _in1d(ar1, ar2, assume_unique=False, invert=False):
     return np.isin(np.ravel(ar1), ar2, assume_unique=assume_unique, invert=invert)
 
 
-RESTORED = {
+RESTORED = {} if np is None else {
     "bool": bool, "int": int, "float": float, "complex": complex, "object": object, "str": str,
     "PZERO": 0.0, "NZERO": -0.0, "PINF": np.inf, "NINF": -np.inf, "Inf": np.inf, "Infinity": np.inf,
     "NaN": np.nan, "NAN": np.nan, "infty": np.inf,
