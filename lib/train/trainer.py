@@ -5,6 +5,7 @@ non-finite loss stops the run at the iteration where it appears, before the upda
 checkpoints are written atomically with their optimizer state.
 """
 import logging
+import os
 import time
 
 import mxnet as mx
@@ -19,6 +20,7 @@ from lib.train.distributed import Workers, create_kvstore
 from lib.train.metrics import loss_values, make_metrics
 from lib.train.optimizer import make_optimizer_params, master_params
 from lib.train.pretrained import initial_params
+from lib.train.progress import RunProgress
 from symbols import PROPOSAL_TARGET_GROUP, get_fixed_param_names, training_symbol
 
 logger = logging.getLogger(__name__)
@@ -96,11 +98,16 @@ def train(cfg, resume=False, kvstore=None):
                 cfg.name, contexts, len(roidb), loader.num_batches, loader.batch_size, workers.count,
                 begin_epoch + 1, cfg.TRAIN.end_epoch)
     history = []
+    metrics_log = os.path.join(checkpoint.output_dir(cfg), "metrics.jsonl") if workers.rank == 0 else None
+    progress = RunProgress(metrics_log, begin_epoch, cfg.TRAIN.end_epoch, num_update)
     with loader:
         for epoch in range(begin_epoch, cfg.TRAIN.end_epoch):
             if epoch > begin_epoch:
                 loader.reset()
-            num_update += _train_epoch(cfg, module, loader, metric, epoch, workers.count)
+            progress.start_epoch(epoch, loader.num_batches)
+            updates = _train_epoch(cfg, module, loader, metric, epoch, workers.count, progress)
+            progress.end_epoch_updates(updates)
+            num_update += updates
             history.append(loss_values(metric))
             logger.info("data loader: %s (totals of this run after epoch %d)", loader.stats, epoch + 1)
             # BatchNorm writes its moving statistics outside the engine's dependency tracking on the CPU:
@@ -133,8 +140,9 @@ def bind_module(cfg, symbol, loader, contexts):
     return module
 
 
-def _train_epoch(cfg, module, loader, metric, epoch, num_workers=1):
-    """One epoch; returns the number of updates. Speeds count the chips of all ``num_workers``."""
+def _train_epoch(cfg, module, loader, metric, epoch, num_workers, progress):
+    """One epoch; returns the number of updates. Speeds count the chips of all ``num_workers``; every
+    periodic line goes to ``progress`` (RunProgress: ETAs, metrics.jsonl) too."""
     metric.reset()
     tic = time.time()
     window_tic, window_samples = tic, 0
@@ -153,10 +161,11 @@ def _train_epoch(cfg, module, loader, metric, epoch, num_workers=1):
             now = time.time()
             speed = window_samples * num_workers / max(now - window_tic, 1e-9)
             values = loss_values(metric)
+            lr = module._optimizer.learning_rate
+            eta = progress.record(iteration + 1, lr, values, speed)
             bar.set_postfix({k: f"{v:.3f}" for k, v in values.items()})
-            logger.info("epoch[%d] batch[%d/%d] speed %.2f chips/s lr %.2e %s", epoch + 1, iteration + 1,
-                        num_batches, speed, module._optimizer.learning_rate,
-                        " ".join(f"{k}={v:.4f}" for k, v in values.items()))
+            logger.info("epoch[%d] batch[%d/%d] speed %.2f chips/s lr %.2e %s %s", epoch + 1, iteration + 1,
+                        num_batches, speed, lr, " ".join(f"{k}={v:.4f}" for k, v in values.items()), eta)
             window_tic, window_samples = now, 0
     bar.close()
     logger.info("epoch[%d] done in %.1f s", epoch + 1, time.time() - tic)
