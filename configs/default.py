@@ -101,6 +101,8 @@ DEFAULTS = {
     },
     "TEST": {
         "BATCH_IMAGES": 1,  # images per device and scale
+        # float16 body between conv0 and the heads, as in training (GPU only; the reference tested in float16)
+        "fp16": True,
         "SCALES": [[1400, 2000], [800, 1280], [480, 512]],
         "VALID_RANGES": [[-1, 90], [32, 180], [75, -1]],
         "RPN_PRE_NMS_TOP_N": 6000,

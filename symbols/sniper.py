@@ -57,11 +57,13 @@ def inference_symbol(cfg, num_classes, rpn_only=False):
 
 
 def _features_and_rpn(cfg, is_train):
-    """The body's features (float32) and the RPN head on them."""
+    """The body's features (float32) and the RPN head on them. With ``TRAIN.fp16`` (training) or
+    ``TEST.fp16`` (testing) the body runs in float16 from conv0's output to the features (spec section 7):
+    the input, ``bn_data``, conv0 and everything after the features stay float32."""
     body_spec = _body_spec(cfg)
     head = HEADS[cfg.symbol]
     num_anchors = cfg.network.NUM_ANCHORS
-    fp16 = bool(is_train and cfg.TRAIN.fp16)
+    fp16 = bool(cfg.TRAIN.fp16 if is_train else cfg.TEST.fp16)
     batch_norm = BatchNormPolicy(cfg.network.BN_MOMENTUM, training=is_train,
                                  frozen_prefixes=cfg.network.FIXED_PARAMS)
     res4, res5 = resnet_body(mx.sym.var("data"), body_spec, batch_norm, fp16=fp16)

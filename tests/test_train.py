@@ -13,7 +13,7 @@ from lib.config import load_config
 from lib.train import checkpoint
 from lib.train.optimizer import make_optimizer_params, parse_lr_steps
 from lib.train import trainer
-from lib.train.trainer import TrainingDiverged, train, use_fp16
+from lib.train.trainer import TrainingDiverged, train
 
 TINY = "configs/faster/sniper_synthetic_tiny.yml"
 
@@ -110,14 +110,6 @@ def test_run_paths_follow_output_path_config_name_and_prefix():
     assert checkpoint.output_dir(cfg) == os.path.join("/runs", "default")
     assert checkpoint.checkpoint_prefix(cfg) == os.path.join("/runs", "default", "MODEL")
     assert checkpoint.params_path(checkpoint.checkpoint_prefix(cfg), 3) == "/runs/default/MODEL-0003.params"
-
-
-def test_fp16_is_refused_on_cpu_with_a_clear_message():
-    cfg = load_config(TINY, [("TRAIN.fp16", "true")])
-    with pytest.raises(ValueError, match="TRAIN.fp16"):
-        use_fp16(cfg, [mx.cpu()])
-    assert use_fp16(cfg, [mx.gpu(0)]) is True
-    assert use_fp16(load_config(TINY), [mx.cpu()]) is False
 
 
 def test_checkpoint_stores_denormalised_regressor_and_round_trips(tmp_path):
