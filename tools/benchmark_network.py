@@ -6,8 +6,12 @@ bulk execution and operator fusion off, so that each operator is timed on its ow
 the batch is split over N CPU contexts (cpu(0)..cpu(N-1)), as ``gpus: 'cpu:N'`` trains; the CPU column
 is process CPU time over wall time (how many cores were busy).
 
-    .venv/bin/python tools/benchmark_network.py [--symbol resnet_tiny] [--chips 2] [--size 512] [--repeat 3]
-        [--contexts 1] [--rois 300]
+    .venv/bin/python tools/benchmark_network.py [--symbol resnet_tiny] [--cfg FILE] [--chips 2] [--size 512]
+        [--repeat 3] [--contexts 1] [--rois 300]
+
+The network settings (anchors) come from ``--cfg`` (default: the defaults); ``--symbol`` replaces its
+symbol and the feature strides follow the body (16 for the ResNets, 32 for MobileNetV2), so e.g.
+``--symbol mobilenetv2 --cfg configs/faster/sniper_mobilenetv2_e2e.yml`` times the published one.
 """
 import argparse
 import os
@@ -23,7 +27,8 @@ import numpy as np  # noqa: E402
 
 import lib.ops  # noqa: E402,F401  (the training graph's proposal-target operator)
 from lib.config import load_config  # noqa: E402
-from symbols import get_symbol  # noqa: E402
+from symbols import inference_symbol, training_symbol  # noqa: E402
+from symbols.bodies import BODIES  # noqa: E402
 
 
 def bind(symbol, shapes, for_training, rng, context=None):
@@ -86,7 +91,8 @@ def profile_top(symbol, shapes, for_training, rng, top):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--symbol", default="resnet_tiny")
+    parser.add_argument("--symbol", default="resnet_tiny", choices=sorted(BODIES))
+    parser.add_argument("--cfg", default=None, help="config file for the network settings (anchors)")
     parser.add_argument("--chips", type=int, default=2)
     parser.add_argument("--size", type=int, default=512)
     parser.add_argument("--classes", type=int, default=81)
@@ -96,11 +102,12 @@ def main():
     args = parser.parse_args()
     if args.contexts < 1 or args.chips % args.contexts:
         parser.error(f"--chips ({args.chips}) must be a positive multiple of --contexts ({args.contexts})")
-    cfg = load_config(None)
     chips = args.chips // args.contexts  # per context
-    cfg.symbol, cfg.dataset.NUM_CLASSES, cfg.TRAIN.BATCH_IMAGES, cfg.TRAIN.fp16 = args.symbol, args.classes, chips, False
-    cfg.TRAIN.RPN_POST_NMS_TOP_N = args.rois
-    size, anchors, feat = args.size, cfg.network.NUM_ANCHORS, args.size // 16
+    stride = BODIES[args.symbol].stride
+    cfg = load_config(args.cfg, [("symbol", args.symbol), ("network.RPN_FEAT_STRIDE", stride),
+                                 ("network.RCNN_FEAT_STRIDE", stride), ("TRAIN.fp16", False),
+                                 ("TRAIN.RPN_POST_NMS_TOP_N", args.rois)])
+    size, anchors, feat = args.size, cfg.network.NUM_ANCHORS, args.size // stride
     train_shapes = dict(data=(chips, 3, size, size), im_info=(chips, 3), valid_ranges=(chips, 2),
                         gt_boxes=(chips, 100, 5), label=(chips, anchors * feat * feat),
                         bbox_target=(chips, 4 * anchors, feat, feat), bbox_weight=(chips, 4 * anchors, feat, feat))
@@ -108,7 +115,7 @@ def main():
     rng = np.random.RandomState(0)
     rows = []
     for label, for_training, shapes in (("train fwd+bwd", True, train_shapes), ("test fwd", False, test_shapes)):
-        symbol = get_symbol(cfg, is_train=for_training)
+        symbol = training_symbol(cfg, args.classes, chips) if for_training else inference_symbol(cfg, args.classes)
         executors = [bind(symbol, shapes, for_training, rng, mx.cpu(i)) for i in range(args.contexts)]
         run(executors, for_training)  # warm-up
         times, cpu_times = [], []
@@ -117,15 +124,16 @@ def main():
             run(executors, for_training)
             times.append(time.perf_counter() - tic)
             cpu_times.append(time.process_time() - cpu_tic)
-        top = ", ".join("%s %.0f%%" % (name, 100 * share)
+        top = ", ".join(f"{name} {100 * share:.0f}%"
                         for name, share in profile_top(symbol, shapes, for_training, rng, 3))
         wall = np.median(times)
         rows.append((label, 1000 * wall, args.chips / wall, np.sum(cpu_times) / np.sum(times), top))
-    print("%s, %d chips of %dx%d on %d CPU context(s), %d rois/chip, %d classes, CPU with %d cores"
-          % (args.symbol, args.chips, size, size, args.contexts, args.rois, args.classes, os.cpu_count()))
-    print("%-14s %10s %9s %5s  %s" % ("pass", "ms/batch", "chips/s", "CPU", "largest operator shares (profiled pass)"))
+    print(f"{args.symbol} (stride {stride}, {anchors} anchors), {args.chips} chips of {size}x{size} on "
+          f"{args.contexts} CPU context(s), {args.rois} rois/chip, {args.classes} classes, "
+          f"CPU with {os.cpu_count()} cores")
+    print(f"{'pass':<14} {'ms/batch':>10} {'chips/s':>9} {'CPU':>5}  largest operator shares (profiled pass)")
     for label, ms, speed, cpu, top in rows:
-        print("%-14s %10.0f %9.2f %5.2f  %s" % (label, ms, speed, cpu, top))
+        print(f"{label:<14} {ms:10.0f} {speed:9.2f} {cpu:5.2f}  {top}")
 
 
 if __name__ == "__main__":
