@@ -16,6 +16,8 @@ from lib.data.anchor_target import AnchorTargeter, AnchorTargetParams
 from lib.train.checkpoint import params_path
 from lib.train.pretrained import PretrainedError, initial_params
 from symbols import get_fixed_param_names, inference_symbol, is_imagenet_parameter, training_symbol
+from symbols.bodies import BODIES
+from symbols.sniper import HEADS
 
 MANIFEST = os.path.join(ROOT, "tests", "data", "sniper_mobilenetv2_test_params.json")
 CONFIG = os.path.join(ROOT, "configs", "faster", "sniper_mobilenetv2_e2e.yml")
@@ -176,6 +178,12 @@ def test_configs_have_the_reference_settings():
     synthetic = load_config(SYNTHETIC)
     assert (synthetic.symbol, synthetic.network.RPN_FEAT_STRIDE, synthetic.network.NUM_ANCHORS) == \
         ("mobilenetv2_tiny", 32, 15)
+
+
+def test_every_body_has_a_head_and_declares_its_stride():
+    assert set(BODIES) == set(HEADS)
+    assert {name: body.stride for name, body in BODIES.items()} == {
+        "resnet101": 16, "resnet50": 16, "resnet_tiny": 16, "mobilenetv2": 32, "mobilenetv2_tiny": 32}
 
 
 def test_stride_32_anchor_targets_and_stride_errors():
