@@ -4,6 +4,11 @@
 The checkpoint is ``TEST.MODEL`` or the training run's ``TEST.TEST_EPOCH``; class names come from the
 config's test image set (``dataset.test_image_set``), or are numbered when that set is not on disk.
 """
+from lib.bootstrap import use_project_python
+
+if __name__ == "__main__":
+    use_project_python()  # before any third-party import: re-runs this in .venv when another Python started it
+
 import argparse
 import logging
 import os

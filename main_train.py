@@ -1,4 +1,9 @@
 """Train SNIPER: ``python main_train.py --cfg FILE [--set KEY VALUE ...] [--resume] [--eval]``."""
+from lib.bootstrap import use_project_python
+
+if __name__ == "__main__":
+    use_project_python()  # before any third-party import: re-runs this in .venv when another Python started it
+
 import argparse
 import logging
 import sys

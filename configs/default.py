@@ -24,7 +24,10 @@ DEFAULTS = {
     "network": {
         "pretrained": "",  # MXNet checkpoint prefix of ImageNet weights ("" with TRAIN.FROM_SCRATCH)
         "pretrained_epoch": 0,
-        "PIXEL_MEANS": [103.939, 116.779, 123.68],  # BGR
+        "PIXEL_MEANS": [103.939, 116.779, 123.68],  # listed in BGR order
+        # Channel order the network is fed (images are decoded BGR): RGB as the reference and its
+        # checkpoints; BGR feeds the channels as decoded.
+        "CHANNEL_ORDER": "RGB",
         "IMAGE_STRIDE": 0,
         "RPN_FEAT_STRIDE": 16,  # the body's feature stride: 16 for the ResNets, 32 for MobileNetV2
         "RCNN_FEAT_STRIDE": 16,

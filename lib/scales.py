@@ -27,11 +27,13 @@ class ScaleSpec:
     long: float = -1.0  # longer-side cap (or target when short is -1) in pixels (-1: none)
 
     def image_scale(self, height, width):
+        """The resize factor; the longer-side cap applies when the ROUNDED scaled side exceeds it, as
+        the reference decides it (a side that rounds to the cap keeps the shorter-side factor)."""
         if self.factor > 0:
             return float(self.factor)
         short_side, long_side = float(min(height, width)), float(max(height, width))
         scale = self.short / short_side if self.short > 0 else self.long / long_side
-        if self.long > 0 and scale * long_side > self.long:
+        if self.long > 0 and round(scale * long_side) > self.long:
             scale = self.long / long_side
         return scale
 

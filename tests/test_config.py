@@ -181,6 +181,9 @@ def test_resolution_form_scales():
     assert coarse.image_scale(480, 640) == pytest.approx(512 / 640)
     # tall image: shorter side 300 -> 1400/300 = 4.67, longer 1200*4.67 = 5600 > 2000, so capped
     assert fine.image_scale(1200, 300) == pytest.approx(2000 / 1200)
+    # the cap is tested on the rounded side: 800/600 * 960.3 = 1280.4 rounds to 1280, not over the cap
+    assert mid.image_scale(600, 960.3) == pytest.approx(800 / 600)
+    assert mid.image_scale(600, 960.5) == pytest.approx(1280 / 960.5)  # 1280.67 rounds to 1281 > 1280
 
 
 @pytest.mark.parametrize("spec", [[], [0.0], [[-1, -1]], [[100]], ["big"], 3.0])

@@ -148,7 +148,7 @@ class Launched:
         self.log = tmp_path / "launch.log"
         self.deadline = time.monotonic() + timeout
         self.seen = {}
-        env = dict(os.environ, OMP_NUM_THREADS="1", MXNET_CPU_WORKER_NTHREADS="1")
+        env = dict(os.environ, OMP_NUM_THREADS="1", MXNET_CPU_WORKER_NTHREADS="1", PYTHONPATH=ROOT)  # for WORKER
         with open(self.log, "wb") as out:
             self.process = subprocess.Popen([sys.executable, LAUNCH, *args], stdout=out, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, cwd=ROOT, env=env, start_new_session=True)

@@ -1,6 +1,7 @@
-"""Negative chip mining end to end (tools/train_neg_chips.py): RPN-only training, proposal extraction
-with that checkpoint, SNIPER training on positive and negative chips, evaluation, resumable stages; and
-the loader's count of negative chips."""
+"""Negative chip mining end to end (lib/pipeline/neg_chips.py; its command line through
+scripts/train_neg_props_and_sniper.sh): RPN-only training, proposal extraction with that checkpoint,
+SNIPER training on positive and negative chips, evaluation, resumable stages; and the loader's count of
+negative chips."""
 import logging
 import os
 import pickle
@@ -14,8 +15,8 @@ from lib.data.epoch_plan import EpochPlan, mine_images
 from lib.inference.detector import Detector
 from lib.train.checkpoint import load_params
 from chip_generator.mining import MiningParams
+from lib.pipeline.neg_chips import NegChipPipeline
 from symbols import inference_symbol
-from tools.train_neg_chips import NegChipPipeline
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml")
@@ -62,7 +63,7 @@ def loader_stats(records):
 
 
 def stage_messages(records):
-    return [r.getMessage() for r in records if r.name == "tools.train_neg_chips"]
+    return [r.getMessage() for r in records if r.name == "lib.pipeline.neg_chips"]
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,11 @@
-"""Pretrained backbone loading (lib/train/pretrained.py) and the GluonCV ResNet v2 converter
-(tools/convert_gluoncv_resnet.py), the latter checked by running GluonCV and the converted backbone on
-the same image (GluonCV models built without downloaded weights, with randomised statistics)."""
-import importlib.util
+"""Pretrained backbone loading (lib/train/pretrained.py) and the GluonCV ResNet v2 conversion
+(lib/gluoncv_resnet.py, tools/convert_gluoncv_resnet.py), the latter checked by running GluonCV and the
+converted backbone on the same image (GluonCV models built without downloaded weights, with randomised
+statistics)."""
 import json
 import os
+import subprocess
+import sys
 
 import mxnet as mx
 import numpy as np
@@ -12,6 +14,7 @@ from gluoncv.model_zoo import get_model
 
 from conftest import build_cfg
 
+from lib import gluoncv_resnet
 from lib.train.checkpoint import params_path
 from lib.train.pretrained import PretrainedError, initial_params
 from symbols import is_imagenet_parameter, training_symbol
@@ -23,15 +26,6 @@ MANIFEST = os.path.join(ROOT, "tests", "data", "sniper_res101_test_params.json")
 HEAD_PREFIXES = ("rpn_", "conv_new_1_", "offset_", "fc_new_", "cls_score_", "bbox_pred_")  # the detection heads
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406])  # GluonCV's RGB preprocessing, written out independently
 IMAGENET_STD = np.array([0.229, 0.224, 0.225])
-
-
-@pytest.fixture(scope="module")
-def converter():
-    spec = importlib.util.spec_from_file_location("convert_gluoncv_resnet",
-                                                  os.path.join(ROOT, "tools", "convert_gluoncv_resnet.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def randomised_gluon_resnet(name, seed):
@@ -65,11 +59,11 @@ def backbone_params(names):
     return [n for n in names if not n.startswith(HEAD_PREFIXES) and "_offset_" not in n]
 
 
-def test_resnet101_v2_maps_one_to_one_onto_the_published_backbone(converter):
+def test_resnet101_v2_maps_one_to_one_onto_the_published_backbone():
     with open(MANIFEST) as f:
         manifest = json.load(f)
     net = randomised_gluon_resnet("resnet101_v2", seed=1)
-    args, aux = converter.convert(net, pixel_means())
+    args, aux = gluoncv_resnet.convert(net, pixel_means())
     assert {n: list(v.shape) for n, v in args.items()} == \
         {n: manifest["args"][n] for n in backbone_params(manifest["args"])}
     assert {n: list(v.shape) for n, v in aux.items()} == manifest["aux"]
@@ -77,7 +71,7 @@ def test_resnet101_v2_maps_one_to_one_onto_the_published_backbone(converter):
     assert all(v.dtype == np.float32 for v in list(args.values()) + list(aux.values()))
 
 
-def test_converted_backbone_computes_the_gluoncv_forward(converter, gluon_resnet50):
+def test_converted_backbone_computes_the_gluoncv_forward(gluon_resnet50):
     """res4 and res5 equal GluonCV's stage 3 and stage 4 outputs on the same image, the latter with
     GluonCV's stage 4 switched to stride 1 / dilation 2 (what zero deformable offsets compute)."""
     net = gluon_resnet50
@@ -93,7 +87,7 @@ def test_converted_backbone_computes_the_gluoncv_forward(converter, gluon_resnet
     gluon_res4 = x.asnumpy()
     gluon_res5 = net.features[8](x).asnumpy()
 
-    arg_params, aux_params = converter.convert(net, pixel_means())
+    arg_params, aux_params = gluoncv_resnet.convert(net, pixel_means())
     batch_norm = BatchNormPolicy(0.995, training=False, eps=BN_EPS)
     res4, res5 = resnet_body(mx.sym.var("data"), RESNETS["resnet50"], batch_norm)
     symbol = mx.sym.Group([res4, res5])
@@ -116,15 +110,18 @@ def test_converted_backbone_computes_the_gluoncv_forward(converter, gluon_resnet
         np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4 * np.abs(theirs).max())
 
 
-def test_converter_cli_writes_a_checkpoint_the_trainer_loads(converter, gluon_resnet50, tmp_path):
+def test_converter_cli_writes_a_checkpoint_the_trainer_loads(gluon_resnet50, tmp_path):
     gluon_file = str(tmp_path / "gluon.params")
     gluon_resnet50.save_parameters(gluon_file)
-    converter.main(["--model", "resnet50_v2", "--params", gluon_file, "--prefix", str(tmp_path / "r50"),
-                    "--epoch", "2"])
+    tool = os.path.join(ROOT, "tools", "convert_gluoncv_resnet.py")
+    result = subprocess.run([sys.executable, tool, "--model", "resnet50_v2", "--params", gluon_file, "--prefix",
+                             str(tmp_path / "r50"), "--epoch", "2"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert sorted(os.listdir(tmp_path)) == ["gluon.params", "r50-0002.params"]  # no temporary file left
     cfg = pretrained_cfg("resnet50", pretrained=str(tmp_path / "r50"), epoch=2)
     symbol = training_symbol(cfg, None, chips_per_device=2, rpn_only=True)
     args, aux = initial_params(cfg, symbol, rpn_only_shapes(64))
-    expected_args, expected_aux = converter.convert(gluon_resnet50, pixel_means())
+    expected_args, expected_aux = gluoncv_resnet.convert(gluon_resnet50, pixel_means())
     for name, value in list(expected_args.items()) + list(expected_aux.items()):
         loaded = args[name] if name in args else aux[name]
         np.testing.assert_array_equal(loaded.asnumpy(), value.asnumpy(), err_msg=name)

@@ -27,12 +27,12 @@ def square(x, y, side):
     return [x, y, x + side - 1, y + side - 1]
 
 
-def test_settings(**overrides):
+def settings_of_test(**overrides):
     """The TEST section of the default config with ``overrides`` (its keys without the section)."""
     return load_config(None, [(f"TEST.{key}", value) for key, value in overrides.items()]).TEST
 
 
-DEFAULT_RANGES = [level.valid_range for level in pyramid(test_settings(), "TEST")]
+DEFAULT_RANGES = [level.valid_range for level in pyramid(settings_of_test(), "TEST")]
 
 
 def test_candidates_keep_boxes_in_the_scale_range_and_above_threshold():
@@ -49,7 +49,7 @@ def test_candidates_keep_boxes_in_the_scale_range_and_above_threshold():
 
 def test_merge_drops_out_of_range_scales_and_suppresses_duplicates():
     # default ranges: [-1, 90], [32, 180], [75, -1]; 3 classes (background + 2)
-    test_cfg = test_settings(SOFT_NMS=False)
+    test_cfg = settings_of_test(SOFT_NMS=False)
     medium, shifted, large = square(10, 10, 50), square(12, 10, 50), square(100, 100, 120)
     per_scale = [
         (np.array([medium, large]), np.array([[0, 0.8, 0], [0, 0.95, 0]])),  # large is too big here
@@ -62,7 +62,7 @@ def test_merge_drops_out_of_range_scales_and_suppresses_duplicates():
 
 
 def test_soft_nms_decays_overlapping_scores_with_a_gaussian():
-    test_cfg = test_settings()
+    test_cfg = settings_of_test()
     medium, shifted = square(10, 10, 50), square(12, 10, 50)
     iou = (48 * 50) / (2 * 50 * 50 - 48 * 50)
     per_scale = [(np.array([medium]), np.array([[0, 0.8]])), (np.array([shifted]), np.array([[0, 0.6]])),
@@ -72,7 +72,7 @@ def test_soft_nms_decays_overlapping_scores_with_a_gaussian():
 
 
 def test_suppress_caps_detections_per_image_by_score():
-    test_cfg = test_settings(MAX_PER_IMAGE=3)
+    test_cfg = settings_of_test(MAX_PER_IMAGE=3)
     rng = np.random.default_rng(1)
     scores = rng.uniform(0.01, 1, 10)
     candidates = np.array([[*square(100 * i, 0, 20), s, 1 + i % 2] for i, s in enumerate(scores)], np.float32)
@@ -83,7 +83,7 @@ def test_suppress_caps_detections_per_image_by_score():
 
 def test_scale_count_must_match_valid_ranges():
     with pytest.raises(ValueError, match="2 scales of detections for 3 valid ranges"):
-        merge_scales([(np.zeros((0, 4)), np.zeros((0, 2)))] * 2, DEFAULT_RANGES, test_settings())
+        merge_scales([(np.zeros((0, 4)), np.zeros((0, 2)))] * 2, DEFAULT_RANGES, settings_of_test())
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -6,29 +6,27 @@ bulk execution and operator fusion off, so that each operator is timed on its ow
 the batch is split over N CPU contexts (cpu(0)..cpu(N-1)), as ``gpus: 'cpu:N'`` trains; the CPU column
 is process CPU time over wall time (how many cores were busy).
 
-    .venv/bin/python tools/benchmark_network.py [--symbol resnet_tiny] [--cfg FILE] [--chips 2] [--size 512]
-        [--repeat 3] [--contexts 1] [--rois 300]
+    python tools/benchmark_network.py [--symbol resnet_tiny] [--cfg FILE] [--chips 2] [--size 512] [--repeat 3]
+        [--contexts 1] [--rois 300]
 
 The network settings (anchors) come from ``--cfg`` (default: the defaults); ``--symbol`` replaces its
 symbol and the feature strides follow the body (16 for the ResNets, 32 for MobileNetV2), so e.g.
 ``--symbol mobilenetv2 --cfg configs/faster/sniper_mobilenetv2_e2e.yml`` times the published one.
 """
+import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
 import argparse
 import os
 import shutil
-import sys
 import tempfile
-import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import mxnet as mx
+import numpy as np
 
-import mxnet as mx  # noqa: E402
-import numpy as np  # noqa: E402
-
-import lib.ops  # noqa: E402,F401  (the training graph's proposal-target operator)
-from lib.config import load_config  # noqa: E402
-from symbols import inference_symbol, training_symbol  # noqa: E402
-from symbols.bodies import BODIES  # noqa: E402
+import lib.ops  # noqa: F401  (the training graph's proposal-target operator)
+from lib.benchmarking import markdown_table, measure
+from lib.config import load_config
+from symbols import inference_symbol, training_symbol
+from symbols.bodies import BODIES
 
 
 def bind(symbol, shapes, for_training, rng, context=None):
@@ -115,25 +113,18 @@ def main():
     rng = np.random.RandomState(0)
     rows = []
     for label, for_training, shapes in (("train fwd+bwd", True, train_shapes), ("test fwd", False, test_shapes)):
-        symbol = training_symbol(cfg, args.classes, chips) if for_training else inference_symbol(cfg, args.classes)
+        symbol = (training_symbol(cfg, args.classes, chips) if for_training
+                  else inference_symbol(cfg, args.classes))
         executors = [bind(symbol, shapes, for_training, rng, mx.cpu(i)) for i in range(args.contexts)]
-        run(executors, for_training)  # warm-up
-        times, cpu_times = [], []
-        for _ in range(args.repeat):
-            tic, cpu_tic = time.perf_counter(), time.process_time()
-            run(executors, for_training)
-            times.append(time.perf_counter() - tic)
-            cpu_times.append(time.process_time() - cpu_tic)
+        timing = measure(lambda: run(executors, for_training), repeat=args.repeat)
         top = ", ".join(f"{name} {100 * share:.0f}%"
                         for name, share in profile_top(symbol, shapes, for_training, rng, 3))
-        wall = np.median(times)
-        rows.append((label, 1000 * wall, args.chips / wall, np.sum(cpu_times) / np.sum(times), top))
+        rows.append((label, 1000 * timing.median, args.chips / timing.median, timing.cpu_fraction, top))
     print(f"{args.symbol} (stride {stride}, {anchors} anchors), {args.chips} chips of {size}x{size} on "
           f"{args.contexts} CPU context(s), {args.rois} rois/chip, {args.classes} classes, "
           f"CPU with {os.cpu_count()} cores")
-    print(f"{'pass':<14} {'ms/batch':>10} {'chips/s':>9} {'CPU':>5}  largest operator shares (profiled pass)")
-    for label, ms, speed, cpu, top in rows:
-        print(f"{label:<14} {ms:10.0f} {speed:9.2f} {cpu:5.2f}  {top}")
+    print(markdown_table(["pass", "ms/batch", "chips/s", "CPU", "largest operator shares (profiled pass)"], rows,
+                         [None, ".0f", ".2f", ".2f", None]))
 
 
 if __name__ == "__main__":

@@ -1,27 +1,24 @@
 """Draw the chips SNIPER mines for one training image: one panel per training scale.
 
-    .venv/bin/python tools/visualize_chips.py IMAGE_ID [--cfg FILE] [--out PNG] [--flipped] [--stride N]
+    python tools/visualize_chips.py IMAGE_ID --cfg FILE [--set KEY VALUE ...] [--out PNG] [--flipped] [--stride N]
 
 Each panel is the image at that scale (shrunk for display) with its gt boxes, green when valid at
 the scale and red when not, the positive chips in blue and the negative chips in orange.
 """
+import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
 import argparse
 import logging
 import os
-import sys
 
 import cv2
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from chip_generator.mining import draw_epoch_stride, mine_image_chips  # noqa: E402
-from lib.config import load_config, parse_cli_overrides  # noqa: E402
-from lib.dataset import load_roidb, read_image  # noqa: E402
-from lib.logger import setup_logging  # noqa: E402
+from chip_generator.mining import MiningParams, draw_epoch_stride, mine_image_chips
+from lib.config import add_config_arguments, config_from_arguments
+from lib.dataset import load_roidb, read_image
+from lib.logger import setup_logging
 
 logger = logging.getLogger("visualize_chips")
-DEFAULT_CFG = "configs/faster/sniper_synthetic_tiny.yml"
 PANEL_HEIGHT = 540  # display height of every panel, in pixels
 TITLE_HEIGHT = 28
 VALID, INVALID, POSITIVE, NEGATIVE = (60, 200, 60), (40, 40, 230), (230, 120, 20), (0, 150, 255)  # BGR
@@ -61,20 +58,20 @@ def scale_panel(image, entry, scale, level):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("image_id", type=int)
-    parser.add_argument("--cfg", default=DEFAULT_CFG, help=f"config YAML (default {DEFAULT_CFG})")
-    parser.add_argument("--set", nargs="+", default=[], metavar="KEY VALUE", help="config overrides")
+    add_config_arguments(parser, cfg_help="config YAML, e.g. configs/faster/sniper_synthetic_tiny.yml")
     parser.add_argument("--out", help="PNG path (default {output_path}/chips_{IMAGE_ID}.png)")
     parser.add_argument("--flipped", action="store_true", help="the mirrored training copy")
     parser.add_argument("--stride", type=int, help="chip stride (default: drawn from TRAIN.CHIP_STRIDE)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    cfg = config_from_arguments(args)
     setup_logging()
-    cfg = load_config(args.cfg, parse_cli_overrides(args.set))
     roidb, _ = load_roidb(cfg, cfg.dataset.image_set, training=True)
     entry = find_entry(roidb, args.image_id, args.flipped)
     rng = np.random.default_rng(args.seed)
-    stride = args.stride if args.stride else draw_epoch_stride(cfg, rng)
-    chips = mine_image_chips(entry, cfg, stride, rng)
+    params = MiningParams.from_config(cfg)
+    stride = args.stride if args.stride else draw_epoch_stride(params, rng)
+    chips = mine_image_chips(entry, params, stride, rng)
     image = read_image(entry["image"])
     if entry["flipped"]:
         image = cv2.flip(image, 1)

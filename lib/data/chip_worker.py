@@ -45,6 +45,7 @@ class ChipWorker:
         self.mining = MiningParams.from_config(cfg)
         self.targeter = AnchorTargeter(AnchorTargetParams.from_config(cfg))
         self.pixel_means = np.asarray(cfg.network.PIXEL_MEANS, np.float32)
+        self.channel_order = cfg.network.CHANNEL_ORDER
         self.min_gt_size = float(cfg.TRAIN.RPN_MIN_GT_SIZE)
 
     @staticmethod
@@ -87,13 +88,11 @@ class ChipWorker:
 
         arrays = self.ring.slot(slot)
         height, width = render_chip(image, chip.box, chip.im_scale, entry["flipped"], self.pixel_means,
-                                    arrays["data"][position])
+                                    self.channel_order, arrays["data"][position])
         rendered = time.perf_counter()
 
-        valid = np.zeros(len(entry["boxes"]), bool)
-        valid[list(chip.valid_boxes)] = True
-        boxes, classes, valid = chip_gt_boxes(entry["boxes"], entry["gt_classes"], valid, chip.im_scale, chip.box,
-                                              self.min_gt_size)
+        boxes, classes, valid = chip_gt_boxes(entry["boxes"], entry["gt_classes"], chip.valid_mask(len(entry["boxes"])),
+                                              chip.im_scale, chip.box, self.min_gt_size)
         rng = np.random.default_rng(seed)
         self.targeter(boxes[valid], boxes[~valid], height, width, rng,
                       out=(arrays["label"][position], arrays["bbox_target"][position],

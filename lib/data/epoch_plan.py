@@ -30,6 +30,12 @@ class ChipRef(NamedTuple):
     valid_boxes: tuple  # indices into the roidb entry's boxes
     negative: bool = False  # a background chip from negative chip mining
 
+    def valid_mask(self, num_boxes):
+        """bool (num_boxes,): which of the entry's boxes this chip trains on as valid."""
+        mask = np.zeros(num_boxes, bool)
+        mask[list(self.valid_boxes)] = True
+        return mask
+
 
 class ChipTable(NamedTuple):
     """Many chips as arrays (an epoch of COCO holds about a million: tuples would take gigabytes).

@@ -13,6 +13,7 @@ import mxnet as mx
 import numpy as np
 
 from lib.boxes import clip_boxes, decode
+from lib.data.pixels import network_pixels
 from lib.contexts import parse_contexts
 from lib.inference.merge import merge_scales
 from lib.scales import pyramid
@@ -31,12 +32,13 @@ def checkpoint_file(cfg):
     return params_path(checkpoint_prefix(cfg), cfg.TEST.TEST_EPOCH)
 
 
-def network_input(image, scale, pixel_means):
-    """BGR uint8 (H, W, 3) -> float32 (3, h, w) resized by ``scale``, minus the BGR ``pixel_means``."""
+def network_input(image, scale, pixel_means, channel_order):
+    """BGR uint8 (H, W, 3) -> float32 (3, h, w) resized by ``scale``, in the network's channel order
+    minus the means (lib.data.pixels)."""
     height, width = image.shape[:2]
     size = (max(1, int(round(width * scale))), max(1, int(round(height * scale))))
     resized = cv2.resize(image, size, interpolation=cv2.INTER_LINEAR)
-    return (resized.astype(np.float32) - np.asarray(pixel_means, np.float32)).transpose(2, 0, 1)
+    return network_pixels(resized, pixel_means, channel_order, np.empty((3,) + resized.shape[:2], np.float32))
 
 
 def unique_rows(rois):
@@ -107,7 +109,8 @@ class Detector:
     def _forward(self, images, scale_spec):
         """One batch (at most ``batch_size`` images) at one scale: ``(outputs by name, scales)``."""
         scales = [scale_spec.image_scale(*image.shape[:2]) for image in images]
-        inputs = [network_input(image, s, self.cfg.network.PIXEL_MEANS) for image, s in zip(images, scales)]
+        network = self.cfg.network
+        inputs = [network_input(image, s, network.PIXEL_MEANS, network.CHANNEL_ORDER) for image, s in zip(images, scales)]
         height = -(-max(x.shape[1] for x in inputs) // self.stride) * self.stride
         width = -(-max(x.shape[2] for x in inputs) // self.stride) * self.stride
         data = np.zeros((self.batch_size, 3, height, width), np.float32)
@@ -148,10 +151,12 @@ class Detector:
             results.append((to_original(boxes, scale, *image.shape[:2]), outputs["cls_prob_reshape_output"]))
         return results
 
-    def detect(self, images):
-        """Merged detections per image at ``TEST.SCALES``, float32 (N, 6) ``[x1, y1, x2, y2, score, label]``."""
-        per_scale = [self.scale_detections(images, level.spec) for level in self.levels]
-        ranges = [level.valid_range for level in self.levels]
+    def detect(self, images, levels=None):
+        """Merged detections per image at ``levels`` (default: the config's test pyramid), float32 (N, 6)
+        ``[x1, y1, x2, y2, score, label]``."""
+        levels = self.levels if levels is None else levels
+        per_scale = [self.scale_detections(images, level.spec) for level in levels]
+        ranges = [level.valid_range for level in levels]
         return [merge_scales([scale[i] for scale in per_scale], ranges, self.cfg.TEST) for i in range(len(images))]
 
     def propose(self, images):
