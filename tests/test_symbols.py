@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import build_cfg
+from network_helpers import bind_random, graph_nodes, inference_shapes, parameter_shapes, train_shapes
 
 from symbols import get_fixed_param_names, inference_symbol, training_symbol
 
@@ -26,33 +27,6 @@ def network(cfg, is_train, rpn_only=False, num_classes=5, chips=2):
     if is_train:
         return training_symbol(cfg, num_classes, chips, rpn_only=rpn_only)
     return inference_symbol(cfg, num_classes, rpn_only=rpn_only)
-
-
-def inference_shapes(batch, size):
-    return dict(data=(batch, 3, size, size), im_info=(batch, 3), im_ids=(batch,), chip_ids=(batch,))
-
-
-def train_shapes(batch, size, rpn_only=False):
-    feat = size // 16
-    shapes = dict(data=(batch, 3, size, size), im_info=(batch, 3), valid_ranges=(batch, 2), gt_boxes=(batch, 100, 5),
-                  label=(batch, A * feat * feat), bbox_target=(batch, 4 * A, feat, feat),
-                  bbox_weight=(batch, 4 * A, feat, feat))
-    if rpn_only:
-        for name in ("im_info", "valid_ranges", "gt_boxes"):
-            del shapes[name]
-    return shapes
-
-
-def parameter_shapes(symbol, input_shapes):
-    arg_shapes, out_shapes, aux_shapes = symbol.infer_shape(**input_shapes)
-    args = {n: list(s) for n, s in zip(symbol.list_arguments(), arg_shapes) if n not in input_shapes}
-    aux = {n: list(s) for n, s in zip(symbol.list_auxiliary_states(), aux_shapes)}
-    outs = {n: list(s) for n, s in zip(symbol.list_outputs(), out_shapes)}
-    return args, aux, outs
-
-
-def graph_nodes(symbol):
-    return json.loads(symbol.tojson())["nodes"]
 
 
 @pytest.fixture(scope="module")
@@ -162,17 +136,10 @@ def test_configuration_errors_name_the_key():
 
 
 def _bind_random(symbol, shapes, seed, grad_req="null"):
-    rng = np.random.RandomState(seed)
-    executor = symbol.simple_bind(mx.cpu(), grad_req=grad_req, **shapes)
-    for name, array in executor.arg_dict.items():
-        if name not in shapes:
-            array[:] = rng.normal(0, 0.05, array.shape) if name.endswith("weight") else name.endswith("gamma")
-    for name, array in executor.aux_dict.items():
-        array[:] = 1 if name.endswith("var") else 0
+    executor, rng = bind_random(symbol, shapes, seed, grad_req)
     for name in ("stage4_unit1_offset_weight", "offset_weight"):
         if name in executor.arg_dict:
             executor.arg_dict[name][:] = rng.normal(0, 0.001, executor.arg_dict[name].shape)
-    executor.arg_dict["data"][:] = rng.uniform(-100, 100, shapes["data"])
     return executor
 
 
