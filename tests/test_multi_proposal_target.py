@@ -327,9 +327,9 @@ def test_reference_nms_ties_prefer_thread_zero_residues_over_lower_indices():
 
 
 def test_reference_anchor_order_is_a_h_w():
-    """Zero deltas, all scores equal, nothing suppressed (threshold 1 and separated cells): with ties
-    at every score the kernel's order is visible; a, h, w order means anchor type a's cells are
-    enumerated before type a + 1's. Checked against the NumPy statement of the kernel."""
+    """Zero deltas, all 18 scores equal, NMS threshold 1 (no overlap here exceeds it): slot j holds
+    the element at relative position 0 (nothing needs a swap), so the rois come out in the reference's
+    anchor order (a, h, w), all cells of anchor type 0 before those of type 1."""
     feat = 3
     anchors = grid_anchors(base_anchors(16, (1,), (1, 2)), feat, feat, 16)  # (h, w, a) order, A = 2
     cls_prob = np.full((1, 4, feat, feat), 0.5, np.float32)
@@ -338,8 +338,6 @@ def test_reference_anchor_order_is_a_h_w():
     rois, _, _, _ = assert_matches_reference(inputs, scales=(1, 2), ratios=(1,), threshold=1.0,
                                              rpn_post_nms_top_n=len(anchors))
     a_h_w = np.maximum(anchors, 0).reshape(feat, feat, 2, 4).transpose(2, 0, 1, 3).reshape(-1, 4)
-    # Position r of element r in (a, h, w) order; all tied, each slot takes the smallest
-    # (r mod 32, ...) among the remaining ones: with 18 elements and no swaps needed, index order.
     np.testing.assert_array_equal(rois[:, 1:], a_h_w)
 
 
