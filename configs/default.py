@@ -97,8 +97,15 @@ DEFAULTS = {
         "RPN_INVALID_OVERLAP": 0.3,
         "RPN_ALLOWED_BORDER": 32,
         "RPN_MIN_GT_SIZE": 10,  # px after scaling
-        # Proposal target
-        "RPN_PRE_NMS_TOP_N": 6000,
+        # Proposal target (the MultiProposalTarget operator, lib/ops). Rules: "reference" reproduces the
+        # published SNIPER's GPU operator (areas without the +1 in every overlap, so the effective fg
+        # threshold is lower for small rois; boxes dropped only when both sides are under RPN_MIN_SIZE;
+        # the 300 rois padded with 201 px boxes labelled by overlap like any roi; in-range gts written
+        # over the last slots; +0.5 px gt centre in the targets); "exact" is the project's true-IoU
+        # variant (+1 areas, padding labelled -1, in-range gts right after the proposals). Semantics in
+        # lib/ops/__init__.py, the differences in docs/reference_differences.md.
+        "PROPOSAL_TARGET_RULES": "reference",
+        "RPN_PRE_NMS_TOP_N": 0,  # proposals entering NMS per chip; 0: all (the reference); 6000 was the project's cap
         "RPN_POST_NMS_TOP_N": 300,
         "RPN_NMS_THRESH": 0.7,
         "RPN_MIN_SIZE": 3,
