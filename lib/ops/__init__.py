@@ -44,7 +44,7 @@ import os
 import mxnet as mx
 
 LIBRARY_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libsniper_ops.so")
-OPERATOR_NAME = "MultiProposalTarget"
+OPERATOR_NAMES = ("MultiProposalTarget", "CompiledDeformablePSROIPooling", "DeformableIm2Col")
 
 
 def proposal_target_attrs(cfg):
@@ -68,11 +68,12 @@ def load_library(path=LIBRARY_PATH):
     """Load the operator library once (later calls, or a second copy of this module, are no-ops)."""
     if not os.path.exists(path):
         raise ImportError(f"lib.ops: compiled operator library {path} is missing; run `make` in the repository root")
-    if hasattr(mx.nd, OPERATOR_NAME):
+    if all(hasattr(mx.nd, name) for name in OPERATOR_NAMES):
         return
     mx.library.load(os.path.abspath(path), verbose=False)
     for namespace in (mx.nd, mx.sym):
-        setattr(namespace.contrib, OPERATOR_NAME, getattr(namespace, OPERATOR_NAME))
+        for name in OPERATOR_NAMES:
+            setattr(namespace.contrib, name, getattr(namespace, name))
 
 
 load_library()
