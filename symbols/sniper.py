@@ -8,6 +8,7 @@ from collections import namedtuple
 
 import mxnet as mx
 
+from symbols.deformable import deformable_psroi_pooling
 from symbols.resnet import RESNETS, BatchNormPolicy, resnet_body
 
 FEATURE_STRIDE = 16  # the body's only output stride (res4 and the dilated res5)
@@ -33,20 +34,25 @@ RCNN_BBOX_NORMALISER = 188.0  # R-CNN smooth-L1 is scaled by 1 / (188 * chips), 
 PROPOSAL_TARGET_GROUP = "proposal_target"
 
 
-def get_symbol(cfg, is_train, rpn_only=False):
+def get_symbol(cfg, is_train, rpn_only=False, compiled_deformable=False):
     """The training or test graph for `cfg` (see ARCHITECTURE.md "Network" for inputs and outputs).
 
     Training outputs: rpn_cls_prob, rpn_bbox_loss, then (unless `rpn_only`) cls_prob, bbox_loss and
     rcnn_label (the proposal-target labels, gradient-blocked, for metrics).
     Test outputs: rois, cls_prob_reshape, bbox_pred_reshape, im_ids, chip_ids, im_info; with `rpn_only`
     rois, rois_score, im_ids, chip_ids, im_info (proposal extraction).
+    `compiled_deformable` builds the deformable layers from lib/ops' compiled CPU operators (same
+    parameters; symbols.deformable.use_compiled_deformable decides it from the contexts and the config).
     """
     body_spec, head = _network_specs(cfg)
     num_anchors = _num_anchors(cfg)
     fp16 = bool(is_train and cfg.TRAIN.fp16)
     batch_norm = BatchNormPolicy(cfg.network.BN_MOMENTUM, training=is_train,
                                  frozen_prefixes=cfg.network.FIXED_PARAMS)
-    res4, res5 = resnet_body(mx.sym.var("data"), body_spec, batch_norm, fp16=fp16)
+    if compiled_deformable and fp16:
+        raise ValueError("TRAIN.fp16 with the compiled deformable operators: they are float32 host kernels")
+    res4, res5 = resnet_body(mx.sym.var("data"), body_spec, batch_norm, fp16=fp16,
+                             compiled_deformable=compiled_deformable)
     features = mx.sym.concat(res4, res5, dim=1, name="res4_res5")
     if fp16:
         features = mx.sym.Cast(features, dtype="float32", name="features_fp32")
@@ -64,11 +70,12 @@ def get_symbol(cfg, is_train, rpn_only=False):
                                       name="rpn_cls_prob_reshape")
     if is_train:
         return _training_outputs(cfg, features, head, rpn_cls_score_reshape, rpn_cls_prob_map,
-                                 rpn_bbox_pred, rpn_only)
-    return _test_outputs(cfg, features, head, rpn_cls_prob_map, rpn_bbox_pred, rpn_only)
+                                 rpn_bbox_pred, rpn_only, compiled_deformable)
+    return _test_outputs(cfg, features, head, rpn_cls_prob_map, rpn_bbox_pred, rpn_only, compiled_deformable)
 
 
-def _training_outputs(cfg, features, head, rpn_cls_score_reshape, rpn_cls_prob_map, rpn_bbox_pred, rpn_only):
+def _training_outputs(cfg, features, head, rpn_cls_score_reshape, rpn_cls_prob_map, rpn_bbox_pred, rpn_only,
+                      compiled_deformable):
     chips = cfg.TRAIN.BATCH_IMAGES
     loss_scale = float(cfg.TRAIN.scale) if cfg.TRAIN.fp16 else 1.0
     rpn_cls_prob = mx.sym.SoftmaxOutput(rpn_cls_score_reshape, label=mx.sym.var("label"), multi_output=True,
@@ -92,7 +99,7 @@ def _training_outputs(cfg, features, head, rpn_cls_score_reshape, rpn_cls_prob_m
             bbox_stds=tuple(cfg.TRAIN.BBOX_STDS))
     # rois (B*R, 5), labels (B*R,), box targets and weights (B*R, 4), R = TRAIN.RPN_POST_NMS_TOP_N
     rois, rcnn_label, rcnn_bbox_target, rcnn_bbox_weight = (mx.sym.BlockGrad(targets[i]) for i in range(4))
-    cls_score, bbox_pred = _rcnn_head(features, rois, head, _num_classes(cfg))
+    cls_score, bbox_pred = _rcnn_head(features, rois, head, _num_classes(cfg), compiled_deformable)
     cls_prob = mx.sym.SoftmaxOutput(cls_score, label=rcnn_label, normalization="valid", use_ignore=True,
                                     ignore_label=-1, grad_scale=loss_scale, name="cls_prob")
     bbox_loss = _smooth_l1_loss(bbox_pred, rcnn_bbox_target, rcnn_bbox_weight,
@@ -101,7 +108,7 @@ def _training_outputs(cfg, features, head, rpn_cls_score_reshape, rpn_cls_prob_m
                          mx.sym.BlockGrad(rcnn_label, name="rcnn_label")])
 
 
-def _test_outputs(cfg, features, head, rpn_cls_prob_map, rpn_bbox_pred, rpn_only):
+def _test_outputs(cfg, features, head, rpn_cls_prob_map, rpn_bbox_pred, rpn_only, compiled_deformable):
     im_info, im_ids, chip_ids = mx.sym.var("im_info"), mx.sym.var("im_ids"), mx.sym.var("chip_ids")
     test = cfg.TEST
     proposals = mx.sym.contrib.MultiProposal(
@@ -113,7 +120,7 @@ def _test_outputs(cfg, features, head, rpn_cls_prob_map, rpn_bbox_pred, rpn_only
     if rpn_only:
         return mx.sym.Group([proposals[0], proposals[1], im_ids, chip_ids, im_info])
     num_classes = _num_classes(cfg)
-    cls_score, bbox_pred = _rcnn_head(features, proposals, head, num_classes)
+    cls_score, bbox_pred = _rcnn_head(features, proposals, head, num_classes, compiled_deformable)
     cls_prob = mx.sym.softmax(cls_score, axis=-1, name="cls_prob")
     per_image = test.RPN_POST_NMS_TOP_N
     cls_prob = mx.sym.Reshape(cls_prob, shape=(-1, per_image, num_classes), name="cls_prob_reshape")
@@ -121,22 +128,21 @@ def _test_outputs(cfg, features, head, rpn_cls_prob_map, rpn_bbox_pred, rpn_only
     return mx.sym.Group([proposals, cls_prob, bbox_pred, im_ids, chip_ids, im_info])
 
 
-def _rcnn_head(features, rois, head, num_classes):
+def _rcnn_head(features, rois, head, num_classes, compiled_deformable):
     """1x1 reduction, deformable PS-ROI pooling 7x7, two FC layers, classifier and class-agnostic box."""
     reduced = mx.sym.Convolution(features, num_filter=head.rcnn_channels, kernel=(1, 1), name="conv_new_1")
     reduced = mx.sym.Activation(reduced, act_type="relu", name="conv_new_1_relu")
     pooling = dict(spatial_scale=1.0 / FEATURE_STRIDE, output_dim=head.rcnn_channels, group_size=1,
                    pooled_size=POOLED_SIZE, part_size=POOLED_SIZE, sample_per_part=head.samples_per_part)
     # The part offsets are regressed from a plain (offset-free) pooling of the same roi.
-    plain = mx.sym.contrib.DeformablePSROIPooling(data=reduced, rois=rois, no_trans=True, name="offset_t",
-                                                  **pooling)
+    plain = deformable_psroi_pooling(reduced, rois, name="offset_t", compiled=compiled_deformable, **pooling)
     offset = mx.sym.FullyConnected(
         plain, num_hidden=2 * POOLED_SIZE * POOLED_SIZE, name="offset",
         weight=mx.sym.var("offset_weight", lr_mult=OFFSET_LR_MULT),
         bias=mx.sym.var("offset_bias", lr_mult=OFFSET_LR_MULT))
     offset = mx.sym.Reshape(offset, shape=(-1, 2, POOLED_SIZE, POOLED_SIZE), name="offset_reshape")
-    pooled = mx.sym.contrib.DeformablePSROIPooling(data=reduced, rois=rois, trans=offset, no_trans=False,
-                                                   trans_std=TRANS_STD, name="deformable_roi_pool", **pooling)
+    pooled = deformable_psroi_pooling(reduced, rois, name="deformable_roi_pool", trans=offset, trans_std=TRANS_STD,
+                                      compiled=compiled_deformable, **pooling)
     hidden = pooled
     for index in (1, 2):
         hidden = mx.sym.FullyConnected(hidden, num_hidden=head.fc_channels, name="fc_new_%d" % index)

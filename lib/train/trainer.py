@@ -19,7 +19,7 @@ from lib.train.distributed import Workers, create_kvstore
 from lib.train.metrics import loss_values, make_metrics
 from lib.train.optimizer import make_optimizer_params
 from lib.train.pretrained import initial_params
-from symbols import PROPOSAL_TARGET_GROUP, get_fixed_param_names, get_symbol
+from symbols import PROPOSAL_TARGET_GROUP, get_fixed_param_names, get_symbol, use_compiled_deformable
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +68,7 @@ def train(cfg, resume=False, kvstore=None):
     """
     contexts = parse_contexts(cfg.gpus)
     fp16 = use_fp16(cfg, contexts)
+    compiled_deformable = use_compiled_deformable(cfg, contexts)
     kvstore = create_kvstore(cfg) if kvstore is None else kvstore
     workers = Workers(kvstore)
     _seed(cfg)
@@ -78,7 +79,7 @@ def train(cfg, resume=False, kvstore=None):
     begin_epoch = _begin_epoch(cfg, prefix, resume)
     loader = ChipLoader(roidb, cfg, num_ctx=len(contexts), rpn_only=rpn_only, seed=cfg.default.seed,
                         begin_epoch=begin_epoch, num_shards=workers.count, shard_index=workers.rank)
-    symbol = get_symbol(cfg, is_train=True, rpn_only=rpn_only)
+    symbol = get_symbol(cfg, is_train=True, rpn_only=rpn_only, compiled_deformable=compiled_deformable)
     module = _bind_module(cfg, symbol, loader, contexts)
     stds, means = cfg.TRAIN.BBOX_STDS, cfg.TRAIN.BBOX_MEANS
     if begin_epoch > 0:
