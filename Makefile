@@ -4,7 +4,9 @@
 #   make train      the main job: synthetic data -> train tiny SNIPER on CPU -> COCO AP table
 #   make MXNET=mxnet-cu117   the same with a CUDA build of MXNet 1.9.1 (also mxnet-cu112); the venv
 #                            remembers it, so later `make test` / `make train` keep that build
-PYTHON ?= $(shell command -v python3.11 || command -v python3)
+# The newest supported interpreter on the PATH: the pins (numpy 1.23 for MXNet 1.9.1) exist for 3.8-3.11.
+PYTHON ?= $(shell for v in 3.11 3.10 3.9 3.8; do command -v python$$v && break; done || command -v python3)
+SUPPORTED_PYTHONS := 3.8 3.9 3.10 3.11
 VENV := .venv
 MXNET_VARIANTS := mxnet mxnet-cu112 mxnet-cu117
 MXNET ?= $(shell cat $(VENV)/.mxnet-variant 2>/dev/null || echo mxnet)
@@ -28,6 +30,10 @@ all: build
 
 venv: $(STAMP)
 $(STAMP): requirements.txt constraints.txt
+	@version=$$($(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null); \
+	case " $(SUPPORTED_PYTHONS) " in *" $$version "*) ;; *) echo "error: $(PYTHON) is Python $${version:-?}; this \
+	project needs Python 3.8-3.11 (MXNet 1.9.1 needs numpy 1.23, which has no release for 3.12+). Install one and \
+	run: make PYTHON=python3.11" >&2; exit 1;; esac
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade "pip<25"
 	# one MXNet build per venv: remove the others (they share the `mxnet` package folder)

@@ -4,15 +4,20 @@
 The checkpoint is ``TEST.MODEL`` or the training run's ``TEST.TEST_EPOCH``; class names come from the
 config's test image set (``dataset.test_image_set``), or are numbered when that set is not on disk.
 """
+from lib.bootstrap import use_project_python
+
+if __name__ == "__main__":
+    use_project_python()  # before any third-party import: re-runs this in .venv when another Python started it
+
 import argparse
 import logging
 import os
 import sys
 
 import cv2
-import numpy as np
 
 from lib.config import add_config_arguments, config_from_arguments
+from lib.drawing import draw_detections
 from lib.logger import setup_logging
 
 logger = logging.getLogger("demo")
@@ -28,7 +33,7 @@ def parse_args(argv=None):
 
 
 def class_names(cfg):
-    """Names of the contiguous labels (index 0 is background), and sets ``dataset.NUM_CLASSES``."""
+    """Names of the contiguous labels (index 0 is background); their count is the network's class count."""
     from lib.dataset import load_roidb
 
     try:
@@ -38,27 +43,7 @@ def class_names(cfg):
             raise ValueError(f"{err}; without the dataset set dataset.NUM_CLASSES to name the classes") from None
         logger.warning("%s: classes are shown by number", err)
         return ["__background__"] + [f"class {label}" for label in range(1, cfg.dataset.NUM_CLASSES)]
-    cfg.dataset.NUM_CLASSES = cfg.dataset.NUM_CLASSES or dataset.num_classes
     return list(dataset.classes)
-
-
-def draw_detections(image, detections, names, thresh):
-    """Copy of ``image`` (BGR) with a box and a "name score" tag per detection scoring >= ``thresh``."""
-    canvas = image.copy()
-    thickness = max(1, round(max(image.shape[:2]) / 500))
-    font_scale = max(0.4, max(image.shape[:2]) / 1500)
-    palette = np.random.default_rng(7).integers(60, 255, (len(names), 3))
-    for x1, y1, x2, y2, score, label in detections[detections[:, 4] >= thresh][::-1]:
-        colour = tuple(int(c) for c in palette[int(label)])
-        top_left, bottom_right = (int(round(x1)), int(round(y1))), (int(round(x2)), int(round(y2)))
-        cv2.rectangle(canvas, top_left, bottom_right, colour, thickness)
-        text = f"{names[int(label)]} {score:.2f}"
-        (w, h), base = cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, font_scale, 1)
-        y = max(top_left[1], h + base)
-        cv2.rectangle(canvas, (top_left[0], y - h - base), (top_left[0] + w, y), colour, -1)
-        cv2.putText(canvas, text, (top_left[0], y - base), cv2.FONT_HERSHEY_SIMPLEX, font_scale, (0, 0, 0), 1,
-                    cv2.LINE_AA)
-    return canvas
 
 
 def main(argv=None):
@@ -66,14 +51,14 @@ def main(argv=None):
     cfg = config_from_arguments(args)
     setup_logging()
     from lib.dataset import read_image
-    from lib.test.detector import Detector
+    from lib.inference.detector import Detector
 
     try:
         image = read_image(args.im_path)
     except IOError as err:
         sys.exit(str(err))
     names = class_names(cfg)
-    detections = Detector.from_checkpoint(cfg).detect([image])[0]
+    detections = Detector.from_checkpoint(cfg, len(names)).detect([image])[0]
     shown = detections[detections[:, 4] >= args.thresh]
     for x1, y1, x2, y2, score, label in shown:
         logger.info("%-15s %.3f  [%.0f, %.0f, %.0f, %.0f]", names[int(label)], score, x1, y1, x2, y2)

@@ -4,6 +4,11 @@ Runs the multi-scale tester on ``dataset.test_image_set`` (results JSON + COCO/V
 ``{output_path}/{name}/results/``), or, with ``--set TEST.EXTRACT_PROPOSALS true``, extracts RPN
 proposals of ``dataset.image_set`` for negative chip mining.
 """
+from lib.bootstrap import use_project_python
+
+if __name__ == "__main__":
+    use_project_python()  # before any third-party import: re-runs this in .venv when another Python started it
+
 import argparse
 import logging
 
@@ -20,7 +25,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     cfg = config_from_arguments(args)
-    from lib.test.tester import extract_proposals, test
+    from lib.inference.tester import extract_proposals, test
     from lib.train.checkpoint import output_dir
 
     setup_logging(output_dir(cfg), name="test")

@@ -1,4 +1,9 @@
 """Train SNIPER: ``python main_train.py --cfg FILE [--set KEY VALUE ...] [--resume] [--eval]``."""
+from lib.bootstrap import use_project_python
+
+if __name__ == "__main__":
+    use_project_python()  # before any third-party import: re-runs this in .venv when another Python started it
+
 import argparse
 import logging
 import sys
@@ -31,13 +36,13 @@ def main(argv=None):
     with workers.exit_at_once_on_error():
         setup_logging(output_dir(cfg), name=f"train_rank{workers.rank}" if workers.distributed else "train")
         logging.getLogger(__name__).info("config %s with overrides %s:\n%s", args.cfg, args.set, dump_config(cfg))
-        train(cfg, resume=args.resume, kvstore=kvstore)
+        prefix, _ = train(cfg, resume=args.resume, kvstore=kvstore)
         if args.eval and workers.rank == 0:
-            from lib.test.tester import test
+            from lib.inference.tester import test
+            from lib.train.checkpoint import params_path
 
             # The checkpoint just written, whatever TEST.TEST_EPOCH / TEST.MODEL say (they serve main_test.py).
-            cfg.TEST.MODEL, cfg.TEST.TEST_EPOCH = "", cfg.TRAIN.end_epoch
-            test(cfg)
+            test(cfg, checkpoint=params_path(prefix, cfg.TRAIN.end_epoch))
 
 
 if __name__ == "__main__":

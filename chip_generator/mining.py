@@ -3,7 +3,9 @@
 For every training scale: which boxes are valid, the positive chips covering them (greedy cover) with
 each valid box assigned to its best chip, and, from RPN proposals, negative chips on background the
 positive chips miss. The training iterator mines each image once per epoch (the chip stride is drawn
-per epoch) and samples the chips it trains on with `sample_epoch_chips`.
+per epoch) and samples the chips it trains on with `sample_epoch_chips`, which also hands each chip the
+boxes it trains on as valid, so that the chip builder never decides validity again.
+The config is read once, into `MiningParams`.
 """
 from dataclasses import dataclass, field
 
@@ -11,7 +13,34 @@ import numpy as np
 
 from chip_generator.cover import generate, validate_inputs
 from lib.boxes import ignore_overlaps
-from lib.scales import in_valid_range, parse_scales, parse_valid_ranges
+from lib.scales import in_valid_range, pyramid
+
+
+@dataclass(frozen=True)
+class MiningParams:
+    """What chip mining reads from the config (TRAIN section), parsed once per run."""
+
+    levels: tuple  # lib.scales.ScaleLevel per training scale, finest first
+    chip_size: int
+    chip_stride: tuple  # (stride,) or [lo, hi) drawn once per epoch
+    neg_min_proposals: tuple  # per level: a negative chip needs more proposals than this
+    max_neg_chips: int  # negative chips per image and epoch; 0 when negative chips are off
+
+    @classmethod
+    def from_config(cls, cfg):
+        train = cfg.TRAIN
+        stride = train.CHIP_STRIDE
+        stride = tuple(stride) if isinstance(stride, (list, tuple)) else (stride,)
+        if len(stride) == 2:
+            if not all(float(v).is_integer() for v in stride) or not 0 < stride[0] < stride[1]:
+                raise ValueError(f"config key TRAIN.CHIP_STRIDE: expected an int or [lo, hi) with 0 < lo < hi, "
+                                 f"got {list(stride)!r}")
+        elif len(stride) != 1 or isinstance(stride[0], bool) or not float(stride[0]).is_integer() or stride[0] <= 0:
+            raise ValueError(f"config key TRAIN.CHIP_STRIDE: expected a positive integer, got {train.CHIP_STRIDE!r}")
+        return cls(levels=pyramid(train, "TRAIN"), chip_size=int(train.CHIP_SIZE),
+                   chip_stride=tuple(int(v) for v in stride),
+                   neg_min_proposals=tuple(int(v) for v in train.NEG_CHIP_MIN_PROPOSALS),
+                   max_neg_chips=int(train.MAX_NEG_CHIPS) if train.USE_NEG_CHIPS else 0)
 
 
 @dataclass
@@ -34,19 +63,11 @@ class ImageChips:
     scales: list
 
 
-def draw_epoch_stride(cfg, rng):
-    """The chip stride of an epoch: cfg.TRAIN.CHIP_STRIDE itself, or uniform in [lo, hi) when a pair."""
-    stride = cfg.TRAIN.CHIP_STRIDE
-    if isinstance(stride, (list, tuple)) and len(stride) == 1:
-        stride = stride[0]
-    if isinstance(stride, (list, tuple)):
-        if len(stride) != 2 or not all(float(v).is_integer() for v in stride) or not 0 < stride[0] < stride[1]:
-            raise ValueError(f"config key TRAIN.CHIP_STRIDE: expected an int or [lo, hi) with 0 < lo < hi, "
-                             f"got {stride!r}")
-        return int(rng.integers(int(stride[0]), int(stride[1])))
-    if isinstance(stride, bool) or not float(stride).is_integer() or stride <= 0:
-        raise ValueError(f"config key TRAIN.CHIP_STRIDE: expected a positive integer, got {stride!r}")
-    return int(stride)
+def draw_epoch_stride(params, rng):
+    """The chip stride of an epoch: the configured one, or uniform in [lo, hi) when a pair."""
+    if len(params.chip_stride) == 2:
+        return int(rng.integers(*params.chip_stride))
+    return params.chip_stride[0]
 
 
 def valid_box_mask(boxes, valid_range, scale, chip_size, stride, level, num_levels):
@@ -107,53 +128,55 @@ def _negative_chips(proposals, scaled_proposals, pos_chips, valid_range, image_s
     return chips[keep], counts[keep]
 
 
-def _mine_scale(boxes, proposals, height, width, scale_spec, valid_range, level, num_levels, cfg, stride, rng):
-    """ScaleChips of one image at one scale (see mine_image_chips)."""
-    chip_size = cfg.TRAIN.CHIP_SIZE
-    im_scale = scale_spec.image_scale(height, width)
+def _mine_scale(boxes, proposals, height, width, level, index, params, stride, rng):
+    """ScaleChips of one image at pyramid level ``index`` (see mine_image_chips)."""
+    chip_size = params.chip_size
+    im_scale = level.spec.image_scale(height, width)
     image_size = (max(int(round(height * im_scale)), 1), max(int(round(width * im_scale)), 1))
-    valid = valid_box_mask(boxes, valid_range, im_scale, chip_size, stride, level, num_levels)
+    valid = valid_box_mask(boxes, level.valid_range, im_scale, chip_size, stride, index, len(params.levels))
     scaled_boxes = _to_scaled_image(boxes, im_scale, image_size)
     pos_chips = generate(scaled_boxes[valid], image_size[1], image_size[0], chip_size, stride, rng=rng)
     chips = ScaleChips(im_scale=im_scale, image_size=image_size, valid=valid, pos_chips=pos_chips,
                        pos_assigned=_assign_to_chips(scaled_boxes, np.flatnonzero(valid), pos_chips))
     if proposals is not None and len(proposals):
         chips.neg_chips, chips.neg_counts = _negative_chips(
-            proposals, _to_scaled_image(proposals, im_scale, image_size), pos_chips, valid_range, image_size,
-            chip_size, stride, cfg.TRAIN.NEG_CHIP_MIN_PROPOSALS[level], rng)
+            proposals, _to_scaled_image(proposals, im_scale, image_size), pos_chips, level.valid_range, image_size,
+            chip_size, stride, params.neg_min_proposals[index], rng)
     return chips
 
 
-def mine_image_chips(entry, cfg, stride, rng):
-    """Chips of one roidb entry at every training scale (ImageChips), with chip stride `stride`.
+def mine_image_chips(entry, params, stride, rng):
+    """Chips of one roidb entry at every training scale (ImageChips), with chip stride ``stride``.
 
     Negative chips are mined when the entry has "proposals" (original pixels, mirrored with the entry)
-    and cfg.TRAIN.USE_NEG_CHIPS is set. `rng` (np.random.Generator) breaks ties in the greedy covers.
+    and negative chips are on (``params.max_neg_chips`` > 0). ``rng`` (np.random.Generator) breaks ties
+    in the greedy covers.
     """
-    scales = parse_scales(cfg.TRAIN.SCALES, "TRAIN.SCALES")
-    ranges = parse_valid_ranges(cfg.TRAIN.VALID_RANGES, "TRAIN.VALID_RANGES")
     boxes = np.asarray(entry["boxes"], np.float32)
-    proposals = entry.get("proposals") if cfg.TRAIN.USE_NEG_CHIPS else None
+    proposals = entry.get("proposals") if params.max_neg_chips else None
     if proposals is not None:
         proposals = np.asarray(proposals, np.float32)
     for name, array in (("boxes", boxes), ("proposals", proposals)):
         try:
             if array is not None:
-                validate_inputs(array, entry["width"], entry["height"], cfg.TRAIN.CHIP_SIZE, stride)
+                validate_inputs(array, entry["width"], entry["height"], params.chip_size, stride)
         except ValueError as err:
             raise ValueError(f"image id {entry.get('id')} ({entry.get('image')}), {name}: {err}") from None
-    return ImageChips(scales=[
-        _mine_scale(boxes, proposals, entry["height"], entry["width"], scale_spec, valid_range, level, len(scales),
-                    cfg, stride, rng)
-        for level, (scale_spec, valid_range) in enumerate(zip(scales, ranges))])
+    return ImageChips(scales=[_mine_scale(boxes, proposals, entry["height"], entry["width"], level, index, params,
+                                          stride, rng)
+                              for index, level in enumerate(params.levels)])
 
 
 def sample_epoch_chips(image_chips, rng, max_neg):
-    """The chips one image contributes to an epoch: every positive chip, then at most `max_neg`
-    negative chips drawn without replacement from the pool of all scales. List of
-    (scale index, chip, negative)."""
-    positives = [(level, chip, False) for level, scale in enumerate(image_chips.scales) for chip in scale.pos_chips]
-    pool = [(level, chip, True) for level, scale in enumerate(image_chips.scales) for chip in scale.neg_chips]
+    """The chips one image contributes to an epoch: every positive chip, then at most ``max_neg``
+    negative chips drawn without replacement from the pool of all scales. A list of
+    ``(scale index, chip, negative, valid box indices)``: the boxes of the entry the chip trains on as
+    valid (every other box it shows is an ignored one)."""
+    valid = [np.flatnonzero(scale.valid).astype(np.int32) for scale in image_chips.scales]
+    positives = [(level, chip, False, valid[level])
+                 for level, scale in enumerate(image_chips.scales) for chip in scale.pos_chips]
+    pool = [(level, chip, True, valid[level])
+            for level, scale in enumerate(image_chips.scales) for chip in scale.neg_chips]
     if max_neg <= 0 or not pool:
         return positives
     drawn = rng.choice(len(pool), size=min(max_neg, len(pool)), replace=False)

@@ -23,7 +23,10 @@ DEFAULTS = {
     "network": {
         "pretrained": "",  # MXNet checkpoint prefix of ImageNet weights ("" with TRAIN.FROM_SCRATCH)
         "pretrained_epoch": 0,
-        "PIXEL_MEANS": [103.939, 116.779, 123.68],  # BGR
+        "PIXEL_MEANS": [103.939, 116.779, 123.68],  # listed in BGR order
+        # Channel order the network is fed (images are decoded BGR): RGB as the reference and its
+        # checkpoints; BGR feeds the channels as decoded.
+        "CHANNEL_ORDER": "RGB",
         "IMAGE_STRIDE": 0,
         "RPN_FEAT_STRIDE": 16,
         "RCNN_FEAT_STRIDE": 16,
@@ -38,18 +41,19 @@ DEFAULTS = {
         "CPU_DEFORMABLE_OPS": "compiled",
     },
     "dataset": {
-        "dataset": "coco",  # coco or pascal_voc
+        # coco, pascal_voc, or synthetic: the project's COCO-format shapes dataset, generated on first use
+        # under dataset_path with the synthetic_* image counts and seed.
+        "dataset": "coco",
         "dataset_path": "data/coco",
         "image_set": "train2014+valminusminival2014",  # several sets joined with '+'
         "test_image_set": "minival2014",
         "root_path": "data",  # roidb caches go to {root_path}/cache
         "NUM_CLASSES": 0,  # 0: derived from the annotation file (background included)
         "proposal": "",  # proposals file for negative chip mining ("" disables it)
-        # > 0: dataset_path is the project's synthetic dataset, generated on first use with these
-        # image counts and seed; 0: a real dataset that must already exist.
-        "synthetic_train": 0,
-        "synthetic_val": 0,
-        "synthetic_seed": 0,
+        # dataset "synthetic" only: training / validation image counts and the generator's seed.
+        "synthetic_train": 200,
+        "synthetic_val": 50,
+        "synthetic_seed": 3,
     },
     "TRAIN": {
         "lr": 0.015,
@@ -66,7 +70,7 @@ DEFAULTS = {
         "resume": False,
         "FROM_SCRATCH": False,
         "fp16": True,
-        "scale": 100.0,  # loss gradient scale for fp16
+        "fp16_loss_scale": 100.0,  # gradient scale of the losses with fp16 (the optimizer divides it out)
         "BATCH_IMAGES": 16,  # chips per device
         "NUM_PROCESS": 8,  # data loader worker processes
         "SHUFFLE": True,

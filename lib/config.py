@@ -2,23 +2,37 @@
 
 Every key must exist in the defaults, and every value is checked against (and parsed to) the type of
 its default, so a typo in a YAML file or on the command line fails at start-up, naming the key, instead
-of silently training with a default.
+of silently training with a default. A loaded config is frozen: writing a key raises, so no stage can
+change a setting under another one's feet. What a run derives at run time (the class count, chips per
+device) is passed on as arguments; a variant of a config is made with ``with_overrides``.
 """
 import copy
+import math
 import os
+import re
 import sys
 
 import yaml
 
 from configs.default import DEFAULTS
 
+# Keys that were renamed: using the old name is an error that names the new one.
+RENAMED_KEYS = {"TRAIN.scale": "TRAIN.fp16_loss_scale"}
+_KEY_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
+
 
 class ConfigError(ValueError):
     """A configuration key or value that does not fit the defaults."""
 
 
+class FrozenConfigError(AttributeError):
+    """A write into a loaded (frozen) configuration."""
+
+
 class AttrDict(dict):
-    """A dict whose keys are also attributes (cfg.TRAIN.lr), nested dicts included."""
+    """A dict whose keys are also attributes (cfg.TRAIN.lr), nested dicts included; frozen once loaded."""
+
+    _frozen = False
 
     def __getattr__(self, key):
         try:
@@ -26,16 +40,82 @@ class AttrDict(dict):
         except KeyError:
             raise AttributeError(key) from None
 
+    def _refuse(self, *args, **kwargs):
+        raise FrozenConfigError("the configuration is frozen once loaded; build a variant with "
+                                "lib.config.with_overrides(cfg, {key: value}) instead of writing into it")
+
+    def __setitem__(self, key, value):
+        if self._frozen:
+            self._refuse()
+        super().__setitem__(key, value)
+
     def __setattr__(self, key, value):
         self[key] = value
 
+    def __delitem__(self, key):
+        if self._frozen:
+            self._refuse()
+        super().__delitem__(key)
+
+    def __delattr__(self, key):
+        del self[key]
+
     def __deepcopy__(self, memo):
-        return AttrDict({k: copy.deepcopy(v, memo) for k, v in self.items()})
+        copied = AttrDict({k: copy.deepcopy(v, memo) for k, v in self.items()})
+        return freeze(copied) if self._frozen else copied
+
+    def __reduce__(self):
+        return _rebuild, (plain(self), self._frozen)
+
+
+def _guard(method):
+    def guarded(self, *args, **kwargs):
+        if self._frozen:
+            self._refuse()
+        return method(self, *args, **kwargs)
+    guarded.__name__ = method.__name__
+    return guarded
+
+
+for _name in ("update", "pop", "popitem", "setdefault", "clear"):
+    setattr(AttrDict, _name, _guard(getattr(dict, _name)))
+del _name
+
+
+def _rebuild(values, frozen):
+    cfg = _to_attrdict(values)
+    return freeze(cfg) if frozen else cfg
 
 
 def _to_attrdict(value):
     if isinstance(value, dict):
         return AttrDict({k: _to_attrdict(v) for k, v in value.items()})
+    if isinstance(value, (list, tuple)):
+        return [_to_attrdict(v) for v in value]
+    return value
+
+
+def freeze(cfg):
+    """Make ``cfg`` and every section read-only in place (lists become tuples); returns it."""
+    for key, value in cfg.items():
+        if isinstance(value, AttrDict):
+            freeze(value)
+        elif isinstance(value, list):
+            dict.__setitem__(cfg, key, _tuples(value))
+    object.__setattr__(cfg, "_frozen", True)
+    return cfg
+
+
+def _tuples(value):
+    return tuple(_tuples(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
+def plain(value):
+    """The config (or a section, or a value) as plain dicts and lists, e.g. for YAML."""
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
     return value
 
 
@@ -62,10 +142,10 @@ def _coerce(key, default, value):
             raise ConfigError(f"config key {key}: expected an integer, got {value!r}")
         return int(number) if isinstance(default, int) else float(number)
     if isinstance(default, str):
-        if isinstance(value, (dict, list)):
+        if isinstance(value, (dict, list, tuple)):
             raise ConfigError(f"config key {key}: expected a string, got {value!r}")
         return "" if value is None else str(value)
-    if isinstance(default, list):
+    if isinstance(default, (list, tuple)):
         if isinstance(value, (list, tuple)):
             return list(value)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and all(
@@ -75,11 +155,17 @@ def _coerce(key, default, value):
     raise ConfigError(f"config key {key}: unsupported default type {type(default).__name__}")
 
 
+def _unknown(key):
+    if key in RENAMED_KEYS:
+        return ConfigError(f"config key {key} was renamed to {RENAMED_KEYS[key]}; use that name")
+    return ConfigError(f"unknown config key {key}")
+
+
 def _merge(base, update, prefix=""):
     for key, value in update.items():
         name = prefix + str(key)
         if key not in base:
-            raise ConfigError(f"unknown config key {name}")
+            raise _unknown(name)
         if isinstance(base[key], dict):
             if not isinstance(value, dict):
                 raise ConfigError(f"config key {name} is a section; got {value!r}")
@@ -90,7 +176,7 @@ def _merge(base, update, prefix=""):
 
 def _parse_override(key, text, default):
     """Parse a --set value: YAML syntax for lists and numbers, plain text for strings."""
-    if isinstance(default, str):
+    if isinstance(default, str) or not isinstance(text, str):
         return text
     try:
         return yaml.safe_load(text)
@@ -99,25 +185,26 @@ def _parse_override(key, text, default):
 
 
 def apply_overrides(cfg, overrides):
-    """Apply ``[(dotted.key, value_text), ...]`` to ``cfg`` in place."""
-    for key, text in overrides:
+    """Apply ``[(dotted.key, value), ...]`` to an unfrozen ``cfg`` in place; a value is text to parse
+    (command line) or already a Python value."""
+    for key, value in overrides:
         node = cfg
         parts = key.split(".")
         for part in parts[:-1]:
             if part not in node or not isinstance(node[part], dict):
-                raise ConfigError(f"unknown config key {key}")
+                raise _unknown(key)
             node = node[part]
         leaf = parts[-1]
         if leaf not in node:
-            raise ConfigError(f"unknown config key {key}")
+            raise _unknown(key)
         if isinstance(node[leaf], dict):
             raise ConfigError(f"config key {key} is a section, set one of its keys")
-        node[leaf] = _coerce(key, node[leaf], _parse_override(key, text, node[leaf]))
+        node[leaf] = _coerce(key, node[leaf], _parse_override(key, value, node[leaf]))
     return cfg
 
 
 def load_config(path=None, overrides=()):
-    """Build the configuration: defaults, then the YAML file at ``path``, then ``overrides``."""
+    """Build the frozen configuration: defaults, then the YAML file at ``path``, then ``overrides``."""
     cfg = copy.deepcopy(DEFAULTS)
     name = "default"
     if path:
@@ -130,64 +217,111 @@ def load_config(path=None, overrides=()):
             raise ConfigError(f"config file {path} is not valid YAML: {err}") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {path} must hold a mapping of keys, got {type(loaded).__name__}")
+        loaded.pop("name", None)  # a saved run config records its name; the file's own stem wins
         try:
             _merge(cfg, loaded)
         except ConfigError as err:
             raise ConfigError(f"{path}: {err}") from None
         name = os.path.splitext(os.path.basename(path))[0]
-    cfg = _to_attrdict(cfg)
-    apply_overrides(cfg, overrides)
-    cfg["name"] = name
+    return _finish(_to_attrdict(cfg), overrides, name)
+
+
+def with_overrides(cfg, overrides):
+    """A new frozen config: ``cfg`` with ``overrides`` (a ``{dotted.key: value}`` dict or
+    ``[(key, value), ...]``; values are Python values or command-line text) applied and checked."""
+    items = overrides.items() if isinstance(overrides, dict) else overrides
+    return _finish(_to_attrdict(plain(cfg)), items, cfg.name)
+
+
+def _finish(cfg, overrides, name):
+    apply_overrides(cfg, list(overrides))
+    dict.__setitem__(cfg, "name", name)
     validate(cfg)
-    return cfg
+    return freeze(cfg)
+
+
+def _check(condition, key, value, requirement):
+    if not condition:
+        raise ConfigError(f"config key {key} = {value!r}: {requirement}")
 
 
 def validate(cfg):
-    """Cross-key checks that types alone cannot catch."""
-    from lib.scales import parse_scales, parse_valid_ranges
+    """Cross-key and range checks that types alone cannot catch, each naming its key."""
+    from lib.scales import ScaleError, pyramid
 
     for section in ("TRAIN", "TEST"):
-        scales = parse_scales(cfg[section].SCALES, f"{section}.SCALES")
-        ranges = parse_valid_ranges(cfg[section].VALID_RANGES, f"{section}.VALID_RANGES")
-        if len(scales) != len(ranges):
-            raise ConfigError(
-                f"{section}.SCALES has {len(scales)} scales but {section}.VALID_RANGES has {len(ranges)} ranges")
-    if len(cfg.network.ANCHOR_RATIOS) * len(cfg.network.ANCHOR_SCALES) != cfg.network.NUM_ANCHORS:
-        raise ConfigError("network.NUM_ANCHORS must equal len(ANCHOR_RATIOS) * len(ANCHOR_SCALES)")
-    if len(cfg.TRAIN.NEG_CHIP_MIN_PROPOSALS) != len(cfg.TRAIN.SCALES):
+        try:
+            pyramid(cfg[section], section)
+        except ScaleError as err:
+            raise ConfigError(str(err)) from None
+    network, train = cfg.network, cfg.TRAIN
+    if len(network.ANCHOR_RATIOS) * len(network.ANCHOR_SCALES) != network.NUM_ANCHORS:
+        raise ConfigError(f"network.NUM_ANCHORS = {network.NUM_ANCHORS}, but ANCHOR_RATIOS x ANCHOR_SCALES give "
+                          f"{len(network.ANCHOR_RATIOS) * len(network.ANCHOR_SCALES)} anchors")
+    if len(train.NEG_CHIP_MIN_PROPOSALS) != len(train.SCALES):
         raise ConfigError("TRAIN.NEG_CHIP_MIN_PROPOSALS needs one value per training scale")
-    stride = cfg.TRAIN.CHIP_STRIDE
-    strides = stride if isinstance(stride, list) else [stride]
+    stride = train.CHIP_STRIDE
+    strides = stride if isinstance(stride, (list, tuple)) else [stride]
     if not (1 <= len(strides) <= 2 and all(isinstance(s, (int, float)) and s > 0 for s in strides)):
         raise ConfigError(f"TRAIN.CHIP_STRIDE must be a positive number or [lo, hi), got {stride!r}")
-    if cfg.TRAIN.CHIP_SIZE % cfg.network.RPN_FEAT_STRIDE:
+    if train.CHIP_SIZE % network.RPN_FEAT_STRIDE:
         raise ConfigError("TRAIN.CHIP_SIZE must be a multiple of network.RPN_FEAT_STRIDE")
+    for key in ("lr", "warmup_lr"):
+        _check(math.isfinite(train[key]) and train[key] > 0, f"TRAIN.{key}", train[key], "must be a positive number")
+    _check(math.isfinite(train.wd) and train.wd >= 0, "TRAIN.wd", train.wd, "must be >= 0")
+    _check(0 <= train.momentum < 1, "TRAIN.momentum", train.momentum, "must be in [0, 1)")
+    _check(math.isfinite(train.fp16_loss_scale) and train.fp16_loss_scale > 0, "TRAIN.fp16_loss_scale",
+           train.fp16_loss_scale, "must be a positive number")
+    _check(cfg.default.frequent >= 1, "default.frequent", cfg.default.frequent, "must be at least 1")
+    for section, key in (("TRAIN", "BATCH_IMAGES"), ("TEST", "BATCH_IMAGES"), ("TRAIN", "CHIP_SIZE"),
+                         ("TRAIN", "RPN_POST_NMS_TOP_N"), ("TEST", "RPN_POST_NMS_TOP_N")):
+        _check(cfg[section][key] >= 1, f"{section}.{key}", cfg[section][key], "must be at least 1")
+    _check(train.NUM_PROCESS >= 0, "TRAIN.NUM_PROCESS", train.NUM_PROCESS, "must be >= 0 (0: build chips in the "
+           "main process)")
+    _check(0 <= train.begin_epoch < train.end_epoch, "TRAIN.end_epoch", train.end_epoch,
+           f"must be greater than TRAIN.begin_epoch ({train.begin_epoch})")
+    if cfg.dataset.dataset == "synthetic":
+        _check(cfg.dataset.synthetic_train > 0, "dataset.synthetic_train", cfg.dataset.synthetic_train,
+               "the synthetic dataset needs at least one training image")
+        _check(cfg.dataset.synthetic_val >= 0, "dataset.synthetic_val", cfg.dataset.synthetic_val, "must be >= 0")
 
 
 def dump_config(cfg):
-    """The configuration as YAML text, for logs and for reproducing a run."""
-    def plain(value):
-        return {k: plain(v) for k, v in value.items()} if isinstance(value, dict) else value
+    """The configuration as YAML text, for logs and for reproducing a run (loadable by ``--cfg``)."""
     return yaml.safe_dump(plain(cfg), sort_keys=False, default_flow_style=None)
 
 
-def parse_cli_overrides(pairs):
-    """Turn argparse's ``--set K V K V`` list into ``[(K, V), ...]``."""
-    if len(pairs) % 2:
-        raise ConfigError(f"--set takes KEY VALUE pairs; got an odd number of words: {pairs}")
-    return list(zip(pairs[0::2], pairs[1::2]))
+def parse_cli_overrides(words):
+    """``--set`` words -> ``[(KEY, VALUE), ...]``: ``KEY VALUE`` pairs and ``KEY=VALUE`` words, mixed."""
+    pairs, index = [], 0
+    while index < len(words):
+        word = words[index]
+        key, equals, value = word.partition("=")
+        if equals and _KEY_WORD.fullmatch(key) or equals and key in DEFAULTS:
+            pairs.append((key, value))
+            index += 1
+            continue
+        if index + 1 >= len(words):
+            raise ConfigError(f"--set {word}: a key needs a value (KEY VALUE or KEY=VALUE)")
+        pairs.append((word, words[index + 1]))
+        index += 2
+    return pairs
 
 
-def add_config_arguments(parser, cfg_help="YAML config, e.g. configs/faster/sniper_res101_e2e.yml"):
-    """The ``--cfg FILE [--set KEY VALUE ...]`` options every entry point takes."""
-    parser.add_argument("--cfg", required=True, help=cfg_help)
-    parser.add_argument("--set", nargs="+", default=[], metavar="KEY VALUE",
-                        help="override config keys (dotted), e.g. --set TRAIN.BATCH_IMAGES 8 gpus 0,1")
+def add_config_arguments(parser, cfg_help="YAML config, e.g. configs/faster/sniper_res101_e2e.yml", required=True):
+    """The ``--cfg FILE [--set KEY VALUE | KEY=VALUE ...]`` options every entry point takes; ``--set``
+    may be given several times, every occurrence adds to the overrides."""
+    parser.add_argument("--cfg", required=required, help=cfg_help)
+    parser.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY VALUE",
+                        help="override config keys (dotted), as KEY VALUE pairs or KEY=VALUE words, "
+                             "e.g. --set TRAIN.BATCH_IMAGES 8 gpus=0,1")
 
 
-def config_from_arguments(args):
-    """The config of parsed ``--cfg``/``--set``; a bad file, key or value exits with a message naming it."""
+def config_from_arguments(args, extra_overrides=()):
+    """The config of parsed ``--cfg``/``--set`` (then ``extra_overrides``); a bad file, key or value
+    exits with a one-line message naming it."""
     try:
-        return load_config(args.cfg, parse_cli_overrides(args.set))
+        return load_config(args.cfg, parse_cli_overrides(args.set) + list(extra_overrides))
     except (ConfigError, ValueError) as err:
         sys.exit(f"config error: {err}")
+

@@ -27,11 +27,13 @@ class ScaleSpec:
     long: float = -1.0  # longer-side cap (or target when short is -1) in pixels (-1: none)
 
     def image_scale(self, height, width):
+        """The resize factor; the longer-side cap applies when the ROUNDED scaled side exceeds it, as
+        the reference decides it (a side that rounds to the cap keeps the shorter-side factor)."""
         if self.factor > 0:
             return float(self.factor)
         short_side, long_side = float(min(height, width)), float(max(height, width))
         scale = self.short / short_side if self.short > 0 else self.long / long_side
-        if self.long > 0 and scale * long_side > self.long:
+        if self.long > 0 and round(scale * long_side) > self.long:
             scale = self.long / long_side
         return scale
 
@@ -72,6 +74,25 @@ def parse_valid_ranges(spec, key="VALID_RANGES"):
             raise ScaleError(f"{key}: range {entry!r} has lo > hi")
         ranges.append((lo, hi))
     return ranges
+
+
+@dataclass(frozen=True)
+class ScaleLevel:
+    """One level of a pyramid: how to resize an image, and the sqrt(area) range (original pixels, -1
+    open) of the objects this level is trusted with."""
+
+    spec: ScaleSpec
+    valid_range: tuple
+
+
+def pyramid(section, name):
+    """The parsed levels (finest first) of a config section holding SCALES and VALID_RANGES, e.g.
+    ``pyramid(cfg.TRAIN, "TRAIN")``: parse once per run and pass the levels on."""
+    scales = parse_scales(section.SCALES, f"{name}.SCALES")
+    ranges = parse_valid_ranges(section.VALID_RANGES, f"{name}.VALID_RANGES")
+    if len(scales) != len(ranges):
+        raise ScaleError(f"{name}.SCALES has {len(scales)} scales but {name}.VALID_RANGES has {len(ranges)} ranges")
+    return tuple(ScaleLevel(spec, valid_range) for spec, valid_range in zip(scales, ranges))
 
 
 def box_sqrt_area(boxes):

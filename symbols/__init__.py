@@ -1,11 +1,11 @@
-"""The SNIPER network: `get_symbol(cfg, is_train, rpn_only, compiled_deformable)`, the choice of deformable
-operators for a device list (`use_compiled_deformable`) and the parameters the trainer keeps fixed."""
+"""The SNIPER network: `training_symbol` / `inference_symbol`, the choice of deformable operators for a
+device list (`use_compiled_deformable`) and the parameters the trainer keeps fixed."""
 from symbols.deformable import use_compiled_deformable
 from symbols.resnet import INPUT_NORMALISER, is_imagenet_parameter, matches_prefix
-from symbols.sniper import PROPOSAL_TARGET_GROUP, get_symbol
+from symbols.sniper import PROPOSAL_TARGET_GROUP, inference_symbol, training_symbol
 
-__all__ = ["get_symbol", "get_fixed_param_names", "is_imagenet_parameter", "use_compiled_deformable",
-           "PROPOSAL_TARGET_GROUP"]
+__all__ = ["training_symbol", "inference_symbol", "get_fixed_param_names", "is_imagenet_parameter",
+           "use_compiled_deformable", "PROPOSAL_TARGET_GROUP"]
 
 
 def get_fixed_param_names(symbol, cfg):

@@ -94,7 +94,7 @@ def _stage(data, index, spec, stride, batch_norm, dilation=1, deformable=False, 
     for unit in range(1, spec.units[index - 1] + 1):
         first = unit == 1
         data = residual_unit(data, spec.widths[index], stride if first else 1, project=first,
-                             name="stage%d_unit%d" % (index, unit), batch_norm=batch_norm,
+                             name=f"stage{index}_unit{unit}", batch_norm=batch_norm,
                              dilation=dilation, deformable=deformable, compiled_deformable=compiled_deformable)
     return data
 

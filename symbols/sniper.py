@@ -1,8 +1,10 @@
 """SNIPER's Faster R-CNN: ResNet body, RPN, deformable PS-ROI-pooling R-CNN head (spec section 6).
 
-One builder makes the training, test and RPN-only graphs, so they share every parameter name.
+One builder makes the training, test and RPN-only graphs, so they share every parameter name. What
+a run derives (the class count from the dataset, the chips per device from the trainer) comes in as
+arguments; everything else comes from the frozen config.
 Training uses the batch-wide MultiProposalTarget operator of lib/ops; testing uses MXNet's stock
-MultiProposal. Output names are part of the contract with lib/train (metrics) and lib/test.
+MultiProposal. Output names are part of the contract with lib/train (metrics) and lib/inference.
 """
 from collections import namedtuple
 
@@ -11,7 +13,7 @@ import mxnet as mx
 from symbols.deformable import deformable_psroi_pooling
 from symbols.resnet import RESNETS, BatchNormPolicy, resnet_body
 
-FEATURE_STRIDE = 16  # the body's only output stride (res4 and the dilated res5)
+BODY_STRIDE = 16  # the ResNet body's only output stride (res4 and the dilated res5)
 
 # Head widths: RPN 3x3 conv, R-CNN 1x1 reduction before pooling, the two fully connected layers; and
 # the bilinear samples per pooled bin side. The tiny head takes 2x2 samples instead of the published
@@ -24,6 +26,9 @@ HEADS = {
     "resnet_tiny": HeadSpec(rpn_channels=64, rcnn_channels=16, fc_channels=128, samples_per_part=2),
 }
 
+# The RPN head's outputs the losses and the proposal layers read.
+RpnOutputs = namedtuple("RpnOutputs", ["cls_score_reshape", "cls_prob_map", "bbox_pred"])
+
 POOLED_SIZE = 7
 TRANS_STD = 0.1
 OFFSET_LR_MULT = 0.01
@@ -34,18 +39,32 @@ RCNN_BBOX_NORMALISER = 188.0  # R-CNN smooth-L1 is scaled by 1 / (188 * chips), 
 PROPOSAL_TARGET_GROUP = "proposal_target"
 
 
-def get_symbol(cfg, is_train, rpn_only=False, compiled_deformable=False):
-    """The training or test graph for `cfg` (see ARCHITECTURE.md "Network" for inputs and outputs).
+def training_symbol(cfg, num_classes, chips_per_device, rpn_only=False, compiled_deformable=False):
+    """The training graph: outputs rpn_cls_prob, rpn_bbox_loss, then (unless ``rpn_only``) cls_prob,
+    bbox_loss and rcnn_label (the proposal-target labels, gradient-blocked, for metrics).
 
-    Training outputs: rpn_cls_prob, rpn_bbox_loss, then (unless `rpn_only`) cls_prob, bbox_loss and
-    rcnn_label (the proposal-target labels, gradient-blocked, for metrics).
-    Test outputs: rois, cls_prob_reshape, bbox_pred_reshape, im_ids, chip_ids, im_info; with `rpn_only`
-    rois, rois_score, im_ids, chip_ids, im_info (proposal extraction).
-    `compiled_deformable` builds the deformable layers from lib/ops' compiled CPU operators (same
-    parameters; symbols.deformable.use_compiled_deformable decides it from the contexts and the config).
+    ``num_classes`` (background included) comes from the dataset and ``chips_per_device`` from the
+    trainer, which hands the same number to the loader: the losses are normalised by it.
+    ``compiled_deformable`` builds the deformable layers from lib/ops' compiled CPU operators (same
+    parameters; ``symbols.use_compiled_deformable`` decides it from the contexts and the config).
     """
-    body_spec, head = _network_specs(cfg)
-    num_anchors = _num_anchors(cfg)
+    features, rpn = _features_and_rpn(cfg, is_train=True, compiled_deformable=compiled_deformable)
+    return _training_outputs(cfg, features, rpn, num_classes, chips_per_device, rpn_only, compiled_deformable)
+
+
+def inference_symbol(cfg, num_classes, rpn_only=False, compiled_deformable=False):
+    """The test graph: outputs rois, cls_prob_reshape, bbox_pred_reshape, im_ids, chip_ids, im_info; with
+    ``rpn_only`` rois, rois_score, im_ids, chip_ids, im_info (proposal extraction). ``compiled_deformable``
+    as for ``training_symbol``."""
+    features, rpn = _features_and_rpn(cfg, is_train=False, compiled_deformable=compiled_deformable)
+    return _test_outputs(cfg, features, rpn, num_classes, rpn_only, compiled_deformable)
+
+
+def _features_and_rpn(cfg, is_train, compiled_deformable):
+    """The body's features (float32) and the RPN head on them."""
+    body_spec = _body_spec(cfg)
+    head = HEADS[cfg.symbol]
+    num_anchors = cfg.network.NUM_ANCHORS
     fp16 = bool(is_train and cfg.TRAIN.fp16)
     batch_norm = BatchNormPolicy(cfg.network.BN_MOMENTUM, training=is_train,
                                  frozen_prefixes=cfg.network.FIXED_PARAMS)
@@ -68,59 +87,53 @@ def get_symbol(cfg, is_train, rpn_only=False, compiled_deformable=False):
     rpn_cls_act = mx.sym.SoftmaxActivation(rpn_cls_score_reshape, mode="channel", name="rpn_cls_act")
     rpn_cls_prob_map = mx.sym.Reshape(rpn_cls_act, shape=(0, 2 * num_anchors, -1, 0),
                                       name="rpn_cls_prob_reshape")
-    if is_train:
-        return _training_outputs(cfg, features, head, rpn_cls_score_reshape, rpn_cls_prob_map,
-                                 rpn_bbox_pred, rpn_only, compiled_deformable)
-    return _test_outputs(cfg, features, head, rpn_cls_prob_map, rpn_bbox_pred, rpn_only, compiled_deformable)
+    return features, RpnOutputs(rpn_cls_score_reshape, rpn_cls_prob_map, rpn_bbox_pred)
 
 
-def _training_outputs(cfg, features, head, rpn_cls_score_reshape, rpn_cls_prob_map, rpn_bbox_pred, rpn_only,
-                      compiled_deformable):
-    chips = cfg.TRAIN.BATCH_IMAGES
-    loss_scale = float(cfg.TRAIN.scale) if cfg.TRAIN.fp16 else 1.0
-    rpn_cls_prob = mx.sym.SoftmaxOutput(rpn_cls_score_reshape, label=mx.sym.var("label"), multi_output=True,
+def _training_outputs(cfg, features, rpn, num_classes, chips_per_device, rpn_only, compiled_deformable):
+    head = HEADS[cfg.symbol]
+    loss_scale = float(cfg.TRAIN.fp16_loss_scale) if cfg.TRAIN.fp16 else 1.0
+    rpn_cls_prob = mx.sym.SoftmaxOutput(rpn.cls_score_reshape, label=mx.sym.var("label"), multi_output=True,
                                         normalization="valid", use_ignore=True, ignore_label=-1,
                                         grad_scale=loss_scale, name="rpn_cls_prob")
-    rpn_bbox_loss = _smooth_l1_loss(rpn_bbox_pred, mx.sym.var("bbox_target"), mx.sym.var("bbox_weight"),
-                                    RPN_BBOX_LOSS_WEIGHT / (chips * cfg.TRAIN.RPN_BATCH_SIZE) * loss_scale,
-                                    "rpn_bbox_loss")
+    rpn_bbox_loss = _smooth_l1_loss(
+        rpn.bbox_pred, mx.sym.var("bbox_target"), mx.sym.var("bbox_weight"),
+        RPN_BBOX_LOSS_WEIGHT / (chips_per_device * cfg.TRAIN.RPN_BATCH_SIZE) * loss_scale, "rpn_bbox_loss")
     if rpn_only:
         return mx.sym.Group([rpn_cls_prob, rpn_bbox_loss])
 
-    from lib import ops  # noqa: F401  (registers mx.sym.MultiProposalTarget)
-    network = cfg.network
+    from lib import ops  # registers mx.sym.MultiProposalTarget
+
     with mx.AttrScope(ctx_group=PROPOSAL_TARGET_GROUP):
         targets = mx.sym.MultiProposalTarget(
-            mx.sym.BlockGrad(rpn_cls_prob_map), mx.sym.BlockGrad(rpn_bbox_pred), mx.sym.var("im_info"),
+            mx.sym.BlockGrad(rpn.cls_prob_map), mx.sym.BlockGrad(rpn.bbox_pred), mx.sym.var("im_info"),
             mx.sym.var("gt_boxes"), mx.sym.var("valid_ranges"), name="proposal_target",
-            feature_stride=FEATURE_STRIDE, scales=tuple(network.ANCHOR_SCALES), ratios=tuple(network.ANCHOR_RATIOS),
-            rpn_pre_nms_top_n=cfg.TRAIN.RPN_PRE_NMS_TOP_N, rpn_post_nms_top_n=cfg.TRAIN.RPN_POST_NMS_TOP_N,
-            threshold=cfg.TRAIN.RPN_NMS_THRESH, rpn_min_size=cfg.TRAIN.RPN_MIN_SIZE, fg_thresh=cfg.TRAIN.FG_THRESH,
-            bbox_stds=tuple(cfg.TRAIN.BBOX_STDS))
+            **ops.proposal_target_attrs(cfg))
     # rois (B*R, 5), labels (B*R,), box targets and weights (B*R, 4), R = TRAIN.RPN_POST_NMS_TOP_N
     rois, rcnn_label, rcnn_bbox_target, rcnn_bbox_weight = (mx.sym.BlockGrad(targets[i]) for i in range(4))
-    cls_score, bbox_pred = _rcnn_head(features, rois, head, _num_classes(cfg), compiled_deformable)
+    cls_score, bbox_pred = _rcnn_head(cfg, features, rois, head, _checked_num_classes(num_classes),
+                                      compiled_deformable)
     cls_prob = mx.sym.SoftmaxOutput(cls_score, label=rcnn_label, normalization="valid", use_ignore=True,
                                     ignore_label=-1, grad_scale=loss_scale, name="cls_prob")
     bbox_loss = _smooth_l1_loss(bbox_pred, rcnn_bbox_target, rcnn_bbox_weight,
-                                loss_scale / (RCNN_BBOX_NORMALISER * chips), "bbox_loss")
+                                loss_scale / (RCNN_BBOX_NORMALISER * chips_per_device), "bbox_loss")
     return mx.sym.Group([rpn_cls_prob, rpn_bbox_loss, cls_prob, bbox_loss,
                          mx.sym.BlockGrad(rcnn_label, name="rcnn_label")])
 
 
-def _test_outputs(cfg, features, head, rpn_cls_prob_map, rpn_bbox_pred, rpn_only, compiled_deformable):
+def _test_outputs(cfg, features, rpn, num_classes, rpn_only, compiled_deformable):
     im_info, im_ids, chip_ids = mx.sym.var("im_info"), mx.sym.var("im_ids"), mx.sym.var("chip_ids")
-    test = cfg.TEST
+    test, network = cfg.TEST, cfg.network
     proposals = mx.sym.contrib.MultiProposal(
-        cls_prob=rpn_cls_prob_map, bbox_pred=rpn_bbox_pred, im_info=im_info, name="rois",
-        feature_stride=FEATURE_STRIDE, scales=tuple(cfg.network.ANCHOR_SCALES),
-        ratios=tuple(cfg.network.ANCHOR_RATIOS), rpn_pre_nms_top_n=test.RPN_PRE_NMS_TOP_N,
+        cls_prob=rpn.cls_prob_map, bbox_pred=rpn.bbox_pred, im_info=im_info, name="rois",
+        feature_stride=network.RPN_FEAT_STRIDE, scales=tuple(network.ANCHOR_SCALES),
+        ratios=tuple(network.ANCHOR_RATIOS), rpn_pre_nms_top_n=test.RPN_PRE_NMS_TOP_N,
         rpn_post_nms_top_n=test.RPN_POST_NMS_TOP_N, threshold=test.RPN_NMS_THRESH,
         rpn_min_size=test.RPN_MIN_SIZE, output_score=rpn_only)
     if rpn_only:
         return mx.sym.Group([proposals[0], proposals[1], im_ids, chip_ids, im_info])
-    num_classes = _num_classes(cfg)
-    cls_score, bbox_pred = _rcnn_head(features, proposals, head, num_classes, compiled_deformable)
+    num_classes = _checked_num_classes(num_classes)
+    cls_score, bbox_pred = _rcnn_head(cfg, features, proposals, HEADS[cfg.symbol], num_classes, compiled_deformable)
     cls_prob = mx.sym.softmax(cls_score, axis=-1, name="cls_prob")
     per_image = test.RPN_POST_NMS_TOP_N
     cls_prob = mx.sym.Reshape(cls_prob, shape=(-1, per_image, num_classes), name="cls_prob_reshape")
@@ -128,11 +141,11 @@ def _test_outputs(cfg, features, head, rpn_cls_prob_map, rpn_bbox_pred, rpn_only
     return mx.sym.Group([proposals, cls_prob, bbox_pred, im_ids, chip_ids, im_info])
 
 
-def _rcnn_head(features, rois, head, num_classes, compiled_deformable):
+def _rcnn_head(cfg, features, rois, head, num_classes, compiled_deformable):
     """1x1 reduction, deformable PS-ROI pooling 7x7, two FC layers, classifier and class-agnostic box."""
     reduced = mx.sym.Convolution(features, num_filter=head.rcnn_channels, kernel=(1, 1), name="conv_new_1")
     reduced = mx.sym.Activation(reduced, act_type="relu", name="conv_new_1_relu")
-    pooling = dict(spatial_scale=1.0 / FEATURE_STRIDE, output_dim=head.rcnn_channels, group_size=1,
+    pooling = dict(spatial_scale=1.0 / cfg.network.RCNN_FEAT_STRIDE, output_dim=head.rcnn_channels, group_size=1,
                    pooled_size=POOLED_SIZE, part_size=POOLED_SIZE, sample_per_part=head.samples_per_part)
     # The part offsets are regressed from a plain (offset-free) pooling of the same roi.
     plain = deformable_psroi_pooling(reduced, rois, name="offset_t", compiled=compiled_deformable, **pooling)
@@ -145,8 +158,8 @@ def _rcnn_head(features, rois, head, num_classes, compiled_deformable):
                                       compiled=compiled_deformable, **pooling)
     hidden = pooled
     for index in (1, 2):
-        hidden = mx.sym.FullyConnected(hidden, num_hidden=head.fc_channels, name="fc_new_%d" % index)
-        hidden = mx.sym.Activation(hidden, act_type="relu", name="fc_new_%d_relu" % index)
+        hidden = mx.sym.FullyConnected(hidden, num_hidden=head.fc_channels, name=f"fc_new_{index}")
+        hidden = mx.sym.Activation(hidden, act_type="relu", name=f"fc_new_{index}_relu")
     cls_score = mx.sym.FullyConnected(hidden, num_hidden=num_classes, name="cls_score")
     bbox_pred = mx.sym.FullyConnected(hidden, num_hidden=4, name="bbox_pred")
     return cls_score, bbox_pred
@@ -158,29 +171,18 @@ def _smooth_l1_loss(pred, target, weight, grad_scale, name):
     return mx.sym.MakeLoss(loss, grad_scale=grad_scale, name=name)
 
 
-def _network_specs(cfg):
+def _body_spec(cfg):
     if cfg.symbol not in RESNETS:
-        raise ValueError("config key 'symbol': unknown network %r (choose from %s)"
-                         % (cfg.symbol, ", ".join(sorted(RESNETS))))
+        raise ValueError(f"config key symbol: unknown network {cfg.symbol!r} (choose from {', '.join(sorted(RESNETS))})")
     for key in ("RPN_FEAT_STRIDE", "RCNN_FEAT_STRIDE"):
-        if cfg.network[key] != FEATURE_STRIDE:
-            raise ValueError("config key 'network.%s' = %r: the network's features have stride %d"
-                             % (key, cfg.network[key], FEATURE_STRIDE))
-    return RESNETS[cfg.symbol], HEADS[cfg.symbol]
+        if cfg.network[key] != BODY_STRIDE:
+            raise ValueError(f"config key network.{key} = {cfg.network[key]!r}: the {cfg.symbol} features have "
+                             f"stride {BODY_STRIDE}")
+    return RESNETS[cfg.symbol]
 
 
-def _num_anchors(cfg):
-    network = cfg.network
-    expected = len(network.ANCHOR_SCALES) * len(network.ANCHOR_RATIOS)
-    if network.NUM_ANCHORS != expected:
-        raise ValueError("config key 'network.NUM_ANCHORS' = %r, but ANCHOR_SCALES x ANCHOR_RATIOS give %d anchors"
-                         % (network.NUM_ANCHORS, expected))
-    return expected
-
-
-def _num_classes(cfg):
-    num_classes = cfg.dataset.NUM_CLASSES
-    if num_classes < 2:
-        raise ValueError("config key 'dataset.NUM_CLASSES' = %r: set it (background included) before building "
-                         "the network; load_roidb derives it from the dataset" % num_classes)
-    return num_classes
+def _checked_num_classes(num_classes):
+    if num_classes is None or int(num_classes) != num_classes or num_classes < 2:
+        raise ValueError(f"the R-CNN head needs the class count (background included, at least 2), got "
+                         f"{num_classes!r}; load_roidb derives it from the dataset")
+    return int(num_classes)

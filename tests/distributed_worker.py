@@ -5,20 +5,17 @@
     python tests/distributed_worker.py sleep     # joins, prints "ready", then sleeps (signal tests)
 
 Each rank starts from its own random weights and trains on its own data, so the workers agree only
-if Workers did its job.
+if Workers did its job. It imports the project from the repository root on PYTHONPATH (set by the tests).
 """
 import json
-import os
 import sys
 import time
 
 import mxnet as mx
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from lib.config import load_config  # noqa: E402
-from lib.train.distributed import Workers, create_kvstore, parameter_digest  # noqa: E402
+from lib.config import load_config
+from lib.train.distributed import Workers, create_kvstore, parameter_digest
 
 
 def report(**fields):

@@ -39,7 +39,7 @@ def test_base_anchors_reject_bad_parameters():
     with pytest.raises(ValueError, match="ratios"):
         base_anchors(16, (0.5, -1), SCALES)
     with pytest.raises(ValueError, match="stride"):
-        base_anchors(0)
+        base_anchors(0, RATIOS, SCALES)
 
 
 def test_grid_anchors_order_is_h_w_a():

@@ -1,11 +1,20 @@
 """RPN anchor targets (lib/data/anchor_target.py) against a plain-loop NumPy reference and hand-worked cases."""
+import dataclasses
+
 import numpy as np
 import pytest
+from conftest import build_cfg
 
 from lib.boxes import base_anchors, grid_anchors
 from lib.data.anchor_target import AnchorTargeter, AnchorTargetParams
 
 NO_SAMPLING = 10**9  # an RPN batch larger than the anchor count keeps every label
+PUBLISHED = AnchorTargetParams.from_config(build_cfg())
+
+
+def params_with(**changes):
+    """The published RPN-target settings with ``changes``."""
+    return dataclasses.replace(PUBLISHED, **changes)
 
 
 def iou(a, b):
@@ -76,7 +85,7 @@ def random_boxes(rng, count, extent, min_size=8, max_size=120):
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_matches_loop_reference_without_sampling(seed):
-    params = AnchorTargetParams(chip_size=128, batch_size=NO_SAMPLING)
+    params = params_with(chip_size=128, batch_size=NO_SAMPLING)
     targeter = AnchorTargeter(params)
     rng = np.random.default_rng(seed)
     valid = random_boxes(rng, int(rng.integers(0, 5)), 128)
@@ -91,7 +100,7 @@ def test_matches_loop_reference_without_sampling(seed):
 
 
 def test_anchor_equal_to_box_is_positive_at_its_network_position():
-    targeter = AnchorTargeter(AnchorTargetParams())
+    targeter = AnchorTargeter(PUBLISHED)
     size, num_anchors = targeter.feat_size, targeter.num_anchors
     # ratio 1 (row 1), scale 4 (column 1): a 64 x 64 anchor centred on (7.5, 7.5) in cell (0, 0)
     anchor_index = 1 * 7 + 1
@@ -110,7 +119,7 @@ def test_anchor_equal_to_box_is_positive_at_its_network_position():
 
 
 def test_box_shifted_half_a_cell_gets_hand_computed_deltas():
-    targeter = AnchorTargeter(AnchorTargetParams(batch_size=NO_SAMPLING))
+    targeter = AnchorTargeter(params_with(batch_size=NO_SAMPLING))
     size = targeter.feat_size
     anchor_index = 1 * 7 + 1  # 64 x 64 anchor
     h, w = 8, 8
@@ -122,7 +131,7 @@ def test_box_shifted_half_a_cell_gets_hand_computed_deltas():
 
 
 def test_invalid_box_makes_its_anchors_ignored_not_negative():
-    targeter = AnchorTargeter(AnchorTargetParams(batch_size=NO_SAMPLING))
+    targeter = AnchorTargeter(params_with(batch_size=NO_SAMPLING))
     size = targeter.feat_size
     anchor_index, h, w = 8, 20, 6
     box = np.array([[-24 + 16 * w, -24 + 16 * h, 39 + 16 * w, 39 + 16 * h]], np.float32)
@@ -134,14 +143,14 @@ def test_invalid_box_makes_its_anchors_ignored_not_negative():
 
 
 def test_no_boxes_samples_256_negatives():
-    targeter = AnchorTargeter(AnchorTargetParams())
+    targeter = AnchorTargeter(PUBLISHED)
     label, bbox_target, bbox_weight = targeter(np.zeros((0, 4)), np.zeros((0, 4)), 512, 512, np.random.default_rng(3))
     assert (label == 0).sum() == 256 and (label == 1).sum() == 0
     assert not bbox_target.any() and not bbox_weight.any()
 
 
 def test_anchors_beyond_the_border_of_small_content_are_ignored():
-    params = AnchorTargetParams(batch_size=NO_SAMPLING)
+    params = params_with(batch_size=NO_SAMPLING)
     targeter = AnchorTargeter(params)
     height, width = 100, 300
     label, _, _ = targeter(np.zeros((0, 4)), np.zeros((0, 4)), height, width, np.random.default_rng(0))
@@ -154,9 +163,9 @@ def test_anchors_beyond_the_border_of_small_content_are_ignored():
 
 
 def test_sampling_caps_positives_at_half_and_is_a_subset():
-    params = AnchorTargetParams()
+    params = PUBLISHED
     targeter = AnchorTargeter(params)
-    full = AnchorTargeter(AnchorTargetParams(batch_size=NO_SAMPLING))
+    full = AnchorTargeter(params_with(batch_size=NO_SAMPLING))
     rng = np.random.default_rng(5)
     valid = random_boxes(rng, 30, 480, min_size=40, max_size=200)
     label, _, bbox_weight = targeter(valid, np.zeros((0, 4)), 512, 512, np.random.default_rng(1))
@@ -173,7 +182,7 @@ def test_sampling_caps_positives_at_half_and_is_a_subset():
 
 
 def test_writes_into_given_buffers():
-    targeter = AnchorTargeter(AnchorTargetParams())
+    targeter = AnchorTargeter(PUBLISHED)
     out = (np.full(targeter.label_shape, 7, np.float32), np.full(targeter.target_shape, 7, np.float32),
            np.full(targeter.target_shape, 7, np.float32))
     box = np.array([[10, 10, 90, 90]], np.float32)

@@ -3,13 +3,15 @@ negative chips and their thresholds, epoch sampling and the per-epoch stride."""
 import numpy as np
 import pytest
 
-from chip_generator.mining import (ImageChips, ScaleChips, draw_epoch_stride, mine_image_chips,
+from conftest import build_cfg
+
+from chip_generator.mining import (ImageChips, MiningParams, ScaleChips, draw_epoch_stride, mine_image_chips,
                                    sample_epoch_chips, valid_box_mask)
-from lib.config import load_config
 
 
-def make_cfg(**overrides):
-    return load_config(None, [(key, str(value)) for key, value in overrides.items()])
+def mining_params(**overrides):
+    """The mining parameters of the default config with ``overrides``."""
+    return MiningParams.from_config(build_cfg(overrides))
 
 
 def inside(boxes, chip):
@@ -71,7 +73,7 @@ def test_positive_chips_cover_and_assign_valid_boxes():
     x1, y1 = rng.uniform(0, 560, 40), rng.uniform(0, 400, 40)
     sizes = rng.uniform(4, 200, (40, 2))
     boxes = np.stack([x1, y1, np.minimum(x1 + sizes[:, 0], 639), np.minimum(y1 + sizes[:, 1], 479)], axis=1)
-    cfg = make_cfg(**{"TRAIN.CHIP_STRIDE": 32})
+    cfg = mining_params(**{"TRAIN.CHIP_STRIDE": 32})
     chips = mine_image_chips(entry_with(boxes), cfg, 32, np.random.default_rng(1))
     assert isinstance(chips, ImageChips) and len(chips.scales) == 3
     for level, (scale, expected_scale) in enumerate(zip(chips.scales, [3.0, 1.667, 512 / 640])):
@@ -95,7 +97,7 @@ def test_positive_chips_cover_and_assign_valid_boxes():
 
 
 def test_assignment_picks_the_chip_overlapping_most():
-    cfg = make_cfg(**{"TRAIN.SCALES": [1.0], "TRAIN.VALID_RANGES": [[-1, -1]], "TRAIN.NEG_CHIP_MIN_PROPOSALS": [1]})
+    cfg = mining_params(**{"TRAIN.SCALES": [1.0], "TRAIN.VALID_RANGES": [[-1, -1]], "TRAIN.NEG_CHIP_MIN_PROPOSALS": [1]})
     # Coarsest (only) scale, image 1200 x 500: no fit constraint. The 600 px box fits in no chip; it goes to
     # the chip holding most of it.
     boxes = [box_of(10, 10, 50, 50), box_of(1100, 10, 50, 50), box_of(300, 100, 600, 50)]
@@ -109,7 +111,7 @@ def test_assignment_picks_the_chip_overlapping_most():
 
 
 def test_coarsest_scale_has_no_chip_without_valid_boxes():
-    chips = mine_image_chips(entry_with([box_of(100, 100, 10, 10)]), make_cfg(), 56, np.random.default_rng(0))
+    chips = mine_image_chips(entry_with([box_of(100, 100, 10, 10)]), mining_params(), 56, np.random.default_rng(0))
     assert len(chips.scales[0].pos_chips) == 1
     assert len(chips.scales[1].pos_chips) == 0 and len(chips.scales[2].pos_chips) == 0
     assert chips.scales[1].pos_assigned == [] and chips.scales[2].neg_chips.shape == (0, 4)
@@ -117,7 +119,7 @@ def test_coarsest_scale_has_no_chip_without_valid_boxes():
 
 def test_boxes_at_the_image_edge_are_covered_despite_rounding():
     # 427 px wide at 1.2x: round(512.4) = 512 px, but the last column 426 lands at 511.2, past the edge.
-    cfg = make_cfg(**{"TRAIN.SCALES": [1.2, 1.667, 512], "TRAIN.VALID_RANGES": [[-1, -1]] * 3})
+    cfg = mining_params(**{"TRAIN.SCALES": [1.2, 1.667, 512], "TRAIN.VALID_RANGES": [[-1, -1]] * 3})
     boxes = [[380, 200, 426, 250]]
     chips = mine_image_chips(entry_with(boxes, width=427, height=320), cfg, 32, np.random.default_rng(0))
     for scale in chips.scales:
@@ -130,18 +132,18 @@ def test_negative_chip_kept_only_above_the_threshold():
     gt = [box_of(600, 440, 30, 30)]  # bottom-right corner; sqrt 30: finest scale only
     many = cluster(rng, 10, 10, 30)  # 30 > 25 proposals, far from the gt
     few = cluster(rng, 10, 10, 25)  # not more than 25
-    cfg = make_cfg()
+    cfg = mining_params()
     kept = mine_image_chips(entry_with(gt, many), cfg, 56, np.random.default_rng(0)).scales[0]
     assert len(kept.neg_chips) == 1 and kept.neg_counts.tolist() == [30]
     assert inside(many * np.float32(3.0), kept.neg_chips[0]).all()
     dropped = mine_image_chips(entry_with(gt, few), cfg, 56, np.random.default_rng(0)).scales[0]
     assert dropped.neg_chips.shape == (0, 4) and dropped.neg_counts.shape == (0,)
     # With a lower threshold the same 25 proposals make a chip.
-    lower = make_cfg(**{"TRAIN.NEG_CHIP_MIN_PROPOSALS": [24, 10, 10]})
+    lower = mining_params(**{"TRAIN.NEG_CHIP_MIN_PROPOSALS": [24, 10, 10]})
     lowered = mine_image_chips(entry_with(gt, few), lower, 56, np.random.default_rng(0)).scales[0]
     assert lowered.neg_counts.tolist() == [25]
     # Disabled by config.
-    off = make_cfg(**{"TRAIN.USE_NEG_CHIPS": False})
+    off = mining_params(**{"TRAIN.USE_NEG_CHIPS": False})
     assert len(mine_image_chips(entry_with(gt, many), off, 56, np.random.default_rng(0)).scales[0].neg_chips) == 0
 
 
@@ -150,7 +152,7 @@ def test_proposals_inside_positive_chips_or_out_of_range_make_no_negative_chip()
     gt = [box_of(40, 40, 30, 30)]
     near_gt = cluster(rng, 20, 20, 40, spread=50)  # inside any chip covering the gt at 3x (offsets <= 120)
     too_big = cluster(rng, 400, 300, 40, spread=20, size=100)  # sqrt 100 > 80 at the finest scale
-    chips = mine_image_chips(entry_with(gt, np.concatenate([near_gt, too_big])), make_cfg(**{"TRAIN.CHIP_STRIDE": 32}),
+    chips = mine_image_chips(entry_with(gt, np.concatenate([near_gt, too_big])), mining_params(**{"TRAIN.CHIP_STRIDE": 32}),
                              32, np.random.default_rng(0))
     assert chips.scales[0].neg_chips.shape == (0, 4)
 
@@ -159,10 +161,10 @@ def test_negative_counts_at_the_middle_scale_use_its_threshold():
     rng = np.random.default_rng(5)
     gt = [box_of(5, 5, 10, 10)]  # finest scale only, so the middle scale has no positive chip
     props = cluster(rng, 300, 200, 11, spread=100, size=50)  # sqrt 50: middle range; 11 > 10
-    scale = mine_image_chips(entry_with(gt, props), make_cfg(), 56, np.random.default_rng(0)).scales[1]
+    scale = mine_image_chips(entry_with(gt, props), mining_params(), 56, np.random.default_rng(0)).scales[1]
     assert scale.neg_counts.tolist() == [11]
     assert inside(scaled_boxes(props, scale), scale.neg_chips[0]).sum() == 11
-    fewer = mine_image_chips(entry_with(gt, props[:10]), make_cfg(), 56, np.random.default_rng(0)).scales[1]
+    fewer = mine_image_chips(entry_with(gt, props[:10]), mining_params(), 56, np.random.default_rng(0)).scales[1]
     assert len(fewer.neg_chips) == 0
 
 
@@ -170,7 +172,7 @@ def test_mining_is_deterministic_under_a_seed():
     rng = np.random.default_rng(6)
     boxes = cluster(rng, 0, 0, 30, spread=500, size=40)
     props = cluster(rng, 0, 0, 300, spread=500, size=25)
-    results = [mine_image_chips(entry_with(boxes, props), make_cfg(), 58, np.random.default_rng(9)) for _ in range(2)]
+    results = [mine_image_chips(entry_with(boxes, props), mining_params(), 58, np.random.default_rng(9)) for _ in range(2)]
     for a, b in zip(results[0].scales, results[1].scales):
         np.testing.assert_array_equal(a.pos_chips, b.pos_chips)
         np.testing.assert_array_equal(a.neg_chips, b.neg_chips)
@@ -180,11 +182,11 @@ def test_bad_entry_names_the_image():
     entry = entry_with([box_of(0, 0, 10, 10)])
     entry["boxes"] = np.array([[10, 10, 5, 20]], np.float32)
     with pytest.raises(ValueError, match="image id 42"):
-        mine_image_chips(entry, make_cfg(), 32, np.random.default_rng(0))
+        mine_image_chips(entry, mining_params(), 32, np.random.default_rng(0))
     entry = entry_with([box_of(0, 0, 10, 10)])
     entry["proposals"] = np.zeros((3, 5), np.float32)
     with pytest.raises(ValueError, match="image id 42.*proposals"):
-        mine_image_chips(entry, make_cfg(), 32, np.random.default_rng(0))
+        mine_image_chips(entry, mining_params(), 32, np.random.default_rng(0))
 
 
 def fake_chips(num_pos, num_neg):
@@ -200,30 +202,26 @@ def fake_chips(num_pos, num_neg):
 def test_sample_epoch_chips_takes_all_positives_and_at_most_max_neg():
     chips = fake_chips([2, 1, 1], [3, 2, 0])
     sampled = sample_epoch_chips(chips, np.random.default_rng(0), 2)
-    assert [level for level, _, _ in sampled[:4]] == [0, 0, 1, 2]
-    assert [negative for _, _, negative in sampled] == [False] * 4 + [True] * 2
+    assert [level for level, _, _, _ in sampled[:4]] == [0, 0, 1, 2]
+    assert [negative for _, _, negative, _ in sampled] == [False] * 4 + [True] * 2
     negatives = sampled[4:]
     assert len(negatives) == 2
     pool = {(level, tuple(c)) for level, s in enumerate(chips.scales) for c in s.neg_chips}
-    drawn = {(level, tuple(c)) for level, c, _ in negatives}
+    drawn = {(level, tuple(c)) for level, c, _, _ in negatives}
     assert len(drawn) == 2 and drawn <= pool
     assert len(sample_epoch_chips(chips, np.random.default_rng(0), 0)) == 4
     assert len(sample_epoch_chips(chips, np.random.default_rng(0), 10)) == 4 + 5
     # Over many epochs every negative chip gets drawn.
     seen = {(level, tuple(c)) for seed in range(50)
-            for level, c, _ in sample_epoch_chips(chips, np.random.default_rng(seed), 2)[4:]}
+            for level, c, _, _ in sample_epoch_chips(chips, np.random.default_rng(seed), 2)[4:]}
     assert seen == pool
 
 
 def test_draw_epoch_stride():
     rng = np.random.default_rng(0)
-    assert draw_epoch_stride(make_cfg(**{"TRAIN.CHIP_STRIDE": 32}), rng) == 32
-    draws = {draw_epoch_stride(make_cfg(), rng) for _ in range(200)}  # default [56, 60)
+    assert draw_epoch_stride(mining_params(**{"TRAIN.CHIP_STRIDE": 32}), rng) == 32
+    draws = {draw_epoch_stride(mining_params(), rng) for _ in range(200)}  # default [56, 60)
     assert draws == {56, 57, 58, 59}
-    cfg = make_cfg()
-    cfg.TRAIN.CHIP_STRIDE = [60, 56]
-    with pytest.raises(ValueError, match="CHIP_STRIDE"):
-        draw_epoch_stride(cfg, rng)
-    cfg.TRAIN.CHIP_STRIDE = 31.5
-    with pytest.raises(ValueError, match="CHIP_STRIDE"):
-        draw_epoch_stride(cfg, rng)
+    for bad in ([60, 56], 31.5):
+        with pytest.raises(ValueError, match="CHIP_STRIDE"):
+            mining_params(**{"TRAIN.CHIP_STRIDE": bad})

@@ -1,12 +1,13 @@
-"""Config loading, overrides, type checks, and both scale forms of spec section 1."""
+"""Config loading, overrides, type checks, freezing, and both scale forms of spec section 1."""
+import argparse
 import glob
-import os
-import re
+import pickle
 
 import pytest
 
-from lib.config import ConfigError, load_config, parse_cli_overrides
-from lib.scales import ScaleError, in_valid_range, parse_scales
+from lib.config import (ConfigError, FrozenConfigError, add_config_arguments, config_from_arguments, dump_config,
+                        load_config, parse_cli_overrides, with_overrides)
+from lib.scales import ScaleError, in_valid_range, parse_scales, pyramid
 
 
 def write_yaml(tmp_path, text):
@@ -50,8 +51,84 @@ def test_bad_cli_override_names_the_key():
         load_config(None, [("TRAIN.NOPE", "1")])
     with pytest.raises(ConfigError, match=r"TRAIN\.lr"):
         load_config(None, [("TRAIN.lr", "fast")])
-    with pytest.raises(ConfigError, match="odd number"):
+    with pytest.raises(ConfigError, match="needs a value"):
         parse_cli_overrides(["TRAIN.lr"])
+
+
+def test_cli_words_pairs_and_key_equals_value():
+    assert parse_cli_overrides(["TRAIN.lr", "0.1", "gpus=0,1", "dataset.dataset_path", "a=b", "TRAIN.lr_step=4,6"]) \
+        == [("TRAIN.lr", "0.1"), ("gpus", "0,1"), ("dataset.dataset_path", "a=b"), ("TRAIN.lr_step", "4,6")]
+
+
+def test_every_set_option_adds_to_the_overrides():
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser)
+    args = parser.parse_args(["--cfg", "configs/faster/sniper_synthetic_tiny.yml", "--set", "TRAIN.lr", "0.5",
+                              "--set", "TRAIN.end_epoch=1", "--set", "TRAIN.wd", "0"])
+    cfg = config_from_arguments(args)
+    assert (cfg.TRAIN.lr, cfg.TRAIN.end_epoch, cfg.TRAIN.wd) == (0.5, 1, 0.0)
+    bad = parser.parse_args(["--cfg", "configs/faster/sniper_synthetic_tiny.yml", "--set", "TRAIN.lr", "abc",
+                             "--set", "TRAIN.end_epoch", "1"])
+    with pytest.raises(SystemExit, match=r"TRAIN\.lr"):
+        config_from_arguments(bad)
+
+
+def test_loaded_config_is_frozen_and_variants_are_new_configs():
+    cfg = load_config("configs/faster/sniper_synthetic_tiny.yml")
+    for write in (lambda: setattr(cfg.TRAIN, "lr", 1.0), lambda: cfg.TEST.__setitem__("MODEL", "x"),
+                  lambda: cfg.dataset.update(NUM_CLASSES=3), lambda: cfg.pop("gpus"),
+                  lambda: setattr(cfg, "symbol", "resnet101")):
+        with pytest.raises(FrozenConfigError, match="with_overrides"):
+            write()
+    with pytest.raises(AttributeError):
+        cfg.TRAIN.SCALES.append(2.0)  # lists are tuples once frozen
+    variant = with_overrides(cfg, {"TRAIN.lr": 0.5, "TEST.SOFT_NMS": "false"})
+    assert (variant.TRAIN.lr, variant.TEST.SOFT_NMS, variant.name) == (0.5, False, cfg.name)
+    assert (cfg.TRAIN.lr, cfg.TEST.SOFT_NMS) == (0.015, True)
+    with pytest.raises(FrozenConfigError):
+        variant.TRAIN.lr = 1.0
+    with pytest.raises(ConfigError, match=r"TRAIN\.momentum"):
+        with_overrides(cfg, {"TRAIN.momentum": 1.5})
+    copy = pickle.loads(pickle.dumps(cfg))
+    assert copy == cfg
+    with pytest.raises(FrozenConfigError):
+        copy.TRAIN.lr = 1.0
+
+
+def test_dumped_config_loads_back_to_the_same_values(tmp_path):
+    cfg = load_config("configs/faster/sniper_synthetic_tiny.yml", [("TRAIN.lr", "0.02")])
+    path = tmp_path / "config.yaml"
+    path.write_text(dump_config(cfg))
+    again = load_config(str(path))
+    assert dict(again, name=cfg.name) == cfg
+
+
+def test_renamed_key_is_refused_naming_the_new_one(tmp_path):
+    with pytest.raises(ConfigError, match=r"TRAIN\.scale was renamed to TRAIN\.fp16_loss_scale"):
+        load_config(None, [("TRAIN.scale", "100")])
+    with pytest.raises(ConfigError, match=r"TRAIN\.fp16_loss_scale"):
+        load_config(write_yaml(tmp_path, "TRAIN:\n  scale: 128\n"))
+    assert load_config(None, [("TRAIN.fp16_loss_scale", "128")]).TRAIN.fp16_loss_scale == 128.0
+
+
+@pytest.mark.parametrize("key, value", [
+    ("TRAIN.lr", "-0.1"), ("TRAIN.lr", "nan"), ("TRAIN.lr", "0"), ("TRAIN.momentum", "1"), ("TRAIN.momentum", "-0.1"),
+    ("default.frequent", "0"), ("TRAIN.BATCH_IMAGES", "0"), ("TEST.BATCH_IMAGES", "0"), ("TRAIN.NUM_PROCESS", "-1"),
+    ("TRAIN.wd", "-1"), ("TRAIN.fp16_loss_scale", "0"), ("TRAIN.end_epoch", "0"),
+])
+def test_out_of_range_values_name_the_key(key, value):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        load_config(None, [(key, value)])
+
+
+def test_synthetic_is_a_dataset_kind_and_other_data_needs_only_the_dataset_keys(tmp_path):
+    tiny = "configs/faster/sniper_synthetic_tiny.yml"
+    assert load_config(tiny).dataset.dataset == "synthetic"
+    own = load_config(tiny, [("dataset.dataset", "coco"), ("dataset.dataset_path", str(tmp_path)),
+                             ("dataset.image_set", "train"), ("dataset.test_image_set", "val")])
+    assert own.dataset.dataset == "coco"  # the synthetic_* keys are ignored for other kinds
+    with pytest.raises(ConfigError, match=r"dataset\.synthetic_train"):
+        load_config(tiny, [("dataset.synthetic_train", "0")])
 
 
 def test_missing_and_invalid_files_are_clear_errors(tmp_path):
@@ -73,17 +150,17 @@ def test_cross_key_checks():
 @pytest.mark.parametrize("path", sorted(glob.glob("configs/faster/*.yml")))
 def test_shipped_configs_load(path):
     cfg = load_config(path)
-    assert len(parse_scales(cfg.TRAIN.SCALES)) == len(cfg.TRAIN.VALID_RANGES) == 3
+    assert len(pyramid(cfg.TRAIN, "TRAIN")) == len(pyramid(cfg.TEST, "TEST")) == 3
 
 
 def test_published_coco_settings():
     cfg = load_config("configs/faster/sniper_res101_e2e.yml")
-    assert cfg.TRAIN.SCALES == [3.0, 1.667, 512.0]
-    assert cfg.TRAIN.VALID_RANGES == [[-1, 80], [32, 150], [120, -1]]
-    assert cfg.TEST.VALID_RANGES == [[-1, 90], [32, 180], [75, -1]]
+    assert cfg.TRAIN.SCALES == (3.0, 1.667, 512.0)
+    assert cfg.TRAIN.VALID_RANGES == ((-1, 80), (32, 150), (120, -1))
+    assert cfg.TEST.VALID_RANGES == ((-1, 90), (32, 180), (75, -1))
     assert (cfg.TRAIN.lr, cfg.TRAIN.warmup_lr, cfg.TRAIN.warmup_step, cfg.TRAIN.end_epoch) == (0.015, 0.0005, 1000, 7)
-    assert cfg.network.ANCHOR_SCALES == [2, 4, 7, 10, 13, 16, 24] and cfg.network.NUM_ANCHORS == 21
-    assert cfg.TRAIN.BBOX_STDS == [0.1, 0.1, 0.2, 0.2]
+    assert cfg.network.ANCHOR_SCALES == (2, 4, 7, 10, 13, 16, 24) and cfg.network.NUM_ANCHORS == 21
+    assert cfg.TRAIN.BBOX_STDS == (0.1, 0.1, 0.2, 0.2)
 
 
 def test_factor_form_scales():
@@ -104,6 +181,9 @@ def test_resolution_form_scales():
     assert coarse.image_scale(480, 640) == pytest.approx(512 / 640)
     # tall image: shorter side 300 -> 1400/300 = 4.67, longer 1200*4.67 = 5600 > 2000, so capped
     assert fine.image_scale(1200, 300) == pytest.approx(2000 / 1200)
+    # the cap is tested on the rounded side: 800/600 * 960.3 = 1280.4 rounds to 1280, not over the cap
+    assert mid.image_scale(600, 960.3) == pytest.approx(800 / 600)
+    assert mid.image_scale(600, 960.5) == pytest.approx(1280 / 960.5)  # 1280.67 rounds to 1281 > 1280
 
 
 @pytest.mark.parametrize("spec", [[], [0.0], [[-1, -1]], [[100]], ["big"], 3.0])
@@ -117,29 +197,3 @@ def test_valid_range_mask_uses_inclusive_sqrt_area():
     assert in_valid_range(boxes, (-1, 80)).tolist() == [True, True, False, True]
     assert in_valid_range(boxes, (32, 150)).tolist() == [True, True, True, False]
     assert in_valid_range(boxes, (120, -1)).tolist() == [False, False, False, False]
-
-
-def test_kvstore_comment_names_the_values_training_accepts(monkeypatch):
-    from lib.train.distributed import DMLC_VARIABLES, SYNC_KVSTORES, create_kvstore
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    with open(os.path.join(root, "configs", "default.py")) as f:
-        lines = f.read().splitlines()
-    line = next(i for i, text in enumerate(lines) if text.strip().startswith('"kvstore":'))
-    comment = []
-    while lines[line - 1 - len(comment)].strip().startswith("#"):
-        comment.insert(0, lines[line - 1 - len(comment)])
-    names = set(re.findall(r'"(\w+)"', " ".join(comment) + lines[line].partition("#")[2]))
-    assert set(SYNC_KVSTORES) | {"device", "local", "dist_async"} <= names
-    for variable in DMLC_VARIABLES:
-        monkeypatch.delenv(variable, raising=False)
-    for name in names:
-        cfg = load_config(None, [("default.kvstore", name)])
-        if name == "dist_async":  # named as refused
-            with pytest.raises(ValueError, match="is not supported"):
-                create_kvstore(cfg)
-        elif name.startswith("dist"):  # accepted: it goes on to look for the launcher's variables
-            with pytest.raises(ValueError, match="not set: start the workers with tools/launch.py"):
-                create_kvstore(cfg)
-        else:  # single machine: handed to Module as is
-            assert create_kvstore(cfg) == name

@@ -11,7 +11,8 @@ import cv2
 import numpy as np
 import pytest
 
-from lib.config import load_config
+from conftest import build_cfg
+
 from lib.dataset import coco as coco_module
 from lib.dataset import flip_boxes, load_roidb, read_image
 
@@ -47,10 +48,10 @@ def write_coco(root, image_set, images, annotations, categories=CATEGORIES, imag
     return path
 
 
-def make_cfg(tmp_path, dataset="coco", **overrides):
-    pairs = [("dataset.dataset", dataset), ("dataset.dataset_path", str(tmp_path / "data")),
-             ("dataset.root_path", str(tmp_path / "root"))]
-    return load_config(None, pairs + [(key, str(value)) for key, value in overrides.items()])
+def dataset_cfg(tmp_path, dataset="coco", **overrides):
+    """The default config reading ``dataset`` from ``tmp_path/data``, caching under ``tmp_path/root``."""
+    return build_cfg({"dataset.dataset": dataset, "dataset.dataset_path": str(tmp_path / "data"),
+                      "dataset.root_path": str(tmp_path / "root"), **overrides})
 
 
 def by_id(roidb, flipped=False):
@@ -66,7 +67,7 @@ def test_coco_boxes_labels_crowd_and_class_mapping(tmp_path):
         ann(11, 1, [0, 0, 5.5, 2], category_id=2),
         ann(12, 1, [50, 10, 20, 20], category_id=2, iscrowd=1),
     ])
-    roidb, dataset = load_roidb(make_cfg(tmp_path), "train", training=False)
+    roidb, dataset = load_roidb(dataset_cfg(tmp_path), "train", training=False)
     assert dataset.classes == ["__background__", "two", "seven"]
     assert dataset.category_ids == [0, 2, 7]
     assert dataset.num_classes == 3 and dataset.image_ids == [1]
@@ -86,7 +87,7 @@ def test_joined_image_sets_keep_order_and_share_one_coco_index(tmp_path):
     root = str(tmp_path / "data")
     write_coco(root, "a", [image_record(1), image_record(2)], [ann(1, 1, [0, 0, 10, 10]), ann(2, 2, [0, 0, 9, 9])])
     write_coco(root, "b", [image_record(5)], [ann(3, 5, [1, 1, 10, 10], category_id=7)])
-    roidb, dataset = load_roidb(make_cfg(tmp_path), "a+b", training=False)
+    roidb, dataset = load_roidb(dataset_cfg(tmp_path), "a+b", training=False)
     assert [e["id"] for e in roidb] == [1, 2, 5] == dataset.image_ids
     assert by_id(roidb)[5]["image"].endswith(os.path.join("images", "b", "5.jpg"))
     assert sorted(dataset.coco.getImgIds()) == [1, 2, 5] and len(dataset.coco.getAnnIds()) == 3
@@ -99,24 +100,24 @@ def test_joined_sets_must_share_categories_and_not_repeat_image_ids(tmp_path):
     write_coco(root, "c", [image_record(3)], [ann(3, 3, [0, 0, 10, 10], category_id=1)],
                categories=[{"id": 1, "name": "other"}])
     with pytest.raises(ValueError, match=r"image id 1 appears twice"):
-        load_roidb(make_cfg(tmp_path), "a+b", training=False)
+        load_roidb(dataset_cfg(tmp_path), "a+b", training=False)
     with pytest.raises(ValueError, match=r"instances_c\.json: categories differ"):
-        load_roidb(make_cfg(tmp_path), "a+c", training=False)
+        load_roidb(dataset_cfg(tmp_path), "a+c", training=False)
     with pytest.raises(ValueError, match="empty name"):
-        load_roidb(make_cfg(tmp_path), "a++c", training=False)
+        load_roidb(dataset_cfg(tmp_path), "a++c", training=False)
 
 
 def test_num_classes_derived_when_zero_and_checked_when_set(tmp_path):
     write_coco(str(tmp_path / "data"), "train", [image_record(1)], [ann(1, 1, [0, 0, 10, 10])])
-    assert load_roidb(make_cfg(tmp_path), "train")[1].num_classes == 3
-    assert load_roidb(make_cfg(tmp_path, **{"dataset.NUM_CLASSES": 3}), "train")[1].num_classes == 3
+    assert load_roidb(dataset_cfg(tmp_path), "train")[1].num_classes == 3
+    assert load_roidb(dataset_cfg(tmp_path, **{"dataset.NUM_CLASSES": 3}), "train")[1].num_classes == 3
     with pytest.raises(ValueError, match=r"NUM_CLASSES is 81.*2 categories.*3 classes"):
-        load_roidb(make_cfg(tmp_path, **{"dataset.NUM_CLASSES": 81}), "train")
+        load_roidb(dataset_cfg(tmp_path, **{"dataset.NUM_CLASSES": 81}), "train")
 
 
 def test_unknown_dataset_kind_is_named(tmp_path):
     with pytest.raises(ValueError, match="'imagenet'"):
-        load_roidb(make_cfg(tmp_path, dataset="imagenet"), "train")
+        load_roidb(dataset_cfg(tmp_path, dataset="imagenet"), "train")
 
 
 def write_image_info(root, image_set, image_folder, images, categories=CATEGORIES):
@@ -134,7 +135,7 @@ def write_image_info(root, image_set, image_folder, images, categories=CATEGORIE
 def test_coco_test_dev_image_info_loads_for_testing_without_boxes(tmp_path):
     root = str(tmp_path / "data")
     write_image_info(root, "test-dev2015", "test2015", [image_record(5, 60, 40), image_record(3)])
-    roidb, dataset = load_roidb(make_cfg(tmp_path), "test-dev2015", training=False)
+    roidb, dataset = load_roidb(dataset_cfg(tmp_path), "test-dev2015", training=False)
     assert dataset.annotation_files == [os.path.join(root, "annotations", "image_info_test-dev2015.json")]
     assert dataset.classes == ["__background__", "two", "seven"] and dataset.category_ids == [0, 2, 7]
     assert [entry["id"] for entry in roidb] == [5, 3] == dataset.image_ids
@@ -147,7 +148,7 @@ def test_coco_test_dev_image_info_loads_for_testing_without_boxes(tmp_path):
 
     # an instances file, when there is one, is preferred; a folder named after the set is used when present
     write_coco(root, "test-dev2015", [image_record(9)], [ann(1, 9, [1, 2, 3, 4])])
-    roidb, dataset = load_roidb(make_cfg(tmp_path), "test-dev2015", training=False)
+    roidb, dataset = load_roidb(dataset_cfg(tmp_path), "test-dev2015", training=False)
     assert [len(entry["boxes"]) for entry in roidb] == [1]
     assert roidb[0]["image"] == os.path.join(root, "images", "test-dev2015", "9.jpg")
 
@@ -157,7 +158,7 @@ def test_coco_test_dev_image_info_loads_for_testing_without_boxes(tmp_path):
 
 def test_missing_annotation_file_names_it(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"instances_train\.json .* nor does image_info_train\.json"):
-        load_roidb(make_cfg(tmp_path), "train")
+        load_roidb(dataset_cfg(tmp_path), "train")
 
 
 @pytest.mark.parametrize("content, message", [
@@ -171,7 +172,7 @@ def test_invalid_annotation_file_is_an_error_naming_it(tmp_path, content, messag
     os.makedirs(tmp_path / "data" / "annotations")
     (tmp_path / "data" / "annotations" / "instances_train.json").write_bytes(content)
     with pytest.raises(ValueError, match=message) as info:
-        load_roidb(make_cfg(tmp_path), "train")
+        load_roidb(dataset_cfg(tmp_path), "train")
     assert "instances_train.json" in str(info.value)
 
 
@@ -191,7 +192,7 @@ def test_bad_boxes_are_skipped_or_clipped_counted_and_logged(tmp_path, caplog):
         ann(11, 2, [60, 10, 5, 5]),  # inside image 1's width, outside image 2's
     ])
     with caplog.at_level(logging.WARNING):
-        roidb, dataset = load_roidb(make_cfg(tmp_path), "train", training=False)
+        roidb, dataset = load_roidb(dataset_cfg(tmp_path), "train", training=False)
     np.testing.assert_array_equal(roidb[0]["boxes"], [[10, 10, 29, 29], [90, 0, 99, 14]])
     np.testing.assert_array_equal(roidb[1]["boxes"], [[40, 30, 49, 39]])
     assert dataset.box_report == {
@@ -216,7 +217,7 @@ def test_images_without_files_are_an_error_listing_their_ids(tmp_path):
     for image_id in (2, 3, 4, 5, 6, 7, 8):
         os.remove(os.path.join(root, "images", "train", f"{image_id}.jpg"))
     with pytest.raises(FileNotFoundError, match=r"7 of 8 images.*image id 2: .*2\.jpg.*image id 6") as info:
-        load_roidb(make_cfg(tmp_path), "train")
+        load_roidb(dataset_cfg(tmp_path), "train")
     assert "image id 7" not in str(info.value)  # only the first few are listed
 
 
@@ -228,7 +229,7 @@ def test_images_without_files_are_an_error_listing_their_ids(tmp_path):
 def test_annotations_pointing_nowhere_are_errors(tmp_path, bad, message):
     write_coco(str(tmp_path / "data"), "train", [image_record(1)], [{**ann(1, 1, [0, 0, 10, 10]), **bad}])
     with pytest.raises(ValueError, match=message):
-        load_roidb(make_cfg(tmp_path), "train")
+        load_roidb(dataset_cfg(tmp_path), "train")
 
 
 @pytest.mark.parametrize("image, message", [
@@ -239,13 +240,13 @@ def test_annotations_pointing_nowhere_are_errors(tmp_path, bad, message):
 def test_malformed_image_records_are_errors(tmp_path, image, message):
     write_coco(str(tmp_path / "data"), "train", [image], [], image_files=False)
     with pytest.raises(ValueError, match=message):
-        load_roidb(make_cfg(tmp_path), "train")
+        load_roidb(dataset_cfg(tmp_path), "train")
 
 
 def test_duplicate_annotation_ids_are_an_error(tmp_path):
     write_coco(str(tmp_path / "data"), "train", [image_record(1)], [ann(1, 1, [0, 0, 5, 5]), ann(1, 1, [0, 0, 6, 6])])
     with pytest.raises(ValueError, match="annotation id 1 appears twice"):
-        load_roidb(make_cfg(tmp_path), "train")
+        load_roidb(dataset_cfg(tmp_path), "train")
 
 
 # ---------------------------------------------------------------- training roidb
@@ -260,7 +261,7 @@ def test_training_roidb_drops_images_without_boxes_and_appends_flips(tmp_path, c
         ann(4, 3, [10, 10, 0, 5]),  # image 3: only a broken box; image 4: no annotation at all
     ])
     with caplog.at_level(logging.WARNING):
-        roidb, dataset = load_roidb(make_cfg(tmp_path), "train")
+        roidb, dataset = load_roidb(dataset_cfg(tmp_path), "train")
     assert "dropped 3 of 4 training images without usable boxes (e.g. image ids 2, 3, 4)" in caplog.text
     assert [(e["id"], e["flipped"]) for e in roidb] == [(1, False), (1, True)]
     assert "difficult" not in roidb[0]
@@ -271,7 +272,7 @@ def test_training_roidb_drops_images_without_boxes_and_appends_flips(tmp_path, c
     np.testing.assert_array_equal(flipped["gt_classes"], roidb[0]["gt_classes"])
     assert flipped["image"] == roidb[0]["image"]
 
-    roidb, _ = load_roidb(make_cfg(tmp_path, **{"TRAIN.FLIP": "false"}), "train")
+    roidb, _ = load_roidb(dataset_cfg(tmp_path, **{"TRAIN.FLIP": "false"}), "train")
     assert [(e["id"], e["flipped"]) for e in roidb] == [(1, False)]
 
 
@@ -292,7 +293,7 @@ def test_flip_boxes_twice_is_identity_and_matches_mirrored_pixels():
 def test_cache_is_reused_rebuilt_on_content_change_and_survives_corruption(tmp_path, monkeypatch, caplog):
     root = str(tmp_path / "data")
     write_coco(root, "train", [image_record(1)], [ann(1, 1, [10, 20, 30, 40])])
-    cfg = make_cfg(tmp_path)
+    cfg = dataset_cfg(tmp_path)
     first, _ = load_roidb(cfg, "train")
     cache_dir = tmp_path / "root" / "cache"
     (cache_file,) = os.listdir(cache_dir)  # one file, no temporary leftovers
@@ -312,13 +313,13 @@ def test_cache_is_reused_rebuilt_on_content_change_and_survives_corruption(tmp_p
     assert len(os.listdir(cache_dir)) == 2
 
     # the option that changes the roidb is part of the key too
-    load_roidb(make_cfg(tmp_path, **{"TRAIN.FLIP": "false"}), "train")
+    load_roidb(dataset_cfg(tmp_path, **{"TRAIN.FLIP": "false"}), "train")
     assert len(os.listdir(cache_dir)) == 3
 
     newest = max((cache_dir / name for name in os.listdir(cache_dir)), key=os.path.getmtime)
     newest.write_bytes(b"truncated")
     with caplog.at_level(logging.WARNING):
-        rebuilt, _ = load_roidb(make_cfg(tmp_path, **{"TRAIN.FLIP": "false"}), "train")
+        rebuilt, _ = load_roidb(dataset_cfg(tmp_path, **{"TRAIN.FLIP": "false"}), "train")
     assert "ignoring unreadable roidb cache" in caplog.text
     np.testing.assert_array_equal(rebuilt[0]["boxes"], [[10, 20, 39, 60]])
     assert not [name for name in os.listdir(cache_dir) if name.startswith(".tmp")]
@@ -334,7 +335,7 @@ def test_proposals_attached_mirrored_and_missing_ids_counted(tmp_path, caplog):
     path = tmp_path / "proposals.pkl"
     path.write_bytes(pickle.dumps(proposals))
     with caplog.at_level(logging.WARNING):
-        roidb, _ = load_roidb(make_cfg(tmp_path, **{"dataset.proposal": path}), "train")
+        roidb, _ = load_roidb(dataset_cfg(tmp_path, **{"dataset.proposal": path}), "train")
     assert "no proposals for 1 of 2 images (e.g. image ids 2)" in caplog.text
     np.testing.assert_array_equal(by_id(roidb)[1]["proposals"], [[5, 6, 20, 30], [0, 0, 99, 79]])
     np.testing.assert_array_equal(by_id(roidb, flipped=True)[1]["proposals"], [[79, 6, 94, 30], [0, 0, 99, 79]])
@@ -342,7 +343,7 @@ def test_proposals_attached_mirrored_and_missing_ids_counted(tmp_path, caplog):
         assert by_id(roidb, flipped)[2]["proposals"].shape == (0, 4)
     assert all(e["proposals"].dtype == np.float32 for e in roidb)
 
-    test_roidb, _ = load_roidb(make_cfg(tmp_path, **{"dataset.proposal": path}), "train", training=False)
+    test_roidb, _ = load_roidb(dataset_cfg(tmp_path, **{"dataset.proposal": path}), "train", training=False)
     assert "proposals" not in test_roidb[0]
 
 
@@ -358,14 +359,14 @@ def test_bad_proposal_files_are_errors_naming_them(tmp_path, content, error, mes
     if content is not None:
         path.write_bytes(content)
     with pytest.raises(error, match=message) as info:
-        load_roidb(make_cfg(tmp_path, **{"dataset.proposal": path}), "train")
+        load_roidb(dataset_cfg(tmp_path, **{"dataset.proposal": path}), "train")
     assert "proposals.pkl" in str(info.value)
 
 
 def test_proposal_file_is_not_read_without_negative_chips(tmp_path):
     write_coco(str(tmp_path / "data"), "train", [image_record(1)], [ann(1, 1, [10, 20, 30, 40])])
     missing = tmp_path / "never_written.pkl"
-    roidb, _ = load_roidb(make_cfg(tmp_path, **{"dataset.proposal": missing, "TRAIN.USE_NEG_CHIPS": False}),
+    roidb, _ = load_roidb(dataset_cfg(tmp_path, **{"dataset.proposal": missing, "TRAIN.USE_NEG_CHIPS": False}),
                           "train")
     assert roidb and all("proposals" not in entry for entry in roidb)
 
@@ -403,7 +404,7 @@ def test_voc_boxes_difficult_and_joined_years(tmp_path, caplog):
         "000007": voc_xml(100, 80, [("cat", (5, 5, 20, 20), True)]),
     })
     write_voc(root, "2012", "trainval", {"2008_000008": voc_xml(50, 40, [("tvmonitor", (1, 1, 50, 40), False)])})
-    cfg = make_cfg(tmp_path, dataset="pascal_voc")
+    cfg = dataset_cfg(tmp_path, dataset="pascal_voc")
     with caplog.at_level(logging.WARNING):
         test_roidb, dataset = load_roidb(cfg, "2007_trainval+2012_trainval", training=False)
     assert "fixed 1 boxes: clipped to the image (e.g. VOC2007/000005 object 2)" in caplog.text
@@ -434,7 +435,7 @@ def test_voc_boxes_difficult_and_joined_years(tmp_path, caplog):
 def test_bad_voc_annotations_are_errors_naming_the_file(tmp_path, xml, error, message):
     write_voc(str(tmp_path / "data"), "2007", "test", {"000001": xml})
     with pytest.raises(error, match=message) as info:
-        load_roidb(make_cfg(tmp_path, dataset="pascal_voc"), "2007_test")
+        load_roidb(dataset_cfg(tmp_path, dataset="pascal_voc"), "2007_test")
     assert "000001.xml" in str(info.value)
 
 
@@ -443,18 +444,18 @@ def test_bad_voc_boxes_skipped_and_missing_files_named(tmp_path):
     write_voc(root, "2007", "test", {"000001": voc_xml(100, 80, [("dog", (30, 5, 10, 20), False),
                                                                  ("dog", (1, 1, "x", 5), False),
                                                                  ("dog", (1, 1, 5, 5), False)])})
-    roidb, dataset = load_roidb(make_cfg(tmp_path, dataset="pascal_voc"), "2007_test", training=False)
+    roidb, dataset = load_roidb(dataset_cfg(tmp_path, dataset="pascal_voc"), "2007_test", training=False)
     np.testing.assert_array_equal(roidb[0]["boxes"], [[0, 0, 4, 4]])
     assert dataset.box_report == {"x2 < x1 or y2 < y1": 1, "malformed <bndbox>": 1}
 
     with pytest.raises(ValueError, match="YEAR_SPLIT"):
-        load_roidb(make_cfg(tmp_path, dataset="pascal_voc"), "trainval")
+        load_roidb(dataset_cfg(tmp_path, dataset="pascal_voc"), "trainval")
     with pytest.raises(FileNotFoundError, match=r"VOC2012.*val\.txt"):
-        load_roidb(make_cfg(tmp_path, dataset="pascal_voc"), "2012_val")
+        load_roidb(dataset_cfg(tmp_path, dataset="pascal_voc"), "2012_val")
     with open(os.path.join(root, "VOC2007", "ImageSets", "Main", "test.txt"), "a") as f:
         f.write("000002\n")
     with pytest.raises(FileNotFoundError, match=r"000002\.xml"):
-        load_roidb(make_cfg(tmp_path, dataset="pascal_voc"), "2007_test")
+        load_roidb(dataset_cfg(tmp_path, dataset="pascal_voc"), "2007_test")
 
 
 # ---------------------------------------------------------------- image reading

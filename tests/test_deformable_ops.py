@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 import lib.ops  # noqa: F401  (registers the compiled operators)
-from symbols import get_symbol, use_compiled_deformable
+from conftest import build_cfg
+from symbols import inference_symbol, training_symbol, use_compiled_deformable
 from symbols.deformable import deformable_convolution, deformable_psroi_pooling
-from tests.test_symbols import inference_shapes, make_cfg, parameter_shapes, train_shapes
+from test_symbols import graph_nodes, inference_shapes, parameter_shapes, train_shapes
 
 RTOL = 1e-4
 VARIANTS = (False, True)  # compiled?
@@ -200,16 +201,22 @@ def test_deformable_im2col_errors_name_the_problem():
 @pytest.mark.parametrize("symbol_name", ["resnet101", "resnet_tiny"])
 @pytest.mark.parametrize("is_train", [False, True])
 def test_network_parameters_do_not_depend_on_the_operators(symbol_name, is_train):
-    cfg = make_cfg(symbol_name, num_classes=81, chips=2)
+    cfg = build_cfg({"symbol": symbol_name, "TRAIN.fp16": False})
     shapes = train_shapes(2, 256) if is_train else inference_shapes(1, 512)
-    stock, compiled = (get_symbol(cfg, is_train=is_train, compiled_deformable=c) for c in VARIANTS)
+    stock, compiled = (network(cfg, is_train, num_classes=81, compiled=c) for c in VARIANTS)
     assert compiled.list_arguments() == stock.list_arguments()
     assert compiled.list_auxiliary_states() == stock.list_auxiliary_states()
     assert compiled.list_outputs() == stock.list_outputs()
     assert parameter_shapes(compiled, shapes) == parameter_shapes(stock, shapes)
-    ops = {node["op"] for node in __import__("json").loads(compiled.tojson())["nodes"]}
+    ops = {node["op"] for node in graph_nodes(compiled)}
     assert {"DeformableIm2Col", "CompiledDeformablePSROIPooling"} <= ops
     assert not ops & {"_contrib_DeformableConvolution", "_contrib_DeformablePSROIPooling"}
+
+
+def network(cfg, is_train, num_classes, compiled, chips=2):
+    if is_train:
+        return training_symbol(cfg, num_classes, chips, compiled_deformable=compiled)
+    return inference_symbol(cfg, num_classes, compiled_deformable=compiled)
 
 
 def tiny_network_inputs(symbol, shapes, seed):
@@ -230,10 +237,10 @@ def tiny_network_inputs(symbol, shapes, seed):
 
 @pytest.mark.parametrize("is_train", [False, True])
 def test_tiny_network_outputs_and_gradients_match_stock(is_train):
-    cfg = make_cfg("resnet_tiny", num_classes=5, chips=2)
-    cfg.TRAIN.RPN_POST_NMS_TOP_N = cfg.TEST.RPN_POST_NMS_TOP_N = 64
+    cfg = build_cfg({"symbol": "resnet_tiny", "TRAIN.fp16": False, "TRAIN.RPN_POST_NMS_TOP_N": 64,
+                     "TEST.RPN_POST_NMS_TOP_N": 64})
     shapes = train_shapes(2, 128) if is_train else inference_shapes(2, 128)
-    symbols = [get_symbol(cfg, is_train=is_train, compiled_deformable=c) for c in VARIANTS]
+    symbols = [network(cfg, is_train, num_classes=5, compiled=c) for c in VARIANTS]
     inputs, aux_shapes = tiny_network_inputs(symbols[0], shapes, seed=5)
     if is_train:
         inputs["valid_ranges"][:] = -1
@@ -267,11 +274,9 @@ def test_tiny_network_outputs_and_gradients_match_stock(is_train):
 
 
 def test_compiled_operators_on_cpu_contexts_only():
-    cfg = make_cfg()
+    cfg = build_cfg()
     assert use_compiled_deformable(cfg, [mx.cpu(0), mx.cpu(1)])
     assert not use_compiled_deformable(cfg, [mx.gpu(0)])
-    cfg.network.CPU_DEFORMABLE_OPS = "stock"
-    assert not use_compiled_deformable(cfg, [mx.cpu(0)])
-    cfg.network.CPU_DEFORMABLE_OPS = "fast"
+    assert not use_compiled_deformable(build_cfg({"network.CPU_DEFORMABLE_OPS": "stock"}), [mx.cpu(0)])
     with pytest.raises(ValueError, match="network.CPU_DEFORMABLE_OPS = 'fast'"):
-        use_compiled_deformable(cfg, [mx.cpu(0)])
+        use_compiled_deformable(build_cfg({"network.CPU_DEFORMABLE_OPS": "fast"}), [mx.cpu(0)])

@@ -27,8 +27,7 @@ TINY = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml")
 
 # -- epoch shards ------------------------------------------------------------------------------------
 def chip_table(count):
-    return ChipTable(np.arange(count, dtype=np.int32), np.zeros(count, np.int8), np.ones(count),
-                     np.zeros((count, 4), np.float32))
+    return ChipTable.from_rows([(index, 0, 1.0, (0, 0, 0, 0), False, ()) for index in range(count)])
 
 
 def test_shards_hand_worked():
@@ -76,12 +75,12 @@ def tiny_roidb(tmp_path_factory):
 def test_sharded_loaders_give_the_single_machine_batches(tiny_roidb):
     roidb, cfg = tiny_roidb
 
-    def batches(**kwargs):
-        with ChipLoader(roidb, cfg, num_workers=0, seed=7, **kwargs) as loader:
+    def batches(chips, **kwargs):
+        with ChipLoader(roidb, cfg, chips, num_workers=0, seed=7, **kwargs) as loader:
             return [([a.asnumpy() for a in batch.data + batch.label], batch.pad) for batch in loader]
 
-    single = batches(batch_size=4)
-    shards = [batches(batch_size=2, num_shards=2, shard_index=k) for k in range(2)]
+    single = batches(4)
+    shards = [batches(2, num_shards=2, shard_index=k) for k in range(2)]
     assert len(shards[0]) == len(shards[1]) == len(single) >= 2
     for b, (arrays, pad) in enumerate(single):
         assert shards[0][b][1] + shards[1][b][1] == pad
@@ -97,7 +96,7 @@ def test_sharded_loaders_give_the_single_machine_batches(tiny_roidb):
 def test_bad_shards_are_refused(tiny_roidb, kwargs, message):
     roidb, cfg = tiny_roidb
     with pytest.raises(ValueError, match=message):
-        ChipLoader(roidb, cfg, num_workers=0, **kwargs)
+        ChipLoader(roidb, cfg, 4, num_workers=0, **kwargs)
 
 
 # -- Workers outside a job ---------------------------------------------------------------------------
@@ -149,7 +148,7 @@ class Launched:
         self.log = tmp_path / "launch.log"
         self.deadline = time.monotonic() + timeout
         self.seen = {}
-        env = dict(os.environ, OMP_NUM_THREADS="1", MXNET_CPU_WORKER_NTHREADS="1")
+        env = dict(os.environ, OMP_NUM_THREADS="1", MXNET_CPU_WORKER_NTHREADS="1", PYTHONPATH=ROOT)  # for WORKER
         with open(self.log, "wb") as out:
             self.process = subprocess.Popen([sys.executable, LAUNCH, *args], stdout=out, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, cwd=ROOT, env=env, start_new_session=True)

@@ -9,7 +9,7 @@ import demo
 import main_test
 import main_train
 from lib.config import dump_config
-from lib.test import tester
+from lib.inference import tester
 
 
 def test_main_test_logs_the_effective_config_as_yaml(tmp_path, monkeypatch):
@@ -41,7 +41,7 @@ def test_main_test_logs_the_effective_config_as_yaml(tmp_path, monkeypatch):
 @pytest.mark.parametrize("overrides, message", [
     (["TRAIN.NO_SUCH_KEY", "1"], "TRAIN.NO_SUCH_KEY"),
     (["TRAIN.BATCH_IMAGES", "many"], "TRAIN.BATCH_IMAGES"),
-    (["TRAIN.lr"], "odd number of words"),
+    (["TRAIN.lr"], "needs a value"),
 ])
 def test_entry_points_stop_on_a_bad_override_naming_it(entry, overrides, message, tmp_path):
     argv = ["--cfg", "configs/faster/sniper_synthetic_tiny.yml", "--set"] + overrides

@@ -18,9 +18,9 @@ from lib.data import ChipLoader, WorkerDiedError, WorkerError
 from lib.data.batch_ring import BatchRing, Field
 from lib.data.chip_boxes import chip_gt_boxes, crop_to_chip, pack_gt_boxes, scaled_valid_range
 from lib.data.chip_image import render_chip
-from lib.data.chip_worker import ChipWorker
-from chip_generator.mining import mine_image_chips
-from lib.dataset import ensure_synthetic_dataset, load_roidb, read_image
+from lib.data.pixels import network_pixels
+from chip_generator.mining import MiningParams, mine_image_chips
+from lib.dataset import load_roidb, read_image
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MEANS = np.array([103.939, 116.779, 123.68], np.float32)
@@ -36,17 +36,31 @@ def smooth_image(height, width, seed=0):
 def test_render_chip_at_scale_one_is_the_exact_crop_minus_means_with_zero_padding():
     image = smooth_image(300, 400)
     out = np.full((3, 256, 256), 7, np.float32)
-    height, width = render_chip(image, (150, 100, 399, 299), 1.0, False, MEANS, out)
+    height, width = render_chip(image, (150, 100, 399, 299), 1.0, False, MEANS, "BGR", out)
     assert (height, width) == (200, 250)
     expected = image[100:300, 150:400].astype(np.float32) - MEANS
     np.testing.assert_array_equal(out[:, :200, :250], expected.transpose(2, 0, 1))
     assert not out[:, 200:, :].any() and not out[:, :, 250:].any()
 
 
+def test_network_pixels_feed_rgb_minus_the_bgr_listed_means():
+    image = np.zeros((2, 3, 3), np.uint8)
+    image[1, 2] = (10, 20, 30)  # B, G, R
+    out = np.full((3, 4, 4), 7.0, np.float32)
+    network_pixels(image, MEANS, "RGB", out)
+    np.testing.assert_allclose(out[:, 1, 2], [30 - 123.68, 20 - 116.779, 10 - 103.939], rtol=1e-6)
+    np.testing.assert_allclose(out[:, 0, 0], [-123.68, -116.779, -103.939], rtol=1e-6)
+    assert (out[:, 2:, :] == 7).all() and (out[:, :, 3:] == 7).all()  # outside the image: untouched
+    network_pixels(image, MEANS, "BGR", out)
+    np.testing.assert_allclose(out[:, 1, 2], [10 - 103.939, 20 - 116.779, 30 - 123.68], rtol=1e-6)
+    with pytest.raises(ValueError, match="CHANNEL_ORDER"):
+        network_pixels(image, MEANS, "rgb", out)
+
+
 def test_render_chip_flipped_reads_the_mirrored_image():
     image = smooth_image(300, 400)
     out = np.zeros((3, 256, 256), np.float32)
-    render_chip(image, (0, 50, 199, 249), 1.0, True, MEANS, out)
+    render_chip(image, (0, 50, 199, 249), 1.0, True, MEANS, "BGR", out)
     mirrored = image[:, ::-1]
     np.testing.assert_array_equal(out[:, :200, :200], (mirrored[50:250, 0:200] - MEANS).transpose(2, 0, 1))
 
@@ -54,13 +68,13 @@ def test_render_chip_flipped_reads_the_mirrored_image():
 def test_render_chip_fits_non_square_inputs_by_their_own_height_and_width():
     image = smooth_image(300, 400)
     wide = np.full((3, 64, 160), 7, np.float32)
-    assert render_chip(image, (10, 20, 159, 79), 1.0, False, MEANS, wide) == (60, 150)  # 150 wide, 60 high
+    assert render_chip(image, (10, 20, 159, 79), 1.0, False, MEANS, "BGR", wide) == (60, 150)  # 150 wide, 60 high
     np.testing.assert_array_equal(wide[:, :60, :150], (image[20:80, 10:160] - MEANS).transpose(2, 0, 1))
     assert not wide[:, 60:, :].any() and not wide[:, :, 150:].any()
     tall = np.full((3, 160, 64), 7, np.float32)
     with pytest.raises(ValueError, match="does not fit the 160 x 64 network input"):
-        render_chip(image, (10, 20, 159, 79), 1.0, False, MEANS, tall)
-    assert render_chip(image, (10, 20, 69, 169), 1.0, True, MEANS, tall) == (150, 60)  # 60 wide, 150 high
+        render_chip(image, (10, 20, 159, 79), 1.0, False, MEANS, "BGR", tall)
+    assert render_chip(image, (10, 20, 69, 169), 1.0, True, MEANS, "BGR", tall) == (150, 60)  # 60 wide, 150 high
     mirrored = image[:, ::-1]
     np.testing.assert_array_equal(tall[:, :150, :60], (mirrored[20:170, 10:70] - MEANS).transpose(2, 0, 1))
     assert not tall[:, 150:, :].any() and not tall[:, :, 60:].any()
@@ -72,7 +86,7 @@ def test_render_chip_scaled_matches_resizing_the_whole_image(scale, flipped):
     scaled = cv2.resize(image[:, ::-1] if flipped else image, (round(320 * scale), round(240 * scale)))
     chip = (90, 60, 90 + 127, 60 + 99) if scale > 1 else (10, 20, 149, 109)
     out = np.zeros((3, 128, 160), np.float32)
-    height, width = render_chip(image, chip, scale, flipped, MEANS, out)
+    height, width = render_chip(image, chip, scale, flipped, MEANS, "BGR", out)
     expected = scaled[chip[1]:chip[3] + 1, chip[0]:chip[2] + 1].astype(np.float32) - MEANS
     # the crop is taken at whole source pixels: content may shift by under one scaled pixel
     assert np.abs(out[:, :height, :width] - expected.transpose(2, 0, 1)).mean() < 4.0
@@ -128,19 +142,22 @@ def test_batch_ring_refuses_a_too_small_dev_shm(monkeypatch):
 
 
 # -- the loader on a tiny synthetic dataset ----------------------------------------------------------
+CHIPS = 4  # chips per device
+
+
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory):
-    return ensure_synthetic_dataset(str(tmp_path_factory.mktemp("data") / "synthetic"), train=3, val=0, seed=3)
+def dataset(synthetic_dataset):
+    return synthetic_dataset(train=3, val=0)
 
 
-def make_cfg(dataset_path, root, *overrides):
+def dataset_cfg(dataset_path, root, *overrides):
     return load_config(None, [("dataset.dataset_path", dataset_path), ("dataset.image_set", "train"),
-                              ("dataset.root_path", str(root)), ("TRAIN.BATCH_IMAGES", "4"), *overrides])
+                              ("dataset.root_path", str(root)), *overrides])
 
 
 @pytest.fixture(scope="module")
 def cfg(dataset, tmp_path_factory):
-    return make_cfg(dataset, tmp_path_factory.mktemp("root"))
+    return dataset_cfg(dataset, tmp_path_factory.mktemp("root"))
 
 
 @pytest.fixture(scope="module")
@@ -155,7 +172,7 @@ def numpy_batches(loader):
 @pytest.fixture(scope="module")
 def inline_epochs(roidb, cfg):
     """Two epochs built in-process, with the loader's plan of the first."""
-    with ChipLoader(roidb, cfg, num_workers=0, seed=11) as loader:
+    with ChipLoader(roidb, cfg, CHIPS, num_workers=0, seed=11) as loader:
         first, plan = numpy_batches(loader), loader._plan
         loader.reset()
         second = numpy_batches(loader)
@@ -206,7 +223,8 @@ def test_chip_content_and_boxes_match_an_independent_computation(inline_epochs, 
         region = image[top:int((y2 + 1) / scale) + 3, left:int((x2 + 1) / scale) + 3]
         scaled = cv2.resize(region, None, fx=scale, fy=scale)
         ox, oy = round(left * scale), round(top * scale)
-        expected = scaled[y1 - oy:y2 - oy + 1, x1 - ox:x2 - ox + 1].astype(np.float32) - MEANS
+        # the network is fed RGB: channel c is image channel 2 - c minus its mean
+        expected = scaled[y1 - oy:y2 - oy + 1, x1 - ox:x2 - ox + 1, ::-1].astype(np.float32) - MEANS[::-1]
         height, width = expected.shape[:2]
         assert np.abs(data[position][:, :height, :width] - expected.transpose(2, 0, 1)).mean() < 6.0
         assert not data[position][:, height:, :].any() and not data[position][:, :, width:].any()
@@ -229,7 +247,7 @@ def test_epochs_differ_and_chips_are_remined(inline_epochs):
 
 def test_workers_give_the_same_batches_as_in_process(inline_epochs, roidb, cfg):
     first, second, _, _, _ = inline_epochs
-    with ChipLoader(roidb, cfg, num_workers=2, seed=11) as loader:
+    with ChipLoader(roidb, cfg, CHIPS, num_workers=2, seed=11) as loader:
         assert len(loader.pids) == 2
         got = numpy_batches(loader)
         loader.reset()
@@ -244,21 +262,20 @@ def test_workers_give_the_same_batches_as_in_process(inline_epochs, roidb, cfg):
 
 def test_valid_boxes_are_the_miners(inline_epochs, roidb, cfg):
     _, _, plan, _, _ = inline_epochs
-    worker = ChipWorker(roidb, cfg, None, rpn_only=False)
+    params = MiningParams.from_config(cfg)
     checked = set()
     for index in range(plan.num_chips):
         chip = plan.chip(index)
         if (chip.image_index, chip.scale_index) in checked:
             continue
         checked.add((chip.image_index, chip.scale_index))
-        mined = mine_image_chips(roidb[chip.image_index], cfg, plan.stride, np.random.default_rng(0))
-        np.testing.assert_array_equal(worker.valid_mask(roidb[chip.image_index], chip),
-                                      mined.scales[chip.scale_index].valid)
+        mined = mine_image_chips(roidb[chip.image_index], params, plan.stride, np.random.default_rng(0))
+        assert chip.valid_boxes == tuple(np.flatnonzero(mined.scales[chip.scale_index].valid))
     assert len(checked) > 3
 
 
 def test_rpn_only_and_two_contexts_bind_a_module(roidb, cfg):
-    with ChipLoader(roidb, cfg, num_ctx=2, rpn_only=True, num_workers=2) as loader:
+    with ChipLoader(roidb, cfg, CHIPS, num_ctx=2, rpn_only=True, num_workers=2) as loader:
         assert loader.batch_size == 8
         assert [d.name for d in loader.provide_data] == ["data"]
         assert [d.name for d in loader.provide_label] == ["label", "bbox_target", "bbox_weight"]
@@ -276,7 +293,7 @@ def test_rpn_only_and_two_contexts_bind_a_module(roidb, cfg):
 
 
 def test_kept_batches_are_not_overwritten(roidb, cfg):
-    with ChipLoader(roidb, cfg, num_workers=2, seed=5) as loader:
+    with ChipLoader(roidb, cfg, CHIPS, num_workers=2, seed=5) as loader:
         kept = [next(loader) for _ in range(3)]
         copies = [b.data[0].asnumpy().copy() for b in kept]
         for _ in loader:
@@ -288,7 +305,7 @@ def test_kept_batches_are_not_overwritten(roidb, cfg):
 
 
 def test_dropped_batches_are_handed_out_without_copies(roidb, cfg):
-    with ChipLoader(roidb, cfg, num_workers=2, seed=5) as loader:
+    with ChipLoader(roidb, cfg, CHIPS, num_workers=2, seed=5) as loader:
         for _ in loader:
             pass
         assert loader._outputs._sets == []
@@ -300,7 +317,7 @@ def damaged(dataset, tmp_path):
     """A copy of the dataset with one corrupt and one missing image, and its roidb."""
     copy = tmp_path / "synthetic"
     shutil.copytree(dataset, copy)
-    cfg = make_cfg(str(copy), tmp_path / "root")
+    cfg = dataset_cfg(str(copy), tmp_path / "root")
     roidb = load_roidb(cfg, "train")[0]
     corrupt, missing = roidb[0]["image"], roidb[1]["image"]
     with open(corrupt, "wb") as f:
@@ -312,7 +329,7 @@ def damaged(dataset, tmp_path):
 @pytest.mark.parametrize("workers", [0, 2])
 def test_unreadable_images_are_replaced_logged_and_counted(damaged, workers, caplog):
     cfg, roidb, corrupt, missing = damaged
-    with ChipLoader(roidb, cfg, num_workers=workers, seed=2) as loader:
+    with ChipLoader(roidb, cfg, CHIPS, num_workers=workers, seed=2) as loader:
         batches = numpy_batches(loader)
         plan = loader._plan
     bad_chips = sum(roidb[i]["image"] in (corrupt, missing) for i in plan.chips.image_index)
@@ -336,7 +353,7 @@ def test_a_failing_task_raises_with_the_cause_and_leaves_no_workers(roidb, cfg, 
     before = workers_alive()
     expected = WorkerError if workers else ValueError
     with pytest.raises(expected, match=f"image id {broken[1]['id']}.*shape"):
-        ChipLoader(broken, cfg, num_workers=workers)
+        ChipLoader(broken, cfg, CHIPS, num_workers=workers)
     assert workers_alive() == before
 
 
@@ -358,7 +375,7 @@ class alarm:
 
 
 def test_a_killed_worker_raises_instead_of_hanging_and_close_reaps_all(roidb, cfg):
-    loader = ChipLoader(roidb, cfg, num_workers=2, seed=1)
+    loader = ChipLoader(roidb, cfg, CHIPS, num_workers=2, seed=1)
     pids = loader.pids
     try:
         os.kill(pids[0], signal.SIGKILL)
@@ -372,29 +389,25 @@ def test_a_killed_worker_raises_instead_of_hanging_and_close_reaps_all(roidb, cf
         next(loader)
 
 
-SCRIPT = textwrap.dedent("""
-    import sys, time
-    sys.path.insert(0, {root!r})
-    from lib.config import load_config
-    from lib.data import ChipLoader
-    from lib.dataset import load_roidb
-    cfg = load_config(None, [("dataset.dataset_path", {data!r}), ("dataset.image_set", "train"),
-                             ("dataset.root_path", {cache!r}), ("TRAIN.BATCH_IMAGES", "4")])
-    roidb = load_roidb(cfg, "train")[0]
-    loader = ChipLoader(roidb, cfg, num_workers=2)
-    print(" ".join(map(str, loader.pids)), loader._resources.ring._memory.name, flush=True)
-    while True:
-        for batch in loader:
-            time.sleep(0.05)
-        loader.reset()
-""")
-
-
 def start_script(dataset, tmp_path):
-    script = tmp_path / "run_loader.py"
-    script.write_text(SCRIPT.format(root=ROOT, data=dataset, cache=str(tmp_path / "root")))
+    script, cache = tmp_path / "run_loader.py", str(tmp_path / "root")
+    script.write_text(textwrap.dedent(f"""
+        import time
+        from lib.config import load_config
+        from lib.data import ChipLoader
+        from lib.dataset import load_roidb
+        cfg = load_config(None, [("dataset.dataset_path", {dataset!r}), ("dataset.image_set", "train"),
+                                 ("dataset.root_path", {cache!r})])
+        roidb = load_roidb(cfg, "train")[0]
+        loader = ChipLoader(roidb, cfg, 4, num_workers=2)
+        print(" ".join(map(str, loader.pids)), loader._resources.ring._memory.name, flush=True)
+        while True:
+            for batch in loader:
+                time.sleep(0.05)
+            loader.reset()
+    """))
     process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
+                               text=True, env=dict(os.environ, PYTHONPATH=ROOT))
     words = process.stdout.readline().split()
     assert len(words) == 3, process.stderr.read()
     time.sleep(1.0)  # let it run a few batches

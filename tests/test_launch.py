@@ -1,15 +1,19 @@
-"""tools/launch.py without a job: hostfile, --env, the nodes it plans, the remote command line.
+"""The launcher (lib/distributed/launch.py, tools/launch.py) without a job: hostfile, --env, the nodes it
+plans, the remote command line, the command line's checks.
 
 The launcher running real jobs (local and over a stand-in ssh) is tested in test_distributed.py.
 """
 import os
 import signal
 import subprocess
+import sys
 
 import psutil
 import pytest
 
-from tools.launch import LaunchError, Host, parse_args, parse_env, parse_hostfile, plan_nodes, remote_command
+from lib.distributed.launch import LaunchError, Host, parse_env, parse_hostfile, plan_nodes, remote_command
+
+LAUNCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools", "launch.py")
 
 
 def test_hostfile_lines_comments_and_addresses(tmp_path):
@@ -111,11 +115,28 @@ def _pgid(pid):
         return None
 
 
-def test_arguments():
-    args = parse_args(["-n", "2", "--", "python", "main_train.py", "--cfg", "x.yml"])
-    assert (args.num_workers, args.num_servers, args.launcher) == (2, 2, "local")
-    assert args.command == ["python", "main_train.py", "--cfg", "x.yml"]
-    for bad in (["-n", "2"], ["-n", "0", "cmd"], ["-n", "1", "--launcher", "ssh", "cmd"],
-                ["-n", "1", "-H", "hosts", "cmd"]):
-        with pytest.raises(SystemExit):
-            parse_args(bad)
+@pytest.mark.parametrize("argv, message", [
+    (["-n", "2"], "no training command given"),
+    (["-n", "0", "cmd"], "-n and -s must be at least 1"),
+    (["-n", "1", "--launcher", "ssh", "cmd"], "--launcher ssh needs -H HOSTFILE and --scheduler-address"),
+    (["-n", "1", "-H", "hosts", "cmd"], "-H is for --launcher ssh"),
+])
+def test_bad_arguments_stop_the_launcher_before_anything_starts(argv, message):
+    result = subprocess.run([sys.executable, LAUNCH, *argv], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2 and message in result.stderr and "scheduler at" not in result.stderr
+
+
+def test_a_bad_hostfile_is_one_line(tmp_path):
+    result = subprocess.run([sys.executable, LAUNCH, "--launcher", "ssh", "-H", str(tmp_path / "none"),
+                             "--scheduler-address", "127.0.0.1", "-n", "1", "cmd"], capture_output=True, text=True,
+                            timeout=30)
+    assert result.returncode == 1
+    assert result.stderr == f"launch.py: cannot read hostfile {tmp_path / 'none'}: No such file or directory\n"
+
+
+def test_servers_default_to_the_worker_count_and_a_start_failure_is_reported():
+    result = subprocess.run([sys.executable, LAUNCH, "-n", "3", "--python", "/nonexistent/python", "--", "true"],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 1
+    assert "3 servers, 3 workers" in result.stderr
+    assert "cannot start scheduler 0 (/nonexistent/python): No such file or directory" in result.stderr

@@ -9,19 +9,26 @@ import pytest
 import lib.ops
 from lib.boxes import base_anchors, grid_anchors
 from lib.config import load_config
-from lib.ops.reference import DEFAULT_PARAMS, multi_proposal_target
+from lib.ops.reference import multi_proposal_target
 
-NUM_ANCHORS = len(DEFAULT_PARAMS["scales"]) * len(DEFAULT_PARAMS["ratios"])
+# The published settings, as the training graph passes them (every attribute, from the config).
+PUBLISHED = lib.ops.proposal_target_attrs(load_config(None))
+NUM_ANCHORS = len(PUBLISHED["scales"]) * len(PUBLISHED["ratios"])
 
 
 def run_operator(inputs, **attrs):
+    attrs = {**PUBLISHED, **attrs}
     return tuple(out.asnumpy() for out in mx.nd.MultiProposalTarget(*(mx.nd.array(x) for x in inputs), **attrs))
+
+
+def run_reference(inputs, **attrs):
+    return multi_proposal_target(*inputs, **{**PUBLISHED, **attrs})
 
 
 def assert_matches_reference(inputs, **attrs):
     """Labels and weights exactly, boxes and targets up to float32 exp/log rounding (NumPy vs libm)."""
     rois, labels, targets, weights = run_operator(inputs, **attrs)
-    ref_rois, ref_labels, ref_targets, ref_weights = multi_proposal_target(*inputs, **attrs)
+    ref_rois, ref_labels, ref_targets, ref_weights = run_reference(inputs, **attrs)
     np.testing.assert_array_equal(labels, ref_labels)
     np.testing.assert_array_equal(weights, ref_weights)
     np.testing.assert_array_equal(rois[:, 0], ref_rois[:, 0])
@@ -185,7 +192,8 @@ def test_symbol_graph_infer_shape_forward_and_zero_gradient():
     inputs = random_inputs(rng, [[-1, -1], [32, 150]], feat=8, im_size=(128, 128))
     names = ["cls_prob", "bbox_pred", "im_info", "gt_boxes", "valid_ranges"]
     variables = [mx.sym.Variable(name) for name in names]
-    group = mx.sym.contrib.MultiProposalTarget(*variables, rpn_post_nms_top_n=64, name="proposal_target")
+    group = mx.sym.contrib.MultiProposalTarget(*variables, name="proposal_target",
+                                               **{**PUBLISHED, "rpn_post_nms_top_n": 64})
     # A downstream use so the graph has a gradient path back to cls_prob / bbox_pred.
     loss = mx.sym.MakeLoss(mx.sym.sum(group[0]) + mx.sym.sum(group[2]) + mx.sym.sum(variables[0]))
     net = mx.sym.Group([loss, mx.sym.BlockGrad(group[1])])
@@ -196,7 +204,7 @@ def test_symbol_graph_infer_shape_forward_and_zero_gradient():
     executor = net.simple_bind(mx.cpu(), grad_req={"cls_prob": "write", "bbox_pred": "write"}, **shapes)
     outputs = executor.forward(is_train=True, **{n: mx.nd.array(x) for n, x in zip(names, inputs)})
     executor.backward()
-    ref_rois, ref_labels, ref_targets, _ = multi_proposal_target(*inputs, rpn_post_nms_top_n=64)
+    ref_rois, ref_labels, ref_targets, _ = run_reference(inputs, rpn_post_nms_top_n=64)
     np.testing.assert_array_equal(outputs[1].asnumpy(), ref_labels)
     np.testing.assert_allclose(outputs[0].asnumpy()[0], ref_rois.sum() + ref_targets.sum() + inputs[0].sum(), rtol=1e-5)
     np.testing.assert_array_equal(executor.grad_dict["cls_prob"].asnumpy(), 1)  # only the direct term
@@ -236,11 +244,17 @@ def test_bad_shapes_and_dtypes_are_named():
 
 
 def test_config_attributes_are_the_published_settings():
-    cfg = load_config(None)
-    assert lib.ops.proposal_target_attrs(cfg) == DEFAULT_PARAMS
-    cfg.TRAIN.BBOX_MEANS = [0.0, 0.1, 0.0, 0.0]
-    with pytest.raises(ValueError, match="TRAIN.BBOX_MEANS"):
-        lib.ops.proposal_target_attrs(cfg)
+    assert PUBLISHED == {"feature_stride": 16, "scales": (2, 4, 7, 10, 13, 16, 24), "ratios": (0.5, 1, 2),
+                         "rpn_pre_nms_top_n": 6000, "rpn_post_nms_top_n": 300, "threshold": 0.7, "rpn_min_size": 3,
+                         "fg_thresh": 0.5, "bbox_stds": (0.1, 0.1, 0.2, 0.2)}
+
+
+def test_training_graph_refuses_box_means_it_cannot_train():
+    from symbols import training_symbol
+
+    cfg = load_config(None, [("TRAIN.BBOX_MEANS", "[0.0, 0.1, 0.0, 0.0]"), ("symbol", "resnet_tiny")])
+    with pytest.raises(ValueError, match=r"TRAIN\.BBOX_MEANS"):
+        training_symbol(cfg, num_classes=5, chips_per_device=2)
 
 
 def test_missing_library_tells_to_run_make(tmp_path):

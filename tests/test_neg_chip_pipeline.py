@@ -1,6 +1,7 @@
-"""Negative chip mining end to end (tools/train_neg_chips.py): RPN-only training, proposal extraction
-with that checkpoint, SNIPER training on positive and negative chips, evaluation, resumable stages; and
-the loader's count of negative chips."""
+"""Negative chip mining end to end (lib/pipeline/neg_chips.py; its command line through
+scripts/train_neg_props_and_sniper.sh): RPN-only training, proposal extraction with that checkpoint,
+SNIPER training on positive and negative chips, evaluation, resumable stages; and the loader's count of
+negative chips."""
 import logging
 import os
 import pickle
@@ -11,10 +12,11 @@ import pytest
 
 from lib.config import load_config
 from lib.data.epoch_plan import EpochPlan, mine_images
-from lib.test.detector import Detector
+from lib.inference.detector import Detector
 from lib.train.checkpoint import load_params
-from symbols import get_symbol
-from tools.train_neg_chips import NegChipPipeline
+from chip_generator.mining import MiningParams
+from lib.pipeline.neg_chips import NegChipPipeline
+from symbols import inference_symbol
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml")
@@ -29,8 +31,8 @@ def test_mined_chips_are_flagged_negative_exactly_for_the_background_chip():
     proposals = np.stack([x1, y1, x1 + 19, y1 + 19], axis=1).astype(np.float32)  # 30 > 25 in the top-left
     entry = {"id": 1, "image": "img.jpg", "width": 640, "height": 480, "flipped": False, "boxes": gt,
              "gt_classes": np.ones(1, np.int32), "proposals": proposals}
-    cfg = load_config(None, [("TRAIN.CHIP_STRIDE", "56")])
-    table = mine_images([entry], cfg, 56, seed=0, epoch=0, indices=[0])
+    params = MiningParams.from_config(load_config(None, [("TRAIN.CHIP_STRIDE", "56")]))
+    table = mine_images([entry], params, 56, seed=0, epoch=0, indices=[0])
     assert table.negative.dtype == bool and table.negative.sum() == 1
     chip = table.boxes[table.negative][0]
     scaled = proposals * 3.0  # the finest scale, factor 3
@@ -38,14 +40,13 @@ def test_mined_chips_are_flagged_negative_exactly_for_the_background_chip():
     assert ((scaled[:, :2] >= chip[:2]) & (scaled[:, 2:] <= chip[2:])).all()
     positives = table.boxes[~table.negative]
     assert len(positives) >= 1 and any(((gt[0, :2] * 3 >= p[:2]) & (gt[0, 2:] * 3 <= p[2:])).all() for p in positives)
-    assert not mine_images([entry], load_config(None, [("TRAIN.USE_NEG_CHIPS", "false")]), 56, 0, 0, [0]).negative.any()
+    without = MiningParams.from_config(load_config(None, [("TRAIN.USE_NEG_CHIPS", "false")]))
+    assert not mine_images([entry], without, 56, 0, 0, [0]).negative.any()
 
     plan = EpochPlan(table, 56, batch_size=2, seed=0, epoch=0, shuffle=True)
     assert plan.num_negative == 1
     flags = [plan.chip(i).negative for i in range(plan.num_chips)]
     assert sum(flags) == 1 and plan.chip(flags.index(True)).box == tuple(float(v) for v in chip)
-    # a table without the column (positive chips only) still makes a plan
-    assert EpochPlan(table._replace(negative=None), 56, 2, 0, 0, True).num_negative == 0
 
 
 # -- the pipeline ----------------------------------------------------------------------------------------
@@ -62,7 +63,7 @@ def loader_stats(records):
 
 
 def stage_messages(records):
-    return [r.getMessage() for r in records if r.name == "tools.train_neg_chips"]
+    return [r.getMessage() for r in records if r.name == "lib.pipeline.neg_chips"]
 
 
 @pytest.fixture(scope="module")
@@ -101,9 +102,9 @@ def test_stage_configs_keep_the_rpn_apart_and_feed_its_proposals_to_sniper(finis
 def test_rpn_checkpoint_loads_into_the_proposal_graph_only(finished):
     _, pipeline, outputs, _ = finished
     cfg = pipeline.extract_cfg
-    cfg.dataset.NUM_CLASSES = 6  # five shapes + background, as the tester derives it
+    num_classes = 6  # five shapes + background, as the tester derives it
     args, aux = load_params(outputs["rpn"])
-    symbol = get_symbol(cfg, is_train=False, rpn_only=True)
+    symbol = inference_symbol(cfg, None, rpn_only=True)
     shapes = {"data": (1, 3, 64, 64), "im_info": (1, 3), "im_ids": (1,), "chip_ids": (1,)}
     arg_shapes, _, aux_shapes = symbol.infer_shape(**shapes)
     needed = {**dict(zip(symbol.list_arguments(), arg_shapes)), **dict(zip(symbol.list_auxiliary_states(), aux_shapes))}
@@ -111,9 +112,9 @@ def test_rpn_checkpoint_loads_into_the_proposal_graph_only(finished):
     for name, shape in needed.items():
         if name not in shapes:
             assert name in given and given[name].shape == shape, name
-    Detector.from_checkpoint(cfg, outputs["rpn"], rpn_only=True)
+    Detector.from_checkpoint(cfg, None, outputs["rpn"], rpn_only=True)
     with pytest.raises(ValueError, match="lacks"):  # no R-CNN head in an RPN-only checkpoint
-        Detector.from_checkpoint(cfg, outputs["rpn"], rpn_only=False)
+        Detector.from_checkpoint(cfg, num_classes, outputs["rpn"], rpn_only=False)
 
 
 def test_proposals_cover_the_training_images(finished):

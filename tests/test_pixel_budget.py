@@ -1,8 +1,8 @@
-"""tools/pixel_budget.py on a hand-worked two-image roidb."""
+"""The pixel budget of an epoch (lib/pixel_budget.py) on a hand-worked two-image roidb."""
 import numpy as np
 
 from lib.config import load_config
-from tools.pixel_budget import epoch_pixel_budget
+from lib.pixel_budget import epoch_pixel_budget
 
 
 def test_epoch_pixel_budget_hand_worked():

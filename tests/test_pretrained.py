@@ -1,18 +1,23 @@
-"""Pretrained backbone loading (lib/train/pretrained.py) and the GluonCV ResNet v2 converter
-(tools/convert_gluoncv_resnet.py), the latter checked by running GluonCV and the converted backbone on
-the same image (GluonCV models built without downloaded weights, with randomised statistics)."""
-import importlib.util
+"""Pretrained backbone loading (lib/train/pretrained.py) and the GluonCV ResNet v2 conversion
+(lib/gluoncv_resnet.py, tools/convert_gluoncv_resnet.py), the latter checked by running GluonCV and the
+converted backbone on the same image (GluonCV models built without downloaded weights, with randomised
+statistics)."""
 import json
 import os
+import subprocess
+import sys
 
 import mxnet as mx
 import numpy as np
 import pytest
 from gluoncv.model_zoo import get_model
 
-from lib.config import load_config
-from lib.train.pretrained import PretrainedError, checkpoint_path, initial_params
-from symbols import get_symbol, is_imagenet_parameter
+from conftest import build_cfg
+
+from lib import gluoncv_resnet
+from lib.train.checkpoint import params_path
+from lib.train.pretrained import PretrainedError, initial_params
+from symbols import is_imagenet_parameter, training_symbol
 from symbols.resnet import RESNETS, BatchNormPolicy, resnet_body
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -20,15 +25,6 @@ MANIFEST = os.path.join(ROOT, "tests", "data", "sniper_res101_test_params.json")
 HEAD_PREFIXES = ("rpn_", "conv_new_1_", "offset_", "fc_new_", "cls_score_", "bbox_pred_")  # the detection heads
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406])  # GluonCV's RGB preprocessing, written out independently
 IMAGENET_STD = np.array([0.229, 0.224, 0.225])
-
-
-@pytest.fixture(scope="module")
-def converter():
-    spec = importlib.util.spec_from_file_location("convert_gluoncv_resnet",
-                                                  os.path.join(ROOT, "tools", "convert_gluoncv_resnet.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def randomised_gluon_resnet(name, seed):
@@ -55,18 +51,18 @@ def gluon_resnet50():
 
 
 def pixel_means():
-    return np.array(load_config(None).network.PIXEL_MEANS)
+    return np.array(build_cfg().network.PIXEL_MEANS)
 
 
 def backbone_params(names):
     return [n for n in names if not n.startswith(HEAD_PREFIXES) and "_offset_" not in n]
 
 
-def test_resnet101_v2_maps_one_to_one_onto_the_published_backbone(converter):
+def test_resnet101_v2_maps_one_to_one_onto_the_published_backbone():
     with open(MANIFEST) as f:
         manifest = json.load(f)
     net = randomised_gluon_resnet("resnet101_v2", seed=1)
-    args, aux = converter.convert(net, pixel_means())
+    args, aux = gluoncv_resnet.convert(net, pixel_means())
     assert {n: list(v.shape) for n, v in args.items()} == \
         {n: manifest["args"][n] for n in backbone_params(manifest["args"])}
     assert {n: list(v.shape) for n, v in aux.items()} == manifest["aux"]
@@ -74,7 +70,7 @@ def test_resnet101_v2_maps_one_to_one_onto_the_published_backbone(converter):
     assert all(v.dtype == np.float32 for v in list(args.values()) + list(aux.values()))
 
 
-def test_converted_backbone_computes_the_gluoncv_forward(converter, gluon_resnet50):
+def test_converted_backbone_computes_the_gluoncv_forward(gluon_resnet50):
     """res4 and res5 equal GluonCV's stage 3 and stage 4 outputs on the same image, the latter with
     GluonCV's stage 4 switched to stride 1 / dilation 2 (what zero deformable offsets compute)."""
     net = gluon_resnet50
@@ -90,7 +86,7 @@ def test_converted_backbone_computes_the_gluoncv_forward(converter, gluon_resnet
     gluon_res4 = x.asnumpy()
     gluon_res5 = net.features[8](x).asnumpy()
 
-    arg_params, aux_params = converter.convert(net, pixel_means())
+    arg_params, aux_params = gluoncv_resnet.convert(net, pixel_means())
     res4, res5 = resnet_body(mx.sym.var("data"), RESNETS["resnet50"], BatchNormPolicy(0.995, training=False))
     symbol = mx.sym.Group([res4, res5])
     our_input = image_rgb[:, ::-1] - pixel_means()[:, None, None]  # BGR minus the project's means
@@ -112,30 +108,26 @@ def test_converted_backbone_computes_the_gluoncv_forward(converter, gluon_resnet
         np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4 * np.abs(theirs).max())
 
 
-def test_converter_cli_writes_a_checkpoint_the_trainer_loads(converter, gluon_resnet50, tmp_path):
+def test_converter_cli_writes_a_checkpoint_the_trainer_loads(gluon_resnet50, tmp_path):
     gluon_file = str(tmp_path / "gluon.params")
     gluon_resnet50.save_parameters(gluon_file)
-    converter.main(["--model", "resnet50_v2", "--params", gluon_file, "--prefix", str(tmp_path / "r50"),
-                    "--epoch", "2"])
-    cfg = make_cfg("resnet50", pretrained=str(tmp_path / "r50"), epoch=2)
-    symbol = get_symbol(cfg, is_train=True, rpn_only=True)
+    tool = os.path.join(ROOT, "tools", "convert_gluoncv_resnet.py")
+    result = subprocess.run([sys.executable, tool, "--model", "resnet50_v2", "--params", gluon_file, "--prefix",
+                             str(tmp_path / "r50"), "--epoch", "2"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert sorted(os.listdir(tmp_path)) == ["gluon.params", "r50-0002.params"]  # no temporary file left
+    cfg = pretrained_cfg("resnet50", pretrained=str(tmp_path / "r50"), epoch=2)
+    symbol = training_symbol(cfg, None, chips_per_device=2, rpn_only=True)
     args, aux = initial_params(cfg, symbol, rpn_only_shapes(64))
-    expected_args, expected_aux = converter.convert(gluon_resnet50, pixel_means())
+    expected_args, expected_aux = gluoncv_resnet.convert(gluon_resnet50, pixel_means())
     for name, value in list(expected_args.items()) + list(expected_aux.items()):
         loaded = args[name] if name in args else aux[name]
         np.testing.assert_array_equal(loaded.asnumpy(), value.asnumpy(), err_msg=name)
 
 
-def make_cfg(symbol="resnet_tiny", pretrained="", epoch=0, from_scratch=False):
-    cfg = load_config(None)
-    cfg.symbol = symbol
-    cfg.dataset.NUM_CLASSES = 5
-    cfg.TRAIN.BATCH_IMAGES = 2
-    cfg.TRAIN.fp16 = False
-    cfg.TRAIN.FROM_SCRATCH = from_scratch
-    cfg.network.pretrained = pretrained
-    cfg.network.pretrained_epoch = epoch
-    return cfg
+def pretrained_cfg(symbol="resnet_tiny", pretrained="", epoch=0, from_scratch=False):
+    return build_cfg({"symbol": symbol, "TRAIN.fp16": False, "TRAIN.FROM_SCRATCH": from_scratch,
+                      "network.pretrained": pretrained, "network.pretrained_epoch": epoch})
 
 
 def rpn_only_shapes(size, chips=2, anchors=21):
@@ -153,7 +145,7 @@ def train_shapes(size, chips=2, anchors=21):
 def tiny_network():
     """The tiny training symbol, its parameter shapes and a random ImageNet-style backbone checkpoint."""
     import lib.ops  # noqa: F401  (the training symbol's proposal-target operator)
-    symbol = get_symbol(make_cfg(), is_train=True)
+    symbol = training_symbol(pretrained_cfg(), num_classes=5, chips_per_device=2)
     shapes = train_shapes(64)
     arg_shapes, _, aux_shapes = symbol.infer_shape(**shapes)
     args = {n: s for n, s in zip(symbol.list_arguments(), arg_shapes) if n not in shapes}
@@ -167,13 +159,13 @@ def tiny_network():
 
 def write_checkpoint(directory, stored, epoch=3):
     prefix = str(directory / "backbone")
-    mx.nd.save(checkpoint_path(prefix, epoch), stored)
+    mx.nd.save(params_path(prefix, epoch), stored)
     return prefix
 
 
 def test_backbone_is_loaded_and_new_layers_initialised_per_rule(tiny_network, tmp_path):
     symbol, shapes, arg_shapes, aux_shapes, stored = tiny_network
-    cfg = make_cfg(pretrained=write_checkpoint(tmp_path, stored), epoch=3)
+    cfg = pretrained_cfg(pretrained=write_checkpoint(tmp_path, stored), epoch=3)
     mx.random.seed(0)
     args, aux = initial_params(cfg, symbol, shapes)
     assert {n: v.shape for n, v in args.items()} == arg_shapes
@@ -198,7 +190,7 @@ def test_backbone_is_loaded_and_new_layers_initialised_per_rule(tiny_network, tm
 
 def test_training_from_scratch_needs_no_file(tiny_network):
     symbol, shapes, arg_shapes, aux_shapes, _ = tiny_network
-    cfg = make_cfg(pretrained="/nonexistent/prefix", from_scratch=True)
+    cfg = pretrained_cfg(pretrained="/nonexistent/prefix", from_scratch=True)
     args, aux = initial_params(cfg, symbol, shapes)
     assert set(args) == set(arg_shapes) and set(aux) == set(aux_shapes)
     conv0 = args["conv0_weight"].asnumpy()  # He initialisation: std sqrt(2 / fan_in)
@@ -209,7 +201,7 @@ def test_training_from_scratch_needs_no_file(tiny_network):
 
 def test_missing_weights_file_explains_how_to_get_one(tiny_network, tmp_path):
     symbol, shapes, _, _, _ = tiny_network
-    cfg = make_cfg(pretrained=str(tmp_path / "resnet101_v2"), epoch=0)
+    cfg = pretrained_cfg(pretrained=str(tmp_path / "resnet101_v2"), epoch=0)
     with pytest.raises(PretrainedError, match=r"resnet101_v2-0000\.params not found.*convert_gluoncv_resnet.*"
                                               r"FROM_SCRATCH"):
         initial_params(cfg, symbol, shapes)
@@ -229,6 +221,6 @@ def test_unfit_checkpoints_are_rejected_by_name(tiny_network, tmp_path, corrupti
         del stored["arg:stage3_unit1_conv2_weight"]
     else:
         stored["stage1_conv0_weight"] = mx.nd.zeros((1,))
-    cfg = make_cfg(pretrained=write_checkpoint(tmp_path, stored), epoch=3)
+    cfg = pretrained_cfg(pretrained=write_checkpoint(tmp_path, stored), epoch=3)
     with pytest.raises(PretrainedError, match=message):
         initial_params(cfg, symbol, shapes)

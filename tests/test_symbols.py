@@ -7,8 +7,9 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from lib.config import load_config
-from symbols import get_fixed_param_names, get_symbol
+from conftest import build_cfg
+
+from symbols import get_fixed_param_names, inference_symbol, training_symbol
 
 MANIFEST = os.path.join(os.path.dirname(__file__), "data", "sniper_res101_test_params.json")
 A = 21  # anchors per cell with the default ANCHOR_SCALES x ANCHOR_RATIOS
@@ -16,13 +17,15 @@ TEST_INPUTS = ("data", "im_info", "im_ids", "chip_ids")
 TRAIN_INPUTS = ("data", "im_info", "valid_ranges", "gt_boxes", "label", "bbox_target", "bbox_weight")
 
 
-def make_cfg(symbol="resnet_tiny", num_classes=5, chips=2, fp16=False):
-    cfg = load_config(None)
-    cfg.symbol = symbol
-    cfg.dataset.NUM_CLASSES = num_classes
-    cfg.TRAIN.BATCH_IMAGES = chips
-    cfg.TRAIN.fp16 = fp16
-    return cfg
+def network_cfg(symbol="resnet_tiny", fp16=False):
+    return build_cfg({"symbol": symbol, "TRAIN.fp16": fp16})
+
+
+def network(cfg, is_train, rpn_only=False, num_classes=5, chips=2):
+    """The training graph (``chips`` per device) or the test graph of ``cfg`` for ``num_classes``."""
+    if is_train:
+        return training_symbol(cfg, num_classes, chips, rpn_only=rpn_only)
+    return inference_symbol(cfg, num_classes, rpn_only=rpn_only)
 
 
 def inference_shapes(batch, size):
@@ -59,7 +62,7 @@ def manifest():
 
 
 def test_resnet101_test_symbol_matches_published_manifest(manifest):
-    symbol = get_symbol(make_cfg("resnet101", num_classes=81), is_train=False)
+    symbol = network(network_cfg("resnet101"), is_train=False, num_classes=81)
     args, aux, outs = parameter_shapes(symbol, inference_shapes(1, 512))
     assert len(args) == 330 and len(aux) == 202
     assert args == manifest["args"]
@@ -72,8 +75,8 @@ def test_resnet101_test_symbol_matches_published_manifest(manifest):
 
 def test_resnet101_training_symbol_has_the_test_parameters(manifest):
     import lib.ops  # noqa: F401
-    cfg = make_cfg("resnet101", num_classes=81, chips=2, fp16=True)
-    symbol = get_symbol(cfg, is_train=True)
+    cfg = network_cfg("resnet101", fp16=True)
+    symbol = network(cfg, is_train=True, num_classes=81)
     args, aux, outs = parameter_shapes(symbol, train_shapes(2, 512))
     assert args == manifest["args"] and aux == manifest["aux"]
     assert outs == {"rpn_cls_prob_output": [2, 2, A * 32, 32], "rpn_bbox_loss_output": [2, 4 * A, 32, 32],
@@ -83,13 +86,13 @@ def test_resnet101_training_symbol_has_the_test_parameters(manifest):
 @pytest.mark.parametrize("size", [128, 256, 384, 512])
 def test_tiny_training_symbol_shapes(size):
     import lib.ops  # noqa: F401
-    cfg = make_cfg()
-    symbol = get_symbol(cfg, is_train=True)
+    cfg = network_cfg()
+    symbol = network(cfg, is_train=True)
     args, aux, outs = parameter_shapes(symbol, train_shapes(2, size))
     feat = size // 16
     assert outs == {"rpn_cls_prob_output": [2, 2, A * feat, feat], "rpn_bbox_loss_output": [2, 4 * A, feat, feat],
                     "cls_prob_output": [600, 5], "bbox_loss_output": [600, 4], "rcnn_label_output": [600]}
-    test_args, test_aux, _ = parameter_shapes(get_symbol(cfg, is_train=False), inference_shapes(2, size))
+    test_args, test_aux, _ = parameter_shapes(network(cfg, is_train=False), inference_shapes(2, size))
     assert args == test_args and aux == test_aux
     assert sorted(n for n in symbol.list_arguments() if n in TRAIN_INPUTS) == sorted(TRAIN_INPUTS)
     # res4 (128) + res5 (256) channels of the tiny body feed both heads
@@ -98,8 +101,8 @@ def test_tiny_training_symbol_shapes(size):
 
 
 def test_rpn_only_graphs_hold_only_the_rpn():
-    cfg = make_cfg()
-    train = get_symbol(cfg, is_train=True, rpn_only=True)
+    cfg = network_cfg()
+    train = network(cfg, is_train=True, rpn_only=True)
     args, _, outs = parameter_shapes(train, train_shapes(2, 256, rpn_only=True))
     assert outs == {"rpn_cls_prob_output": [2, 2, A * 16, 16], "rpn_bbox_loss_output": [2, 4 * A, 16, 16]}
     assert sorted(n for n in train.list_arguments() if n in TRAIN_INPUTS) == ["bbox_target", "bbox_weight", "data", "label"]
@@ -108,7 +111,7 @@ def test_rpn_only_graphs_hold_only_the_rpn():
                             "rpn_cls_score_weight", "rpn_conv_3x3_bias", "rpn_conv_3x3_weight"]
     assert not any(n["op"] in ("MultiProposalTarget", "_contrib_DeformablePSROIPooling") for n in graph_nodes(train))
 
-    test = get_symbol(cfg, is_train=False, rpn_only=True)
+    test = network(cfg, is_train=False, rpn_only=True)
     _, _, outs = parameter_shapes(test, inference_shapes(2, 256))
     assert outs == {"rois_output": [600, 5], "rois_score": [600, 1], "im_ids": [2], "chip_ids": [2], "im_info": [2, 3]}
 
@@ -123,8 +126,8 @@ def _cast_nodes(symbol):
 
 def test_fp16_body_runs_between_conv0_and_the_heads():
     import lib.ops  # noqa: F401
-    cfg = make_cfg(fp16=True)
-    symbol = get_symbol(cfg, is_train=True)
+    cfg = network_cfg(fp16=True)
+    symbol = network(cfg, is_train=True)
     assert _cast_nodes(symbol) == [("float16", "conv0", ["bn0"]),
                                    ("float32", "res4_res5", ["conv_new_1", "rpn_conv_3x3"])]
     shapes = train_shapes(2, 256)
@@ -137,17 +140,16 @@ def test_fp16_body_runs_between_conv0_and_the_heads():
         else:
             assert dtype == np.float16, name  # body convolutions
     assert all(t == np.float32 for t in out_types) and all(t == np.float32 for t in aux_types)
-    assert _cast_nodes(get_symbol(make_cfg(fp16=False), is_train=True)) == []
-    assert _cast_nodes(get_symbol(cfg, is_train=False)) == []  # the test network runs in float32
+    assert _cast_nodes(network(network_cfg(fp16=False), is_train=True)) == []
+    assert _cast_nodes(network(cfg, is_train=False)) == []  # the test network runs in float32
 
 
 @pytest.mark.parametrize("fp16", [False, True])
 def test_loss_gradient_scales(fp16):
     import lib.ops  # noqa: F401
-    cfg = make_cfg(fp16=fp16, chips=4)
-    cfg.TRAIN.scale = 100.0
+    cfg = network_cfg(fp16=fp16)
     loss_scale = 100.0 if fp16 else 1.0
-    attrs = {n["name"]: n.get("attrs", {}) for n in graph_nodes(get_symbol(cfg, is_train=True))}
+    attrs = {n["name"]: n.get("attrs", {}) for n in graph_nodes(network(cfg, is_train=True, chips=4))}
     assert float(attrs["rpn_cls_prob"]["grad_scale"]) == loss_scale
     assert float(attrs["cls_prob"]["grad_scale"]) == loss_scale
     assert float(attrs["rpn_bbox_loss"]["grad_scale"]) == pytest.approx(3.0 / (4 * 256) * loss_scale)
@@ -162,14 +164,14 @@ def test_loss_gradient_scales(fp16):
 
 
 def test_batch_norm_modes_and_fixed_parameters():
-    cfg = make_cfg()
-    train = get_symbol(cfg, is_train=True, rpn_only=True)
+    cfg = network_cfg()
+    train = network(cfg, is_train=True, rpn_only=True)
     batch_norms = [n for n in graph_nodes(train) if n["op"] == "BatchNorm"]
     frozen = sorted(n["name"] for n in batch_norms if n["attrs"]["use_global_stats"] == "True")
     assert frozen == ["bn0", "bn_data", "stage1_unit1_bn1", "stage1_unit1_bn2", "stage1_unit1_bn3"]
     assert all(float(n["attrs"]["momentum"]) == 0.995 for n in batch_norms)
     assert [n["name"] for n in batch_norms if n["attrs"]["fix_gamma"] == "True"] == ["bn_data"]
-    test = get_symbol(cfg, is_train=False)
+    test = network(cfg, is_train=False)
     assert all(n["attrs"]["use_global_stats"] == "True" for n in graph_nodes(test) if n["op"] == "BatchNorm")
 
     fixed = get_fixed_param_names(train, cfg)
@@ -179,17 +181,12 @@ def test_batch_norm_modes_and_fixed_parameters():
 
 
 def test_configuration_errors_name_the_key():
-    cfg = make_cfg()
-    cfg.symbol = "resnet18"
-    with pytest.raises(ValueError, match="'symbol'.*resnet18"):
-        get_symbol(cfg, is_train=False)
-    cfg = make_cfg(num_classes=0)
-    with pytest.raises(ValueError, match="dataset.NUM_CLASSES"):
-        get_symbol(cfg, is_train=False)
-    cfg = make_cfg()
-    cfg.network.NUM_ANCHORS = 9
-    with pytest.raises(ValueError, match="NUM_ANCHORS"):
-        get_symbol(cfg, is_train=False)
+    with pytest.raises(ValueError, match="symbol.*resnet18"):
+        network(network_cfg("resnet18"), is_train=False)
+    with pytest.raises(ValueError, match="class count"):
+        network(network_cfg(), is_train=False, num_classes=1)
+    with pytest.raises(ValueError, match=r"network\.RPN_FEAT_STRIDE"):
+        network(build_cfg({"symbol": "resnet_tiny", "network.RPN_FEAT_STRIDE": 32}), is_train=False)
 
 
 def _bind_random(symbol, shapes, seed, grad_req="null"):
@@ -208,7 +205,7 @@ def _bind_random(symbol, shapes, seed, grad_req="null"):
 
 
 def test_tiny_test_network_forward():
-    symbol = get_symbol(make_cfg(), is_train=False)
+    symbol = network(network_cfg(), is_train=False)
     shapes = inference_shapes(2, 192)
     executor = _bind_random(symbol, shapes, seed=0)
     executor.arg_dict["im_info"][:] = [[192, 160, 1.0], [120, 192, 2.0]]
@@ -228,7 +225,7 @@ def test_tiny_test_network_forward():
 
 def test_rpn_probability_map_layout_matches_multiproposal():
     """MultiProposal reads background scores from channels 0..A-1 and foreground from A..2A-1."""
-    symbol = get_symbol(make_cfg(), is_train=False)
+    symbol = network(network_cfg(), is_train=False)
     internals = symbol.get_internals()
     probe = mx.sym.Group([internals["rpn_cls_score_output"], internals["rpn_cls_prob_reshape_output"]])
     executor = _bind_random(probe, dict(data=(1, 3, 64, 64)), seed=1)
@@ -244,8 +241,8 @@ def test_tiny_training_forward_backward_wiring():
     import lib.ops  # noqa: F401
     chips, size, anchor, cell = 2, 128, 5, (3, 6)
     feat = size // 16
-    cfg = make_cfg(chips=chips)
-    symbol = get_symbol(cfg, is_train=True)
+    cfg = network_cfg()
+    symbol = network(cfg, is_train=True, chips=chips)
     rois = mx.sym.BlockGrad(symbol.get_internals()["proposal_target_output0"])
     shapes = train_shapes(chips, size)
     executor = _bind_random(mx.sym.Group([symbol, rois]), shapes, seed=2, grad_req="write")

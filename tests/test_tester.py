@@ -1,6 +1,5 @@
 """Multi-scale merging, and the tester end to end: an oracle network for exact AP, a tiny random network
 for the checkpoint round trip, multi-context batching and proposal extraction."""
-import copy
 import json
 import logging
 import os
@@ -12,23 +11,28 @@ import numpy as np
 import pytest
 
 from lib.boxes import bbox_overlaps
-from lib.config import load_config
+from lib.config import load_config, with_overrides
 from lib.dataset import flip_boxes, load_roidb
-from lib.scales import parse_scales
-from lib.test import tester
-from lib.test.detector import DATA_NAMES, Detector, checkpoint_file, unique_rows
-from lib.test.merge import merge_scales, scale_candidates, suppress
+from lib.scales import pyramid
+from lib.inference import tester
+from lib.inference.detector import DATA_NAMES, Detector, checkpoint_file, unique_rows
+from lib.inference.merge import merge_scales, scale_candidates, suppress
 from lib.train.checkpoint import checkpoint_prefix, save_checkpoint
-from symbols import get_symbol
+from symbols import inference_symbol
+
+NUM_CLASSES = 3  # background and the two categories of the tiny datasets below
 
 
 def square(x, y, side):
     return [x, y, x + side - 1, y + side - 1]
 
 
-@pytest.fixture
-def test_cfg():
-    return copy.deepcopy(load_config(None).TEST)
+def settings_of_test(**overrides):
+    """The TEST section of the default config with ``overrides`` (its keys without the section)."""
+    return load_config(None, [(f"TEST.{key}", value) for key, value in overrides.items()]).TEST
+
+
+DEFAULT_RANGES = [level.valid_range for level in pyramid(settings_of_test(), "TEST")]
 
 
 def test_candidates_keep_boxes_in_the_scale_range_and_above_threshold():
@@ -43,31 +47,32 @@ def test_candidates_keep_boxes_in_the_scale_range_and_above_threshold():
     assert len(scale_candidates(boxes, scores, (50, 50), 0.001)) == 2
 
 
-def test_merge_drops_out_of_range_scales_and_suppresses_duplicates(test_cfg):
+def test_merge_drops_out_of_range_scales_and_suppresses_duplicates():
     # default ranges: [-1, 90], [32, 180], [75, -1]; 3 classes (background + 2)
-    test_cfg.SOFT_NMS = False
+    test_cfg = settings_of_test(SOFT_NMS=False)
     medium, shifted, large = square(10, 10, 50), square(12, 10, 50), square(100, 100, 120)
     per_scale = [
         (np.array([medium, large]), np.array([[0, 0.8, 0], [0, 0.95, 0]])),  # large is too big here
         (np.array([shifted]), np.array([[0, 0.6, 0.3]])),
         (np.array([medium, large]), np.array([[0, 0.99, 0], [0, 0.4, 0]])),  # medium too small here
     ]
-    merged = merge_scales(per_scale, test_cfg)
+    merged = merge_scales(per_scale, DEFAULT_RANGES, test_cfg)
     # class 1: medium (0.8) suppresses shifted (IoU 48/52 > 0.45); class 2 keeps shifted; large from scale 2
     np.testing.assert_allclose(merged, [[*medium, 0.8, 1], [*large, 0.4, 1], [*shifted, 0.3, 2]], rtol=1e-6)
 
 
-def test_soft_nms_decays_overlapping_scores_with_a_gaussian(test_cfg):
+def test_soft_nms_decays_overlapping_scores_with_a_gaussian():
+    test_cfg = settings_of_test()
     medium, shifted = square(10, 10, 50), square(12, 10, 50)
     iou = (48 * 50) / (2 * 50 * 50 - 48 * 50)
     per_scale = [(np.array([medium]), np.array([[0, 0.8]])), (np.array([shifted]), np.array([[0, 0.6]])),
                  (np.zeros((0, 4)), np.zeros((0, 2)))]
-    merged = merge_scales(per_scale, test_cfg)
+    merged = merge_scales(per_scale, DEFAULT_RANGES, test_cfg)
     np.testing.assert_allclose(merged[:, 4], [0.8, 0.6 * np.exp(-iou ** 2 / test_cfg.SOFT_NMS_SIGMA)], rtol=1e-5)
 
 
-def test_suppress_caps_detections_per_image_by_score(test_cfg):
-    test_cfg.MAX_PER_IMAGE = 3
+def test_suppress_caps_detections_per_image_by_score():
+    test_cfg = settings_of_test(MAX_PER_IMAGE=3)
     rng = np.random.default_rng(1)
     scores = rng.uniform(0.01, 1, 10)
     candidates = np.array([[*square(100 * i, 0, 20), s, 1 + i % 2] for i, s in enumerate(scores)], np.float32)
@@ -76,9 +81,9 @@ def test_suppress_caps_detections_per_image_by_score(test_cfg):
     assert suppress(np.zeros((0, 6)), test_cfg).shape == (0, 6)
 
 
-def test_scale_count_must_match_valid_ranges(test_cfg):
-    with pytest.raises(ValueError, match="2 scales of detections for 3 TEST.VALID_RANGES"):
-        merge_scales([(np.zeros((0, 4)), np.zeros((0, 2)))] * 2, test_cfg)
+def test_scale_count_must_match_valid_ranges():
+    with pytest.raises(ValueError, match="2 scales of detections for 3 valid ranges"):
+        merge_scales([(np.zeros((0, 4)), np.zeros((0, 2)))] * 2, DEFAULT_RANGES, settings_of_test())
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -132,7 +137,7 @@ def tiny(tmp_path_factory):
         ("dataset.NUM_CLASSES", "3"), ("gpus", ""), ("TEST.SCALES", "[[96, 128], [64, 96], [32, 48]]"),
         ("TEST.RPN_PRE_NMS_TOP_N", "500"), ("TEST.RPN_POST_NMS_TOP_N", "50"), ("TEST.NUM_PROPOSALS", "20"),
     ])
-    module = mx.mod.Module(get_symbol(cfg, is_train=False), data_names=DATA_NAMES, label_names=None)
+    module = mx.mod.Module(inference_symbol(cfg, NUM_CLASSES), data_names=DATA_NAMES, label_names=None)
     module.bind([("data", (1, 3, 64, 64)), ("im_info", (1, 3)), ("im_ids", (1,)), ("chip_ids", (1,))],
                 for_training=False)
     mx.random.seed(0)
@@ -154,13 +159,14 @@ class OracleDetector(Detector):
 
     def __init__(self, cfg, images=IMAGES, rois_per_image=12):
         self.cfg, self.rpn_only, self.batch_size, self.source = cfg, False, 2, "oracle"
+        self.levels = pyramid(cfg.TEST, "TEST")
         self.contexts = [mx.cpu()]
         self.rois_per_image = rois_per_image
         self.gts = {(h, w): objects for records in images.values() for _, _, h, w, objects in records}
 
     def _forward(self, images, scale_spec):
         scales = [scale_spec.image_scale(*image.shape[:2]) for image in images]
-        n, classes = self.rois_per_image, self.cfg.dataset.NUM_CLASSES
+        n, classes = self.rois_per_image, NUM_CLASSES if self.cfg.dataset.dataset == "coco" else 21
         rois = np.zeros((self.batch_size, n, 5), np.float32)
         scores = np.zeros((self.batch_size, n, classes), np.float32)
         for slot, (image, s) in enumerate(zip(images, scales)):
@@ -178,8 +184,7 @@ def test_unique_rows_keeps_first_occurrences_in_order():
 
 
 def test_oracle_network_scores_ap_one_and_skips_the_unreadable_image(tiny):
-    cfg = copy.deepcopy(tiny[0])
-    cfg.TEST.SOFT_NMS = False
+    cfg = with_overrides(tiny[0], {"TEST.SOFT_NMS": False})
     summary = tester.test(cfg, detector=OracleDetector(cfg))
     assert summary["stats"]["AP"] == pytest.approx(1.0)
     assert (summary["images"], summary["tested"], summary["skipped"]) == (4, 3, 1)
@@ -206,11 +211,10 @@ def test_test_dev_results_are_written_and_evaluation_is_skipped(tiny, tmp_path, 
         json.dump({"images": [{"id": i, "file_name": n, "height": h, "width": w}
                               for n, i, h, w, _ in images["test-dev2015"]],
                    "categories": [{"id": c, "name": f"cat{c}"} for c in CATEGORY_IDS[1:]]}, f)
-    cfg = copy.deepcopy(tiny[0])
-    cfg.TEST.SOFT_NMS = False
-    cfg.output_path, cfg.dataset.root_path, cfg.dataset.dataset_path = str(tmp_path / "out"), str(tmp_path), str(root)
-    cfg.dataset.test_image_set = "test-dev2015"
-    with caplog.at_level(logging.INFO, logger="lib.test.tester"):
+    cfg = with_overrides(tiny[0], {"TEST.SOFT_NMS": False, "output_path": str(tmp_path / "out"),
+                                   "dataset.root_path": str(tmp_path), "dataset.dataset_path": str(root),
+                                   "dataset.test_image_set": "test-dev2015"})
+    with caplog.at_level(logging.INFO, logger="lib.inference.tester"):
         summary = tester.test(cfg, detector=OracleDetector(cfg, images=images))
     assert (summary["images"], summary["tested"], summary["skipped"]) == (2, 2, 0)
     assert "stats" not in summary
@@ -251,11 +255,10 @@ def test_voc_set_is_scored_with_the_07_metric_and_difficult_objects_ignored(tmp_
     from lib.dataset.pascal_voc import VOC_CLASSES
 
     write_tiny_voc(str(tmp_path / "voc"))
-    cfg = copy.deepcopy(tiny[0])
-    cfg.update(output_path=str(tmp_path / "out"))
-    cfg.dataset.update(dataset="pascal_voc", dataset_path=str(tmp_path / "voc"), root_path=str(tmp_path),
-                       test_image_set="2007_test", NUM_CLASSES=21)
-    cfg.TEST.SOFT_NMS = False
+    cfg = with_overrides(tiny[0], {"output_path": str(tmp_path / "out"), "dataset.dataset": "pascal_voc",
+                                   "dataset.dataset_path": str(tmp_path / "voc"), "dataset.root_path": str(tmp_path),
+                                   "dataset.test_image_set": "2007_test", "dataset.NUM_CLASSES": 21,
+                                   "TEST.SOFT_NMS": False})
     # the oracle finds the non-difficult objects only (0-based pixels, contiguous labels)
     found = {"voc": [(name, 0, h, w, [((x1 - 1, y1 - 1, x2 - 1, y2 - 1), VOC_CLASSES.index(cls) + 1)
                                       for (x1, y1, x2, y2), cls, difficult in objects if not difficult])
@@ -270,38 +273,33 @@ def test_voc_set_is_scored_with_the_07_metric_and_difficult_objects_ignored(tmp_
 
 def test_gpu_contexts_this_mxnet_cannot_see_are_a_clear_error(tiny):
     cfg, arg_params, aux_params = tiny
-    cfg = copy.deepcopy(cfg)
-    cfg.gpus = "99"
     with pytest.raises(ValueError, match="config key gpus = '99' names gpu\\(99\\)"):
-        Detector(cfg, arg_params, aux_params)
+        Detector(with_overrides(cfg, {"gpus": "99"}), NUM_CLASSES, arg_params, aux_params)
 
 
 def test_oracle_boxes_survive_only_at_scales_whose_range_fits(tiny):
-    cfg = copy.deepcopy(tiny[0])
-    cfg.TEST.SOFT_NMS = False
-    cfg.TEST.VALID_RANGES = [[-1, 20], [20, 30], [30, -1]]  # 20x24 and 36x46 boxes of image a
+    cfg = with_overrides(tiny[0], {"TEST.SOFT_NMS": False,
+                                   "TEST.VALID_RANGES": [[-1, 20], [20, 30], [30, -1]]})  # 20x24, 36x46 boxes of a
     detector = OracleDetector(cfg)
     image = np.zeros((60, 80, 3), np.uint8)
-    per_scale = [detector.scale_detections([image], spec)[0] for spec in parse_scales(cfg.TEST.SCALES)]
+    per_scale = [detector.scale_detections([image], level.spec)[0] for level in detector.levels]
     small, large = [10, 12, 29, 35], [40, 5, 75, 50]
     for boxes, _ in per_scale:  # every scale decodes both gts exactly, in original pixels
         assert bbox_overlaps(boxes, np.array([small, large], np.float32)).max(axis=0) == pytest.approx(1, abs=1e-5)
     merged = detector.detect([image])[0]
     np.testing.assert_allclose(merged[:, :4], [small, large], atol=1e-3)
-    cfg.TEST.VALID_RANGES = [[-1, 20], [-1, 20], [-1, 20]]
+    detector = OracleDetector(with_overrides(cfg, {"TEST.VALID_RANGES": [[-1, 20], [-1, 20], [-1, 20]]}))
     assert len(detector.detect([image])[0]) == 0
 
 
 def test_saved_checkpoint_gives_the_same_detections(tiny):
     cfg, arg_params, aux_params = tiny
-    cfg = copy.deepcopy(cfg)
-    cfg.name = "roundtrip"
     save_checkpoint(checkpoint_prefix(cfg), cfg.TEST.TEST_EPOCH, None, arg_params, aux_params,
                     stds=(1, 1, 1, 1), means=(0, 0, 0, 0))
     assert os.path.isfile(checkpoint_file(cfg))
     images = tiny_images()
-    expected = Detector(cfg, arg_params, aux_params).detect(images)
-    loaded = Detector.from_checkpoint(cfg).detect(images)
+    expected = Detector(cfg, NUM_CLASSES, arg_params, aux_params).detect(images)
+    loaded = Detector.from_checkpoint(cfg, NUM_CLASSES).detect(images)
     assert all(len(e) > 0 for e in expected)
     for e, got in zip(expected, loaded):
         np.testing.assert_array_equal(e, got)
@@ -316,10 +314,8 @@ def test_two_cpu_contexts_give_the_same_detections_as_one(tiny):
     # one size, so that batching does not change the canvas (and with it the proposals); 3 images: the
     # second batch of two has a padding slot
     images = [image[:9, :9] for image in tiny_images()]
-    single = Detector(cfg, arg_params, aux_params).detect(images)
-    multi_cfg = copy.deepcopy(cfg)
-    multi_cfg.gpus = "cpu:2"
-    detector = Detector(multi_cfg, arg_params, aux_params)
+    single = Detector(cfg, NUM_CLASSES, arg_params, aux_params).detect(images)
+    detector = Detector(with_overrides(cfg, {"gpus": "cpu:2"}), NUM_CLASSES, arg_params, aux_params)
     assert detector.batch_size == 2
     for s, m in zip(single, detector.detect(images)):
         np.testing.assert_allclose(s, m, rtol=1e-4, atol=1e-3)
@@ -329,23 +325,20 @@ def test_checkpoint_missing_or_misshapen_parameters_are_clear_errors(tiny):
     cfg, arg_params, aux_params = tiny
     partial = {k: v for k, v in arg_params.items() if k != "cls_score_weight"}
     with pytest.raises(ValueError, match="source.params lacks 1 parameters .* cls_score_weight"):
-        Detector(cfg, partial, aux_params, source="source.params")
-    other = copy.deepcopy(cfg)
-    other.dataset.NUM_CLASSES = 81
+        Detector(cfg, NUM_CLASSES, partial, aux_params, source="source.params")
     with pytest.raises(ValueError, match=r"cls_score_weight has shape \(3, 128\), .* needs \(81, 128\)"):
-        Detector(other, arg_params, aux_params)
+        Detector(cfg, 81, arg_params, aux_params)
 
 
 def test_extracted_proposals_load_back_for_chip_mining(tiny):
     cfg, arg_params, aux_params = tiny
-    cfg = copy.deepcopy(cfg)
-    detector = Detector(cfg, arg_params, aux_params, rpn_only=True)
+    detector = Detector(cfg, None, arg_params, aux_params, rpn_only=True)
     path = tester.extract_proposals(cfg, detector=detector)
     assert path == tester.proposal_file(cfg) == os.path.join(cfg.output_path, "proposals", "train.pkl")
-    cfg.TEST.PROPOSAL_SAVE_PATH = os.path.dirname(path)  # an existing folder
-    assert tester.proposal_file(cfg) == path
-    cfg.TEST.PROPOSAL_SAVE_PATH = "/elsewhere/rpn.pkl"
-    assert tester.proposal_file(cfg) == "/elsewhere/rpn.pkl"
+    in_folder = with_overrides(cfg, {"TEST.PROPOSAL_SAVE_PATH": os.path.dirname(path)})  # an existing folder
+    assert tester.proposal_file(in_folder) == path
+    assert tester.proposal_file(with_overrides(cfg, {"TEST.PROPOSAL_SAVE_PATH": "/elsewhere/rpn.pkl"})) \
+        == "/elsewhere/rpn.pkl"
     with open(path, "rb") as f:
         proposals = pickle.load(f)
     assert sorted(proposals) == [1, 2]  # image 3 cannot be read
@@ -358,9 +351,7 @@ def test_extracted_proposals_load_back_for_chip_mining(tiny):
         assert np.all(np.diff(boxes[:, 4]) <= 0)
         assert len(np.unique(boxes, axis=0)) == len(boxes)
     # what negative chip mining reads: flipped entries get the mirrored proposals
-    cfg.dataset.proposal = path
-    cfg.TRAIN.FLIP = True
-    roidb, _ = load_roidb(cfg, "train", training=True)
+    roidb, _ = load_roidb(with_overrides(cfg, {"dataset.proposal": path, "TRAIN.FLIP": True}), "train", training=True)
     for entry in roidb:
         boxes = proposals.get(entry["id"], np.zeros((0, 5), np.float32))[:, :4]
         expected = flip_boxes(boxes, entry["width"]) if entry["flipped"] else boxes

@@ -97,13 +97,11 @@ def test_every_epoch_logs_the_loader_stats(data_dir, tmp_path, monkeypatch, capl
     assert 0 < first < second  # running totals
 
 
-def test_run_paths_live_in_the_checkpoint_module():
+def test_run_paths_follow_output_path_config_name_and_prefix():
     cfg = load_config(None, [("output_path", "/runs"), ("TRAIN.model_prefix", "MODEL")])
-    cfg.name = "exp"
-    assert checkpoint.output_dir(cfg) == os.path.join("/runs", "exp")
-    assert checkpoint.checkpoint_prefix(cfg) == os.path.join("/runs", "exp", "MODEL")
-    assert checkpoint.params_path(checkpoint.checkpoint_prefix(cfg), 3) == "/runs/exp/MODEL-0003.params"
-    assert not hasattr(trainer, "output_dir") and not hasattr(trainer, "checkpoint_prefix")  # no second copy
+    assert checkpoint.output_dir(cfg) == os.path.join("/runs", "default")
+    assert checkpoint.checkpoint_prefix(cfg) == os.path.join("/runs", "default", "MODEL")
+    assert checkpoint.params_path(checkpoint.checkpoint_prefix(cfg), 3) == "/runs/default/MODEL-0003.params"
 
 
 def test_fp16_is_refused_on_cpu_with_a_clear_message():

@@ -1,12 +1,12 @@
 """Ablation on the synthetic dataset at a matched budget of iterations (spec section 9): single-scale
 full-image training vs SNIPER with positive chips only vs SNIPER with negative chips.
 
-    .venv/bin/python tools/ablation_synthetic.py [--cfg FILE] [--set KEY VALUE ...] [--iterations N]
+    python tools/ablation_synthetic.py --cfg FILE [--set KEY VALUE ...] [--iterations N]
         [--out DIR] [--rpn-epochs N] [--variants single,sniper,sniper_neg] [--baseline-test own|shared]
         [--single-set KEY VALUE ...]
 
 Long-running (hours on 2 CPU cores at the default budget): not a test. Every variant trains in its
-own folder ``{out}/{variant}`` and every stage is resumable (tools/train_neg_chips.py), so an
+own folder ``{out}/{variant}`` and every stage is resumable (lib/pipeline/neg_chips.py), so an
 interrupted run continues where it stopped when started again with the same arguments.
 
 Variants, each only config overrides of ``--cfg`` + ``--set``:
@@ -24,9 +24,10 @@ Variants, each only config overrides of ``--cfg`` + ``--set``:
 Budget: TRAIN.end_epoch of a variant is ``--iterations`` divided by its iterations per epoch (epoch 0
 as the loader mines it), rounded, at least 1; the learning rate steps at ``--lr-step-fraction`` of the
 schedule and the warm-up (iterations) is the config's. The table reports the iterations actually run.
-Pixels per epoch are those of tools/pixel_budget.py (one epoch as the loader samples it), relative
+Pixels per epoch are those of lib/pixel_budget.py (one epoch as the loader samples it), relative
 to the single-scale variant's image content, i.e. every training image resized to 800 x 1333.
 """
+import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
 import argparse
 import json
 import logging
@@ -35,14 +36,12 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from lib.config import ConfigError, load_config, parse_cli_overrides  # noqa: E402
-from lib.logger import setup_logging  # noqa: E402
-from lib.train.checkpoint import checkpoint_prefix, load_progress, params_path  # noqa: E402
-from tools.pixel_budget import BASELINE_SCALE, epoch_pixel_budget  # noqa: E402
-from tools.train_neg_chips import (DEFAULT_RPN_EPOCHS, NegChipPipeline, eval_stage, evaluated,  # noqa: E402
-                                   run_stage, summary_path, train_stage)
+from lib.config import ConfigError, add_config_arguments, load_config, parse_cli_overrides
+from lib.logger import setup_logging
+from lib.pipeline.neg_chips import (DEFAULT_RPN_EPOCHS, NegChipPipeline, eval_stage, evaluated, run_stage,
+                                    summary_path, train_stage)
+from lib.pixel_budget import BASELINE_SCALE, epoch_pixel_budget
+from lib.train.checkpoint import checkpoint_prefix, load_progress, params_path
 
 logger = logging.getLogger(__name__)
 
@@ -71,8 +70,8 @@ def iterations_per_epoch(cfg):
     from lib.dataset import load_roidb
 
     roidb, _ = load_roidb(cfg, cfg.dataset.image_set, training=True)
-    with ChipLoader(roidb, cfg, num_ctx=len(parse_contexts(cfg.gpus)), rpn_only=cfg.TRAIN.ONLY_PROPOSAL,
-                    num_workers=0) as loader:
+    with ChipLoader(roidb, cfg, cfg.TRAIN.BATCH_IMAGES, num_ctx=len(parse_contexts(cfg.gpus)),
+                    rpn_only=cfg.TRAIN.ONLY_PROPOSAL, num_workers=0) as loader:
         return loader.num_batches
 
 
@@ -179,11 +178,11 @@ def format_table(rows):
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cfg", default="configs/faster/sniper_synthetic_tiny.yml", help="config YAML")
-    parser.add_argument("--set", nargs="+", default=[], metavar="KEY VALUE", help="overrides for every variant")
+    add_config_arguments(parser, cfg_help="config YAML, e.g. configs/faster/sniper_synthetic_tiny.yml; --set "
+                                          "applies to every variant")
     parser.add_argument("--iterations", type=int, default=3000, help="training iterations per variant")
     parser.add_argument("--out", default="output/ablation_synthetic", help="output folder")
-    parser.add_argument("--single-set", nargs="+", default=[], metavar="KEY VALUE",
+    parser.add_argument("--single-set", action="extend", nargs="+", default=[], metavar="KEY VALUE",
                         help="overrides for the single-scale variant only, e.g. TRAIN.BATCH_IMAGES 2")
     parser.add_argument("--rpn-epochs", type=int, default=DEFAULT_RPN_EPOCHS, help="RPN epochs of sniper_neg")
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma separated subset of {VARIANTS}")

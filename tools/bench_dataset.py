@@ -1,24 +1,22 @@
 """Time the dataset stage: synthetic image generation, and a COCO-sized roidb built vs read from cache.
 
-    .venv/bin/python tools/bench_dataset.py --images 20000 --objects 7 --synthetic 20
+    python tools/bench_dataset.py --images 20000 --objects 7 --synthetic 20
 
 The COCO-like annotation file is random boxes over blank image files (only their existence is
 checked), so the figures are the reader's and the cache's cost, not JPEG decoding.
 """
+import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
 import argparse
 import json
 import os
-import sys
 import tempfile
-import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from lib.config import load_config  # noqa: E402
-from lib.dataset import load_roidb  # noqa: E402
-from lib.dataset.synthetic import generate_synthetic_coco  # noqa: E402
+from lib.benchmarking import markdown_table, measure
+from lib.config import load_config
+from lib.dataset import load_roidb
+from lib.dataset.synthetic import generate_synthetic_coco
 
 
 def fake_coco(root, images, objects, seed=0):
@@ -41,9 +39,9 @@ def fake_coco(root, images, objects, seed=0):
 
 
 def timed(function):
-    start = time.perf_counter()
-    result = function()
-    return time.perf_counter() - start, result
+    """(seconds, result) of one call: a second call would measure a warm cache."""
+    timing = measure(function, repeat=1, warmup=0)
+    return timing.best, timing.result
 
 
 def main():
@@ -68,9 +66,7 @@ def main():
         seconds_coco, _ = timed(lambda: dataset.coco)
         rows.append(("test roidb build", seconds, ""))
         rows.append(("pycocotools index on demand (dataset.coco)", seconds_coco, ""))
-    print(f"{'step':58s} {'seconds':>8s}  note")
-    for name, seconds, note in rows:
-        print(f"{name:58s} {seconds:8.2f}  {note}")
+    print(markdown_table(["step", "seconds", "note"], rows, [None, ".2f", None]))
 
 
 if __name__ == "__main__":

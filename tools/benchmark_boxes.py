@@ -5,21 +5,17 @@ NumPy output, because that is how the data loader and the tester call them. MXNe
 ``box_nms`` and GluonCV's ``bbox_iou`` use exclusive widths, so they get boxes with ``x2 + 1, y2 + 1``
 (which makes their IoU equal to the inclusive one); the "max |diff|" column checks that.
 
-    .venv/bin/python tools/benchmark_boxes.py [--repeat 5]
+    python tools/benchmark_boxes.py [--repeat 5]
 """
+import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
 import argparse
-import os
-import sys
-import timeit
 
+import mxnet as mx
 import numpy as np
+from gluoncv.utils import bbox_iou as gluoncv_bbox_iou
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import mxnet as mx  # noqa: E402
-from gluoncv.utils import bbox_iou as gluoncv_bbox_iou  # noqa: E402
-
-from lib.boxes import base_anchors, bbox_overlaps, decode, grid_anchors, nms, soft_nms  # noqa: E402
+from lib.benchmarking import markdown_table, measure
+from lib.boxes import base_anchors, bbox_overlaps, decode, grid_anchors, nms, soft_nms
 
 
 def numpy_overlaps(boxes, query):
@@ -68,16 +64,16 @@ def mxnet_nms(dets, thresh):
 
 def chip_boxes(rng, num, spread):
     """RPN-like boxes on a 512 x 512 chip: real anchors jittered, with random scores."""
-    anchors = grid_anchors(base_anchors(), 32, 32, 16)
+    anchors = grid_anchors(base_anchors(16, (0.5, 1, 2), (2, 4, 7, 10, 13, 16, 24)), 32, 32, 16)
     picked = anchors[rng.integers(0, len(anchors), num)]
     boxes = decode(picked, rng.normal(0, spread, (num, 4)).astype(np.float32))
     return np.clip(boxes, 0, 511).astype(np.float32)
 
 
-def best_time(function, repeat):
-    function()  # warm-up (MXNet initialises its engine on first use)
-    number = max(1, int(0.2 / max(timeit.timeit(function, number=1), 1e-6)))
-    return min(timeit.repeat(function, number=number, repeat=repeat)) / number * 1e3
+def best_ms(function, repeat):
+    """Best of ``repeat`` rounds of at least 0.2 s; the first of two warm-up calls initialises MXNet's engine, the
+    second sizes the rounds."""
+    return measure(function, repeat=repeat, warmup=2, min_seconds=0.2).best * 1e3
 
 
 def overlap_rows(rng, repeat):
@@ -93,7 +89,7 @@ def overlap_rows(rng, repeat):
             ("gluoncv bbox_iou", lambda a, b: gluoncv_bbox_iou(exclusive(a), exclusive(b))),
         ]:
             diff = np.abs(function(boxes, query) - ours).max()
-            ms = best_time(lambda: function(boxes, query), repeat)
+            ms = best_ms(lambda: function(boxes, query), repeat)
             rows.append((f"IoU {num_boxes}x{num_query} ({what})", name, ms, f"{diff:.1e}"))
     return rows
 
@@ -105,9 +101,9 @@ def nms_rows(rng, repeat):
         ours = nms(dets, thresh)
         for name, function in [("cython nms", nms), ("numpy nms", numpy_nms), ("mx.nd.contrib.box_nms", mxnet_nms)]:
             same = np.array_equal(function(dets, thresh), ours)
-            ms = best_time(lambda: function(dets, thresh), repeat)
+            ms = best_ms(lambda: function(dets, thresh), repeat)
             rows.append((f"NMS {num} @ {thresh} ({what}, keeps {len(ours)})", name, ms, "same" if same else "DIFFERS"))
-        ms = best_time(lambda: soft_nms(dets, sigma=0.55, method="gaussian"), repeat)
+        ms = best_ms(lambda: soft_nms(dets, sigma=0.55, method="gaussian"), repeat)
         rows.append((f"NMS {num} @ {thresh} ({what}, keeps {len(ours)})", "cython soft_nms gaussian", ms, "-"))
     return rows
 
@@ -119,10 +115,7 @@ def main():
     mx.random.seed(0)
     rng = np.random.default_rng(0)
     rows = overlap_rows(rng, args.repeat) + nms_rows(rng, args.repeat)
-    width = max(len(row[0]) for row in rows)
-    print(f"{'case':<{width}}  {'implementation':<26} {'ms':>9}  vs cython")
-    for case, name, ms, check in rows:
-        print(f"{case:<{width}}  {name:<26} {ms:>9.3f}  {check}")
+    print(markdown_table(["case", "implementation", "ms", "vs cython"], rows, [None, None, ".3f", None]))
 
 
 if __name__ == "__main__":

@@ -4,20 +4,18 @@ Two tables: COCO-like scenes (1-50 boxes, images resized to at most 1400 x 2000,
 scale) in images/s and chips/s, and the cost per image as the number of boxes grows. Both generators
 get the same seeds, so their outputs must be identical; the script checks it.
 
-    .venv/bin/python tools/benchmark_chips.py [--scenes 300] [--reference-scenes 30] [--full]
+    python tools/benchmark_chips.py [--scenes 300] [--reference-scenes 30] [--full]
 """
+import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
 import argparse
 import os
 import platform
-import sys
-import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import chip_generator  # noqa: E402
-from chip_generator.reference import reference_generate  # noqa: E402
+import chip_generator
+from chip_generator.reference import reference_generate
+from lib.benchmarking import markdown_table, measure
 
 CHIP_SIZE = 512
 
@@ -39,14 +37,12 @@ def coco_like_scene(rng, num_boxes, width=None, height=None, short=1400, long=20
 
 def time_generator(generate, scenes, stride, repeats=1):
     """(seconds per image, chips per image, outputs) of `generate` over `scenes`, best of `repeats`.
-    Scene i gets a generator seeded with i, made beforehand as the chip miner does."""
-    best, outputs = float("inf"), None
-    for _ in range(repeats):
-        rngs = [np.random.default_rng(i) for i in range(len(scenes))]
-        start = time.perf_counter()
-        outputs = [generate(boxes, w, h, CHIP_SIZE, stride, rng=rng) for rng, (boxes, w, h) in zip(rngs, scenes)]
-        best = min(best, time.perf_counter() - start)
-    return best / len(scenes), sum(len(c) for c in outputs) / len(scenes), outputs
+    Scene i gets a generator seeded with i, made beforehand (untimed) as the chip miner does."""
+    timing = measure(lambda rngs: [generate(boxes, w, h, CHIP_SIZE, stride, rng=rng)
+                                   for rng, (boxes, w, h) in zip(rngs, scenes)],
+                     repeat=repeats, warmup=0, setup=lambda: [np.random.default_rng(i) for i in range(len(scenes))])
+    outputs = timing.result
+    return timing.best / len(scenes), sum(len(c) for c in outputs) / len(scenes), outputs
 
 
 def check_same(fast, slow):
@@ -73,13 +69,14 @@ def main():
     ref_s, ref_chips, ref_out = time_generator(reference_generate, subset, args.stride)
     check_same(fast_out, ref_out)
     print(f"COCO-like scenes (1-50 boxes, up to 1400 x 2000): compiled on {len(scenes)}, reference on {len(subset)}")
-    print(f"{'generator':<12}{'ms/image':>12}{'images/s':>12}{'chips/image':>14}{'chips/s':>12}")
-    for name, seconds, chips in (("compiled", fast_s, fast_chips), ("reference", ref_s, ref_chips)):
-        print(f"{name:<12}{seconds * 1e3:>12.3f}{1 / seconds:>12.0f}{chips:>14.2f}{chips / seconds:>12.0f}")
+    rows = [(name, seconds * 1e3, 1 / seconds, chips, chips / seconds)
+            for name, seconds, chips in (("compiled", fast_s, fast_chips), ("reference", ref_s, ref_chips))]
+    print(markdown_table(["generator", "ms/image", "images/s", "chips/image", "chips/s"], rows,
+                         [None, ".3f", ".0f", ".2f", ".0f"]))
     print(f"speed-up on the same {len(subset)} scenes: {ref_s / sub_s:.0f}x\n")
 
     print("Growth with the number of boxes (a 640 x 448 image resized to 2000 x 1400)")
-    print(f"{'boxes':>7}{'compiled ms':>14}{'chips':>8}{'reference ms':>15}{'speed-up':>10}")
+    rows = []
     for num_boxes in (10, 100, 1000, 5000):
         scene = [coco_like_scene(np.random.default_rng(num_boxes), num_boxes, width=640, height=448)]
         repeats = 20 if num_boxes <= 100 else 5
@@ -88,10 +85,12 @@ def main():
             ref_repeats = 3 if num_boxes <= 10 else 1
             ref_s, _, ref_out = time_generator(reference_generate, scene, args.stride, repeats=ref_repeats)
             check_same(fast_out, ref_out)
-            ref_text, ratio = f"{ref_s * 1e3:.1f}", f"{ref_s / fast_s:.0f}x"
+            ref_ms, ratio = ref_s * 1e3, f"{ref_s / fast_s:.0f}x"
         else:
-            ref_text, ratio = "-", "-"
-        print(f"{num_boxes:>7}{fast_s * 1e3:>14.3f}{chips:>8.0f}{ref_text:>15}{ratio:>10}")
+            ref_ms, ratio = None, None
+        rows.append((num_boxes, fast_s * 1e3, chips, ref_ms, ratio))
+    print(markdown_table(["boxes", "compiled ms", "chips", "reference ms", "speed-up"], rows,
+                         [None, ".3f", ".0f", ".1f", None]))
 
 
 if __name__ == "__main__":

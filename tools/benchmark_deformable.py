@@ -1,31 +1,37 @@
 """Deformable operators on the CPU: MXNet's stock kernels against lib/ops' compiled ones, side by side.
 
 Rows: each operator (forward, backward) at the network's shapes; the ResNet-101 test forward of one
-800x1280 image; a tiny-default training step (resnet_tiny, 4 chips of 512x512 per context on 2 CPU
-contexts, 128 rois per chip, as configs/faster/sniper_synthetic_tiny.yml trains). Within every repeat
-the stock and the compiled variant run back to back, so machine load hits both alike; the table gives
-the median and the min over ``--repeat`` repeats, and the machine load before and after.
+800x1280 image (one context); a tiny-default training step (resnet_tiny, the yml's 4 chips of 512x512
+per context on 2 CPU contexts, its 128 rois per chip). Within every repeat the stock and the compiled
+variant run back to back, so machine load hits both alike; cells are the median / min over ``--repeat``
+repeats, after one warm-up pass of each. The machine load before and after is printed.
 
-    OMP_NUM_THREADS=2 .venv/bin/python tools/benchmark_deformable.py [--repeat 5] [--parts ops,test,train]
+MXNet gives each CPU context's worker OMP_NUM_THREADS threads (unset: half the cores). The stock
+training step on 2 contexts hangs in OpenBLAS 0.3.13 (the wheel's) when a worker has more than one
+thread: both workers call its OpenMP sgemm at once. The ``train`` row therefore needs
+``OMP_NUM_THREADS=1``, which is what MXNet picks on a 2-core machine anyway.
+
+    OMP_NUM_THREADS=2 python tools/benchmark_deformable.py --parts ops,test [--repeat 5]
+    OMP_NUM_THREADS=1 python tools/benchmark_deformable.py --parts train [--repeat 5]
 """
+import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
 import argparse
 import os
-import statistics
-import sys
-import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import mxnet as mx
+import numpy as np
 
-import mxnet as mx  # noqa: E402
-import numpy as np  # noqa: E402
-
-import lib.ops  # noqa: E402,F401  (the compiled operators and the training graph's proposal target)
-from lib.config import load_config  # noqa: E402
-from symbols import get_symbol  # noqa: E402
-from symbols.deformable import deformable_convolution, deformable_psroi_pooling  # noqa: E402
-from tools.benchmark_network import bind, run  # noqa: E402
+import lib.ops  # noqa: F401  (the compiled operators and the training graph's proposal target)
+from lib.benchmarking import markdown_table, measure
+from lib.config import load_config
+from symbols import inference_symbol, training_symbol
+from symbols.deformable import deformable_convolution, deformable_psroi_pooling
+from tools.benchmark_network import bind, run
 
 VARIANTS = ("stock", "compiled")
+PARTS = ("ops", "test", "train")
+TINY_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                           "configs", "faster", "sniper_synthetic_tiny.yml")
 
 
 def conv_case(label, batch, channels, height, width):
@@ -39,8 +45,8 @@ def conv_case(label, batch, channels, height, width):
 
 
 def pooling_case(label, batch, channels, height, width, rois, samples, offsets):
-    """The R-CNN head's PS-ROI pooling 7x7 (group 1) of `rois` boxes of up to half the image, with or
-    without offsets."""
+    """The R-CNN head's PS-ROI pooling 7x7 (group 1), with or without offsets, of random rois up to
+    half the image wide."""
     attrs = dict(spatial_scale=1 / 16, output_dim=channels, group_size=1, pooled_size=7, part_size=7,
                  sample_per_part=samples)
 
@@ -69,118 +75,118 @@ OP_CASES = (
 )
 
 
-def op_executor(build, shapes, fixed, compiled):
-    symbol = build(compiled)
-    grad_req = {name: "null" if name == "rois" else "write" for name in symbol.list_arguments()}
-    executor = symbol.simple_bind(mx.cpu(), grad_req=grad_req, **shapes)
-    rng = np.random.RandomState(0)
-    for name, array in executor.arg_dict.items():
-        array[:] = fixed[name] if name in fixed else rng.normal(0, 1, array.shape)
-    executor.outputs_grad = [mx.nd.array(rng.normal(0, 1, out.shape)) for out in executor.outputs]
-    return executor
+def op_passes(build, shapes, fixed):
+    """{variant: (forward(), backward())} of one operator on random inputs."""
+    passes = {}
+    for variant in VARIANTS:
+        symbol = build(variant == "compiled")
+        grad_req = {name: "null" if name == "rois" else "write" for name in symbol.list_arguments()}
+        executor = symbol.simple_bind(mx.cpu(), grad_req=grad_req, **shapes)
+        rng = np.random.RandomState(0)
+        for name, array in executor.arg_dict.items():
+            array[:] = fixed[name] if name in fixed else rng.normal(0, 1, array.shape)
+        head_grads = [mx.nd.array(rng.normal(0, 1, out.shape)) for out in executor.outputs]
 
+        def forward(executor=executor):
+            executor.forward(is_train=True)
+            mx.nd.waitall()
 
-def time_op(executor):
-    """(forward seconds, backward seconds) of one pass."""
-    tic = time.perf_counter()
-    executor.forward(is_train=True)
-    mx.nd.waitall()
-    middle = time.perf_counter()
-    executor.backward(executor.outputs_grad)
-    mx.nd.waitall()
-    return middle - tic, time.perf_counter() - middle
+        def backward(_, executor=executor, head_grads=head_grads):
+            executor.backward(head_grads)
+            mx.nd.waitall()
+        passes[variant] = (forward, backward)
+    return passes
 
 
 def test_passes(rng):
     """{variant: pass()} of the resnet101 test network on one 800x1280 image."""
-    cfg = load_config(None)
-    cfg.symbol, cfg.dataset.NUM_CLASSES = "resnet101", 81
+    cfg = load_config(None, [("symbol", "resnet101")])
     shapes = dict(data=(1, 3, 800, 1280), im_info=(1, 3), im_ids=(1,), chip_ids=(1,))
     passes = {}
     for variant in VARIANTS:
-        executor = bind(get_symbol(cfg, is_train=False, compiled_deformable=variant == "compiled"), shapes, False, rng)
+        executor = bind(inference_symbol(cfg, 81, compiled_deformable=variant == "compiled"), shapes, False, rng)
         executor.arg_dict["im_info"][:] = [800, 1280, 1.0]
         passes[variant] = lambda executor=executor: run([executor], False)
     return passes
 
 
 def training_passes(rng, contexts=2):
-    """{variant: pass()} of a tiny-default training step: the yml's chips per context on `contexts`."""
-    cfg = load_config(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                   "configs/faster/sniper_synthetic_tiny.yml"))
-    cfg.dataset.NUM_CLASSES = 6
-    chips, feat, anchors = cfg.TRAIN.BATCH_IMAGES, 512 // 16, cfg.network.NUM_ANCHORS
-    shapes = dict(data=(chips, 3, 512, 512), im_info=(chips, 3), valid_ranges=(chips, 2), gt_boxes=(chips, 100, 5),
+    """(label, {variant: pass()}, chips per pass) of a tiny-default training step on `contexts` CPUs."""
+    cfg = load_config(TINY_CONFIG)
+    chips, feat, anchors = cfg.TRAIN.BATCH_IMAGES, cfg.TRAIN.CHIP_SIZE // 16, cfg.network.NUM_ANCHORS
+    size = cfg.TRAIN.CHIP_SIZE
+    shapes = dict(data=(chips, 3, size, size), im_info=(chips, 3), valid_ranges=(chips, 2), gt_boxes=(chips, 100, 5),
                   label=(chips, anchors * feat * feat), bbox_target=(chips, 4 * anchors, feat, feat),
                   bbox_weight=(chips, 4 * anchors, feat, feat))
     passes = {}
     for variant in VARIANTS:
-        symbol = get_symbol(cfg, is_train=True, compiled_deformable=variant == "compiled")
+        symbol = training_symbol(cfg, 6, chips, compiled_deformable=variant == "compiled")
         executors = [bind(symbol, shapes, True, rng, mx.cpu(i)) for i in range(contexts)]
         passes[variant] = lambda executors=executors: run(executors, True)
-    label = (f"resnet_tiny training step, {contexts} contexts x {chips} chips 512x512, "
+    label = (f"resnet_tiny training step, {contexts} contexts x {chips} chips {size}x{size}, "
              f"{cfg.TRAIN.RPN_POST_NMS_TOP_N} rois/chip")
     return label, passes, contexts * chips
 
 
-def summary(times):
-    return statistics.median(times), min(times)
+def side_by_side(calls, repeat, setups=None):
+    """Seconds of every call in ``calls`` ({key: function}) per repeat, the keys taking turns; with
+    ``setups`` ({key: function}) each timed call gets the value of its untimed setup call."""
+    setups = setups or {}
+    for key, function in calls.items():  # warm-up
+        function(setups[key]()) if key in setups else function()
+    seconds = {key: [] for key in calls}
+    for _ in range(repeat):
+        for key, function in calls.items():
+            seconds[key] += measure(function, repeat=1, warmup=0, setup=setups.get(key)).seconds
+    return seconds
 
 
-def print_row(label, stock, compiled):
-    (stock_median, stock_min), (compiled_median, compiled_min) = summary(stock), summary(compiled)
-    print(f"| {label} | {stock_median * 1000:.0f} / {stock_min * 1000:.0f} | {compiled_median * 1000:.0f} / "
-          f"{compiled_min * 1000:.0f} | {stock_median / compiled_median:.2f}x |")
+def row(label, seconds, chips=None):
+    """Table row: stock and compiled median / min in ms (chips/s for a batch of ``chips``), speed-up."""
+    def cell(times):
+        median, best = float(np.median(times)), min(times)
+        if chips:
+            return f"{chips / median:.2f} / {chips / best:.2f} chips/s"
+        return f"{1000 * median:.0f} / {1000 * best:.0f} ms"
+    stock, compiled = seconds["stock"], seconds["compiled"]
+    return [label, cell(stock), cell(compiled), float(np.median(stock) / np.median(compiled))]
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--parts", default="ops,test,train", help="comma-separated rows to run: ops, test, train")
+    parser.add_argument("--parts", default="ops,test", help=f"comma-separated rows to run, of {', '.join(PARTS)}")
     args = parser.parse_args()
     parts = args.parts.split(",")
-    unknown = set(parts) - {"ops", "test", "train"}
-    if unknown:
-        parser.error(f"--parts: unknown {', '.join(sorted(unknown))} (choose from ops, test, train)")
-    load_before = os.getloadavg()
-    print(f"CPU with {os.cpu_count()} cores, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, "
-          f"load average before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}; "
-          f"median / min of {args.repeat} repeats")
-    print("| row | stock ms | compiled ms | speed-up (medians) |")
-    print("|---|---|---|---|")
+    if set(parts) - set(PARTS):
+        parser.error(f"--parts {args.parts!r}: choose from {', '.join(PARTS)}")
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if "train" in parts and threads != "1":
+        parser.error(f"the train row needs OMP_NUM_THREADS=1 (got {threads or 'unset'}): with more threads per "
+                     f"CPU worker the stock training step hangs in OpenBLAS (see the module docstring)")
+    load = os.getloadavg()
+    print(f"CPU with {os.cpu_count()} cores, OMP_NUM_THREADS={threads or 'unset'}, load average before "
+          f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; median / min of {args.repeat} repeats")
+    rows = []
     if "ops" in parts:
         for label, build, shapes, fixed in OP_CASES:
-            executors = {v: op_executor(build, shapes, fixed, v == "compiled") for v in VARIANTS}
-            times = {v: [] for v in VARIANTS}
-            for variant in VARIANTS:
-                time_op(executors[variant])  # warm-up
-            for _ in range(args.repeat):
-                for variant in VARIANTS:
-                    times[variant].append(time_op(executors[variant]))
-            for part, name in enumerate(("forward", "backward")):
-                print_row(f"{label}: {name}", *([t[part] for t in times[v]] for v in VARIANTS))
-            del executors
+            passes = op_passes(build, shapes, fixed)
+            forwards = {v: passes[v][0] for v in VARIANTS}
+            rows.append(row(f"{label}: forward", side_by_side(forwards, args.repeat)))
+            backwards = {v: passes[v][1] for v in VARIANTS}  # each after an untimed forward
+            rows.append(row(f"{label}: backward", side_by_side(backwards, args.repeat, setups=forwards)))
     rng = np.random.RandomState(0)
-    networks = []
     if "test" in parts:
-        networks.append(("resnet101 test forward, 1 image 800x1280", test_passes(rng), 1))
+        rows.append(row("resnet101 test forward, 1 image 800x1280", side_by_side(test_passes(rng), args.repeat)))
     if "train" in parts:
-        networks.append(training_passes(rng))
-    for label, passes, chips in networks:
-        times = {v: [] for v in VARIANTS}
-        for variant in VARIANTS:
-            passes[variant]()  # warm-up
-        for _ in range(args.repeat):
-            for variant in VARIANTS:
-                tic = time.perf_counter()
-                passes[variant]()
-                times[variant].append(time.perf_counter() - tic)
-        print_row(label, times["stock"], times["compiled"])
-        if chips > 1:
-            rates = {v: " ".join(f"{chips / t:.2f}" for t in sorted(times[v])) for v in VARIANTS}
-            print(f"| &nbsp; chips/s, best first | {rates['stock']} | {rates['compiled']} | |")
-    load_after = os.getloadavg()
-    print(f"load average after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}")
+        label, passes, chips = training_passes(rng)
+        seconds = side_by_side(passes, args.repeat)
+        rows.append(row(label, seconds))
+        rows.append(row("  the same in chips/s", seconds, chips))
+    print(markdown_table(["row", "stock (median / min)", "compiled (median / min)", "speed-up"], rows,
+                         [None, None, None, ".2f"]))
+    load = os.getloadavg()
+    print(f"load average after {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 
 
 if __name__ == "__main__":

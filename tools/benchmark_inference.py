@@ -1,6 +1,6 @@
 """Inference speed: SNIPER single-scale and multi-scale testing vs GluonCV's Faster R-CNN ResNet-101.
 
-``python tools/benchmark_inference.py --cfg FILE [--set KEY VALUE ...] [--images 2] [--runs 3]``
+    python tools/benchmark_inference.py --cfg FILE [--set KEY VALUE ...] [--images 2] [--runs 3]
 
 Times ``Detector.detect`` (network, decoding, merging) on the configured contexts for one test scale
 (``--single_scale``, an index into TEST.SCALES) and for all of TEST.SCALES, after a warm-up pass, as the
@@ -12,69 +12,43 @@ weights give the most detections to merge. Peak memory is the largest RSS of the
 to the end of each row: MXNet keeps freed memory in its pool, so it only grows from row to row (the
 SNIPER rows run first, and the GluonCV rows include SNIPER's pool).
 """
+import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
 import argparse
-import copy
 import os
-import statistics
-import sys
-import threading
-import time
 
 import mxnet as mx
 import numpy as np
-import psutil
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from lib.config import load_config, parse_cli_overrides  # noqa: E402
-from lib.scales import parse_scales  # noqa: E402
-from lib.test.detector import DATA_NAMES, Detector, checkpoint_file  # noqa: E402
-from symbols import get_symbol  # noqa: E402
-
-
-class PeakRss:
-    """Largest resident set size of this process while the block runs (sampled every 20 ms)."""
-
-    def __enter__(self):
-        self.process, self.peak, self._stop = psutil.Process(), 0, threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-        return self
-
-    def _sample(self):
-        while True:
-            self.peak = max(self.peak, self.process.memory_info().rss)
-            if self._stop.wait(0.02):
-                return
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
+from lib.benchmarking import PeakMemory, markdown_table, measure
+from lib.config import add_config_arguments, config_from_arguments, with_overrides
+from lib.inference.detector import DATA_NAMES, Detector, checkpoint_file
+from lib.scales import pyramid
+from symbols import inference_symbol
 
 
 def timed(run, runs):
-    """Warm up once, then the median wall time of ``runs`` calls and the peak RSS over them."""
-    run()
-    with PeakRss() as memory:
-        times = []
-        for _ in range(runs):
-            start = time.perf_counter()
-            run()
-            mx.nd.waitall()
-            times.append(time.perf_counter() - start)
-    return statistics.median(times), memory.peak
+    """Warm up once, then the median wall time of ``runs`` calls and the peak RSS over them (sampled every
+    20 ms)."""
+    def call():
+        run()
+        mx.nd.waitall()
+
+    call()
+    with PeakMemory() as memory:
+        timing = measure(call, repeat=runs, warmup=0)
+    return timing.median, memory.rss
 
 
-def load_detector(cfg):
+def load_detector(cfg, num_classes):
     path = checkpoint_file(cfg)
     if os.path.isfile(path):
-        return Detector.from_checkpoint(cfg, path), path
-    module = mx.mod.Module(get_symbol(cfg, is_train=False), data_names=DATA_NAMES, label_names=None,
+        return Detector.from_checkpoint(cfg, num_classes, path), path
+    module = mx.mod.Module(inference_symbol(cfg, num_classes), data_names=DATA_NAMES, label_names=None,
                            context=mx.cpu())
     module.bind([("data", (1, 3, 64, 64)), ("im_info", (1, 3)), ("im_ids", (1,)), ("chip_ids", (1,))],
                 for_training=False)
     module.init_params(mx.init.Normal(0.01))
-    return Detector(cfg, *module.get_params()), "random weights"
+    return Detector(cfg, num_classes, *module.get_params()), "random weights"
 
 
 def gluoncv_runner(images, specs, context):
@@ -99,8 +73,7 @@ def gluoncv_runner(images, specs, context):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cfg", required=True)
-    parser.add_argument("--set", nargs="+", default=[], metavar="KEY VALUE")
+    add_config_arguments(parser)
     parser.add_argument("--images", type=int, default=2, help="images per run")
     parser.add_argument("--runs", type=int, default=3, help="timed runs (median reported)")
     parser.add_argument("--image_size", type=int, nargs=2, default=[480, 640], metavar=("H", "W"))
@@ -108,37 +81,32 @@ def main(argv=None):
     parser.add_argument("--num_classes", type=int, default=81, help="when dataset.NUM_CLASSES is 0")
     parser.add_argument("--no_gluoncv", action="store_true", help="skip the GluonCV baseline")
     args = parser.parse_args(argv)
-    cfg = load_config(args.cfg, parse_cli_overrides(args.set))
-    cfg.dataset.NUM_CLASSES = cfg.dataset.NUM_CLASSES or args.num_classes
-    detector, weights = load_detector(cfg)
+    cfg = config_from_arguments(args)  # a bad file, key or value stops here
+    single = with_overrides(cfg, {"TEST.SCALES": [cfg.TEST.SCALES[args.single_scale]], "TEST.VALID_RANGES": [[-1, -1]]})
+    detector, weights = load_detector(cfg, cfg.dataset.NUM_CLASSES or args.num_classes)
     rng = np.random.default_rng(0)
     images = [rng.integers(0, 255, (*args.image_size, 3), dtype=np.uint8) for _ in range(args.images)]
-
-    single = copy.deepcopy(cfg)
-    single.TEST.SCALES = [cfg.TEST.SCALES[args.single_scale]]
-    single.TEST.VALID_RANGES = [[-1, -1]]
     runs = (("single-scale", single), ("multi-scale", cfg))
     rows = []
     for name, run_cfg in runs:
-        detector.cfg = run_cfg  # same network, other scales
-        seconds, peak = timed(lambda: detector.detect(images), args.runs)
+        levels = pyramid(run_cfg.TEST, "TEST")  # same network, other scales
+        seconds, peak = timed(lambda: detector.detect(images, levels), args.runs)
         rows.append((f"SNIPER {cfg.symbol}", name, run_cfg.TEST.SCALES, detector.contexts, seconds, peak))
     if not args.no_gluoncv:
         for name, run_cfg in runs:
-            run = gluoncv_runner(images, parse_scales(run_cfg.TEST.SCALES), detector.contexts[0])
+            specs = [level.spec for level in pyramid(run_cfg.TEST, "TEST")]
+            run = gluoncv_runner(images, specs, detector.contexts[0])
             seconds, peak = timed(run, args.runs)
             rows.append(("GluonCV faster_rcnn_resnet101_v1d_coco", name, run_cfg.TEST.SCALES,
                          detector.contexts[:1], seconds, peak))
 
     print(f"\n{args.images} images of {args.image_size[0]}x{args.image_size[1]} per run, median of {args.runs} "
           f"runs after warm-up, {os.cpu_count()} CPU cores, MXNet {mx.__version__}; SNIPER weights: {weights}")
-    header = f"| {'model':<45} | {'test':<12} | {'scales':<40} | {'contexts':<14} | {'images/s':>8} | " \
-             f"{'ms/image':>9} | {'peak RSS MB':>11} |"
-    print(header)
-    print("|" + "|".join("-" * (len(cell)) for cell in header.split("|")[1:-1]) + "|")
-    for model, name, scales, contexts, seconds, peak in rows:
-        print(f"| {model:<45} | {name:<12} | {str(scales):<40} | {','.join(map(str, contexts)):<14} | "
-              f"{args.images / seconds:8.3f} | {1000 * seconds / args.images:9.1f} | {peak / 2 ** 20:11.0f} |")
+    print(markdown_table(
+        ["model", "test", "scales", "contexts", "images/s", "ms/image", "peak RSS MB"],
+        [(model, name, str(scales), ",".join(map(str, contexts)), args.images / seconds, 1000 * seconds / args.images,
+          peak / 2 ** 20) for model, name, scales, contexts, seconds, peak in rows],
+        [None, None, None, None, ".3f", ".1f", ".0f"]))
 
 
 if __name__ == "__main__":

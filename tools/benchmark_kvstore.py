@@ -6,31 +6,31 @@ inferred from its symbol; frozen parameters send nothing) and pulls the sum back
 iteration is 2 x 4 bytes x the trainable parameters; over loopback the time is the software cost
 (serialising, copying, summing on the servers) that a real network only adds to.
 
-    .venv/bin/python tools/benchmark_kvstore.py [--cfg configs/faster/sniper_res101_e2e.yml]
+    python tools/benchmark_kvstore.py --cfg configs/faster/sniper_res101_e2e.yml [--set KEY VALUE ...]
         [--jobs 2x1,2x2] [--iterations 3]
 """
+import _bootstrap  # repository root (_bootstrap.ROOT) on sys.path, the project's virtualenv
 import argparse
 import json
 import os
 import statistics
 import subprocess
 import sys
-import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from lib.benchmarking import markdown_table, measure
+from lib.config import add_config_arguments, config_from_arguments
+
+COCO_CLASSES = 81  # the class count when the config derives it from annotations (dataset.NUM_CLASSES 0)
 
 
-def trainable_shapes(cfg_path):
+def trainable_shapes(args):
     """(name, shape) of every parameter the optimizer updates, in the symbol's order."""
-    from lib.config import load_config
-    from symbols import get_fixed_param_names, get_symbol
+    from symbols import get_fixed_param_names, inference_symbol
 
-    cfg = load_config(cfg_path)
-    cfg.dataset.NUM_CLASSES = cfg.dataset.NUM_CLASSES or 81
-    symbol = get_symbol(cfg, is_train=False)
+    cfg = config_from_arguments(args)
+    symbol = inference_symbol(cfg, cfg.dataset.NUM_CLASSES or COCO_CLASSES)
     shapes, _, _ = symbol.infer_shape_partial(data=(1, 3, cfg.TRAIN.CHIP_SIZE, cfg.TRAIN.CHIP_SIZE))
     fixed = set(get_fixed_param_names(symbol, cfg))
     inputs = {"data", "im_info", "im_ids", "chip_ids"}
@@ -38,31 +38,31 @@ def trainable_shapes(cfg_path):
             if name not in inputs and name not in fixed]
 
 
-def run_worker(cfg_path, iterations):
+def run_worker(args):
     import mxnet as mx
 
     kvstore = mx.kv.create("dist_sync")
-    shapes = trainable_shapes(cfg_path)
+    shapes = trainable_shapes(args)
     names = [name for name, _ in shapes]
     grads = [mx.nd.ones(shape) / kvstore.num_workers for _, shape in shapes]
     kvstore.init(names, grads)
-    seconds = []
-    for _ in range(iterations + 1):  # the first one warms up
-        tic = time.perf_counter()
+
+    def iteration():
         for index, (name, grad) in enumerate(zip(names, grads)):
             kvstore.pushpull(name, grad, priority=-index)
         mx.nd.waitall()
-        seconds.append(time.perf_counter() - tic)
-    print(json.dumps({"rank": kvstore.rank, "seconds": seconds[1:],
+
+    timing = measure(iteration, repeat=args.iterations)
+    print(json.dumps({"rank": kvstore.rank, "seconds": timing.seconds,
                       "parameters": int(sum(np.prod(shape) for _, shape in shapes))}), flush=True)
 
 
-def run_job(cfg_path, workers, servers, iterations):
+def run_job(args, workers, servers):
     """Median seconds per iteration over the workers, and the trainable parameter count."""
-    command = [sys.executable, os.path.join(ROOT, "tools", "launch.py"), "-n", str(workers), "-s", str(servers),
-               "--env", "OMP_NUM_THREADS=1", "--", sys.executable, os.path.abspath(__file__), "--worker",
-               "--cfg", cfg_path, "--iterations", str(iterations)]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    command = [sys.executable, os.path.join(_bootstrap.ROOT, "tools", "launch.py"), "-n", str(workers), "-s",
+               str(servers), "--env", "OMP_NUM_THREADS=1", "--", sys.executable, os.path.abspath(__file__), "--worker",
+               "--cfg", os.path.abspath(args.cfg), "--iterations", str(args.iterations)] + (["--set", *args.set] if args.set else [])
+    result = subprocess.run(command, cwd=_bootstrap.ROOT, capture_output=True, text=True, timeout=900)
     if result.returncode:
         sys.exit(f"job {workers}x{servers} failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}")
     reports = [json.loads(line.split("] ", 1)[1]) for line in result.stdout.splitlines() if '"seconds"' in line]
@@ -71,22 +71,24 @@ def run_job(cfg_path, workers, servers, iterations):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cfg", default="configs/faster/sniper_res101_e2e.yml")
+    add_config_arguments(parser, cfg_help="config YAML of the network, e.g. configs/faster/sniper_res101_e2e.yml")
     parser.add_argument("--jobs", default="2x1,2x2", help="WORKERSxSERVERS, comma-separated")
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        run_worker(args.cfg, args.iterations)
+        run_worker(args)
         return
+    config_from_arguments(args)  # a bad file, key or value stops here, before any job
     print(f"gradient exchange per dist_sync iteration, {args.cfg}, 127.0.0.1")
-    print(f"{'workers':>7} {'servers':>7} {'params (M)':>10} {'MB/worker/iter':>15} {'s/iter':>7} {'MB/s/worker':>11}")
+    rows = []
     for job in args.jobs.split(","):
         workers, servers = (int(part) for part in job.split("x"))
-        seconds, parameters = run_job(args.cfg, workers, servers, args.iterations)
+        seconds, parameters = run_job(args, workers, servers)
         megabytes = 2 * 4 * parameters / 1e6
-        print(f"{workers:>7} {servers:>7} {parameters / 1e6:>10.1f} {megabytes:>15.0f} {seconds:>7.2f} "
-              f"{megabytes / seconds:>11.0f}")
+        rows.append((workers, servers, parameters / 1e6, megabytes, seconds, megabytes / seconds))
+    print(markdown_table(["workers", "servers", "params (M)", "MB/worker/iter", "s/iter", "MB/s/worker"], rows,
+                         [None, None, ".1f", ".0f", ".2f", ".0f"]))
 
 
 if __name__ == "__main__":

@@ -6,24 +6,22 @@ bulk execution and operator fusion off, so that each operator is timed on its ow
 the batch is split over N CPU contexts (cpu(0)..cpu(N-1)), as ``gpus: 'cpu:N'`` trains; the CPU column
 is process CPU time over wall time (how many cores were busy).
 
-    .venv/bin/python tools/benchmark_network.py [--symbol resnet_tiny] [--chips 2] [--size 512] [--repeat 3]
+    python tools/benchmark_network.py [--symbol resnet_tiny] [--chips 2] [--size 512] [--repeat 3]
         [--contexts 1] [--rois 300]
 """
+import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
 import argparse
 import os
 import shutil
-import sys
 import tempfile
-import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import mxnet as mx
+import numpy as np
 
-import mxnet as mx  # noqa: E402
-import numpy as np  # noqa: E402
-
-import lib.ops  # noqa: E402,F401  (the training graph's proposal-target operator)
-from lib.config import load_config  # noqa: E402
-from symbols import get_symbol  # noqa: E402
+import lib.ops  # noqa: F401  (the training graph's proposal-target operator)
+from lib.benchmarking import markdown_table, measure
+from lib.config import load_config
+from symbols import inference_symbol, training_symbol
 
 
 def bind(symbol, shapes, for_training, rng, context=None):
@@ -96,10 +94,8 @@ def main():
     args = parser.parse_args()
     if args.contexts < 1 or args.chips % args.contexts:
         parser.error(f"--chips ({args.chips}) must be a positive multiple of --contexts ({args.contexts})")
-    cfg = load_config(None)
     chips = args.chips // args.contexts  # per context
-    cfg.symbol, cfg.dataset.NUM_CLASSES, cfg.TRAIN.BATCH_IMAGES, cfg.TRAIN.fp16 = args.symbol, args.classes, chips, False
-    cfg.TRAIN.RPN_POST_NMS_TOP_N = args.rois
+    cfg = load_config(None, [("symbol", args.symbol), ("TRAIN.fp16", "false"), ("TRAIN.RPN_POST_NMS_TOP_N", str(args.rois))])
     size, anchors, feat = args.size, cfg.network.NUM_ANCHORS, args.size // 16
     train_shapes = dict(data=(chips, 3, size, size), im_info=(chips, 3), valid_ranges=(chips, 2),
                         gt_boxes=(chips, 100, 5), label=(chips, anchors * feat * feat),
@@ -108,24 +104,17 @@ def main():
     rng = np.random.RandomState(0)
     rows = []
     for label, for_training, shapes in (("train fwd+bwd", True, train_shapes), ("test fwd", False, test_shapes)):
-        symbol = get_symbol(cfg, is_train=for_training)
+        symbol = (training_symbol(cfg, args.classes, chips) if for_training
+                  else inference_symbol(cfg, args.classes))
         executors = [bind(symbol, shapes, for_training, rng, mx.cpu(i)) for i in range(args.contexts)]
-        run(executors, for_training)  # warm-up
-        times, cpu_times = [], []
-        for _ in range(args.repeat):
-            tic, cpu_tic = time.perf_counter(), time.process_time()
-            run(executors, for_training)
-            times.append(time.perf_counter() - tic)
-            cpu_times.append(time.process_time() - cpu_tic)
-        top = ", ".join("%s %.0f%%" % (name, 100 * share)
+        timing = measure(lambda: run(executors, for_training), repeat=args.repeat)
+        top = ", ".join(f"{name} {100 * share:.0f}%"
                         for name, share in profile_top(symbol, shapes, for_training, rng, 3))
-        wall = np.median(times)
-        rows.append((label, 1000 * wall, args.chips / wall, np.sum(cpu_times) / np.sum(times), top))
-    print("%s, %d chips of %dx%d on %d CPU context(s), %d rois/chip, %d classes, CPU with %d cores"
-          % (args.symbol, args.chips, size, size, args.contexts, args.rois, args.classes, os.cpu_count()))
-    print("%-14s %10s %9s %5s  %s" % ("pass", "ms/batch", "chips/s", "CPU", "largest operator shares (profiled pass)"))
-    for label, ms, speed, cpu, top in rows:
-        print("%-14s %10.0f %9.2f %5.2f  %s" % (label, ms, speed, cpu, top))
+        rows.append((label, 1000 * timing.median, args.chips / timing.median, timing.cpu_fraction, top))
+    print(f"{args.symbol}, {args.chips} chips of {size}x{size} on {args.contexts} CPU context(s), {args.rois} "
+          f"rois/chip, {args.classes} classes, CPU with {os.cpu_count()} cores")
+    print(markdown_table(["pass", "ms/batch", "chips/s", "CPU", "largest operator shares (profiled pass)"], rows,
+                         [None, ".0f", ".2f", ".2f", None]))
 
 
 if __name__ == "__main__":

@@ -6,28 +6,26 @@ rows per chip (about 20 real, mixed valid/invalid) and the three training valid 
 yardstick for the decode + NMS part. The "agree" column checks the operator's labels equal the
 reference's and its rois are within 1e-3 px.
 
-    .venv/bin/python tools/benchmark_proposal_target.py [--repeat 5] [--batch 16]
+    python tools/benchmark_proposal_target.py [--repeat 5] [--batch 16]
 """
+import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
 import argparse
-import os
-import sys
-import time
 
+import mxnet as mx
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import lib.ops
+from lib.benchmarking import markdown_table, measure
+from lib.config import load_config
+from lib.ops.reference import multi_proposal_target
 
-import mxnet as mx  # noqa: E402
-
-import lib.ops  # noqa: E402,F401  (registers mx.nd.MultiProposalTarget)
-from lib.ops.reference import DEFAULT_PARAMS, multi_proposal_target  # noqa: E402
-
-CHIP, STRIDE, FEAT = 512, 16, 32
+ATTRS = lib.ops.proposal_target_attrs(load_config(None))  # the published settings
+CHIP, STRIDE, FEAT = 512, ATTRS["feature_stride"], 32
 VALID_RANGES = [[-1, 80 * 3.0], [32 * 1.667, 150 * 1.667], [120 * 0.4, -1]]  # chip pixels per scale
 
 
 def batch_inputs(rng, batch):
-    num_anchors = len(DEFAULT_PARAMS["scales"]) * len(DEFAULT_PARAMS["ratios"])
+    num_anchors = len(ATTRS["scales"]) * len(ATTRS["ratios"])
     logits = rng.normal(0, 2, (batch, 2, num_anchors, FEAT, FEAT))
     probs = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
     cls_prob = probs.reshape(batch, 2 * num_anchors, FEAT, FEAT).astype(np.float32)
@@ -45,16 +43,6 @@ def batch_inputs(rng, batch):
     return cls_prob, bbox_pred, im_info, gt_boxes, valid_ranges
 
 
-def seconds_per_call(function, repeat):
-    function()  # warm-up
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=5)
@@ -65,37 +53,38 @@ def main():
     nd_inputs = [mx.nd.array(x) for x in inputs]
 
     def operator():
-        outputs = mx.nd.MultiProposalTarget(*nd_inputs)
+        outputs = mx.nd.MultiProposalTarget(*nd_inputs, **ATTRS)
         mx.nd.waitall()
         return outputs
 
     def stock_proposals():
         mx.nd.contrib.MultiProposal(
-            nd_inputs[0], nd_inputs[1], nd_inputs[2], feature_stride=STRIDE, scales=DEFAULT_PARAMS["scales"],
-            ratios=DEFAULT_PARAMS["ratios"], rpn_pre_nms_top_n=6000, rpn_post_nms_top_n=300, threshold=0.7,
-            rpn_min_size=3,
+            nd_inputs[0], nd_inputs[1], nd_inputs[2], feature_stride=STRIDE, scales=ATTRS["scales"],
+            ratios=ATTRS["ratios"], rpn_pre_nms_top_n=ATTRS["rpn_pre_nms_top_n"],
+            rpn_post_nms_top_n=ATTRS["rpn_post_nms_top_n"], threshold=ATTRS["threshold"],
+            rpn_min_size=ATTRS["rpn_min_size"],
         )
         mx.nd.waitall()
 
     def reference():
-        return multi_proposal_target(*inputs)
+        return multi_proposal_target(*inputs, **ATTRS)
 
     ours = [out.asnumpy() for out in operator()]
     ref = reference()
     agree = np.array_equal(ours[1], ref[1]) and np.abs(ours[0] - ref[0]).max() <= 1e-3
 
-    rows = [
-        ("MultiProposalTarget (compiled)", seconds_per_call(operator, args.repeat), "yes" if agree else "NO"),
-        ("contrib.MultiProposal (stock, proposals only)", seconds_per_call(stock_proposals, args.repeat), "-"),
-        ("NumPy reference (lib.boxes)", seconds_per_call(reference, max(1, args.repeat // 2)), "-"),
+    timed = [
+        ("MultiProposalTarget (compiled)", measure(operator, args.repeat).best, "yes" if agree else "NO"),
+        ("contrib.MultiProposal (stock, proposals only)", measure(stock_proposals, args.repeat).best, None),
+        ("NumPy reference (lib.boxes)", measure(reference, max(1, args.repeat // 2)).best, None),
     ]
-    base = rows[-1][1]
+    base = timed[-1][1]
     print(f"batch of {args.batch} chips {CHIP}x{CHIP}, A=21, H=W={FEAT}, "
           f"{int((inputs[3][..., 4] >= 0).sum())} real gts; best of {args.repeat} (MXNet CPU, 1 process)")
-    print(f"{'implementation':<48}{'ms/batch':>10}{'ms/chip':>10}{'vs NumPy':>10}{'agree':>7}")
-    for name, seconds, agreement in rows:
-        milliseconds = seconds * 1e3
-        print(f"{name:<48}{milliseconds:>10.1f}{milliseconds / args.batch:>10.2f}{base / seconds:>9.1f}x{agreement:>7}")
+    rows = [(name, seconds * 1e3, seconds * 1e3 / args.batch, f"{base / seconds:.1f}x", agreement)
+            for name, seconds, agreement in timed]
+    print(markdown_table(["implementation", "ms/batch", "ms/chip", "vs NumPy", "agree"], rows,
+                         [None, ".1f", ".2f", None, None]))
 
 
 if __name__ == "__main__":

@@ -1,19 +1,16 @@
 """Write the synthetic COCO-format shapes dataset (lib/dataset/synthetic.py) to a folder.
 
-    .venv/bin/python tools/make_synthetic_coco.py --out data/synthetic --train 200 --val 50 --seed 0
+    python tools/make_synthetic_coco.py --out data/synthetic --train 200 --val 50 --seed 0
 
 Does nothing when the folder already holds the dataset for these settings.
 """
+import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
 import argparse
 import logging
-import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from lib.dataset.synthetic import DEFAULT_SEED, DEFAULT_TRAIN, DEFAULT_VAL, ensure_synthetic_dataset  # noqa: E402
-from lib.logger import setup_logging  # noqa: E402
+from lib.dataset.synthetic import DEFAULT_SEED, DEFAULT_TRAIN, DEFAULT_VAL, ensure_synthetic_dataset
+from lib.logger import setup_logging
 
 
 def main():

@@ -7,11 +7,14 @@ text with two squares of side lo and hi (top right). The text also counts the bo
 network's own test, sqrt(area) of the cropped box in chip pixels against ``valid_ranges``, disagrees
 with the loader's (which judges the whole box in original pixels, as the chip miner does).
 
-    .venv/bin/python tools/visualize_batch.py [--cfg FILE] [--set KEY VALUE ...] [--batch 0]
-        [--chips 4] [--out output/batch.png] [--synthetic data/synthetic]
+    python tools/visualize_batch.py --cfg FILE [--set KEY VALUE ...] [--batch 0] [--chips 4]
+        [--out output/batch.png]
 
-Without --cfg it uses the synthetic dataset (generated under data/synthetic if missing).
+The batch is one of the first epoch of the config's training set, built in this process;
+``--cfg configs/faster/sniper_synthetic_tiny.yml`` shows the synthetic dataset (generated under
+data/synthetic if missing).
 """
+import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
 import argparse
 import os
 import sys
@@ -19,14 +22,12 @@ import sys
 import cv2
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from lib.config import load_config, parse_cli_overrides  # noqa: E402
-from lib.data import ChipLoader  # noqa: E402
-from lib.data.chip_boxes import chip_gt_boxes  # noqa: E402
-from lib.data.chip_worker import ChipWorker  # noqa: E402
-from lib.dataset import ensure_synthetic_dataset, load_roidb  # noqa: E402
-from lib.scales import in_valid_range  # noqa: E402
+from lib.config import add_config_arguments, config_from_arguments
+from lib.data import ChipLoader
+from lib.data.chip_boxes import chip_gt_boxes
+from lib.data.chip_worker import ChipWorker
+from lib.dataset import load_roidb
+from lib.scales import in_valid_range
 
 GREEN, RED, BLUE, YELLOW, WHITE = (0, 200, 0), (0, 0, 255), (255, 128, 0), (0, 230, 255), (255, 255, 255)
 
@@ -67,7 +68,7 @@ def batch_picture(batch, batch_index, loader, roidb, cfg, count):
     for i in range(min(count, loader.batch_size - batch.pad)):
         chip = loader.chip_ref(batch_index, i)
         entry = roidb[chip.image_index]
-        boxes, _, valid = chip_gt_boxes(entry["boxes"], entry["gt_classes"], worker.valid_mask(entry, chip),
+        boxes, _, valid = chip_gt_boxes(entry["boxes"], entry["gt_classes"], chip.valid_mask(len(entry["boxes"])),
                                         chip.im_scale, chip.box, worker.min_gt_size)
         valid_range = data["valid_ranges"][i] if "valid_ranges" in data else None
         pictures.append(chip_picture(data["data"][i], data["im_info"][i], boxes, valid, valid_range,
@@ -80,22 +81,15 @@ def batch_picture(batch, batch_index, loader, roidb, cfg, count):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cfg", default=None, help="YAML config (default: synthetic dataset defaults)")
-    parser.add_argument("--set", nargs="+", default=[], metavar="KEY VALUE")
+    add_config_arguments(parser, cfg_help="config YAML, e.g. configs/faster/sniper_synthetic_tiny.yml")
     parser.add_argument("--batch", type=int, default=0, help="which batch of the first epoch")
     parser.add_argument("--chips", type=int, default=4)
     parser.add_argument("--rpn-only", action="store_true")
-    parser.add_argument("--synthetic", default="data/synthetic", help="synthetic dataset folder (without --cfg)")
     parser.add_argument("--out", default="output/batch.png")
     args = parser.parse_args(argv)
-    overrides = parse_cli_overrides(args.set)
-    if args.cfg is None:
-        path = ensure_synthetic_dataset(args.synthetic)
-        overrides = [("dataset.dataset_path", path), ("dataset.image_set", "train"),
-                     ("TRAIN.NUM_PROCESS", "0")] + overrides
-    cfg = load_config(args.cfg, overrides)
+    cfg = config_from_arguments(args)
     roidb, _ = load_roidb(cfg, cfg.dataset.image_set)
-    with ChipLoader(roidb, cfg, rpn_only=args.rpn_only) as loader:
+    with ChipLoader(roidb, cfg, cfg.TRAIN.BATCH_IMAGES, rpn_only=args.rpn_only, num_workers=0) as loader:
         for index, batch in enumerate(loader):
             if index == args.batch:
                 break

@@ -1,27 +1,26 @@
 """Draw the chips SNIPER mines for one training image: one panel per training scale.
 
-    .venv/bin/python tools/visualize_chips.py IMAGE_ID [--cfg FILE] [--out PNG] [--flipped] [--stride N]
+    python tools/visualize_chips.py IMAGE_ID --cfg FILE [--set KEY VALUE ...] [--out PNG] [--flipped] [--stride N]
 
 Each panel is the image at that scale (shrunk for display) with its gt boxes, green when valid at
-the scale and red when not, the positive chips in blue and the negative chips in orange.
+the scale and red when not, the positive chips in blue and the negative chips in orange; a legend
+strip on top says so.
 """
+import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
 import argparse
 import logging
 import os
-import sys
 
 import cv2
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from chip_generator.mining import draw_epoch_stride, mine_image_chips  # noqa: E402
-from lib.config import load_config, parse_cli_overrides  # noqa: E402
-from lib.dataset import load_roidb, read_image  # noqa: E402
-from lib.logger import setup_logging  # noqa: E402
+from chip_generator.mining import MiningParams, draw_epoch_stride, mine_image_chips
+from lib.config import add_config_arguments, config_from_arguments
+from lib.dataset import load_roidb, read_image
+from lib.drawing import draw_boxes, legend
+from lib.logger import setup_logging
 
 logger = logging.getLogger("visualize_chips")
-DEFAULT_CFG = "configs/faster/sniper_synthetic_tiny.yml"
 PANEL_HEIGHT = 540  # display height of every panel, in pixels
 TITLE_HEIGHT = 28
 VALID, INVALID, POSITIVE, NEGATIVE = (60, 200, 60), (40, 40, 230), (230, 120, 20), (0, 150, 255)  # BGR
@@ -35,22 +34,16 @@ def find_entry(roidb, image_id, flipped):
     raise SystemExit(f"image id {image_id}: no {kind}entry in the training roidb ({len(roidb)} entries)")
 
 
-def draw_boxes(panel, boxes, factor, colour, thickness):
-    for x1, y1, x2, y2 in np.asarray(boxes, np.float64).reshape(-1, 4) * factor:
-        cv2.rectangle(panel, (int(round(x1)), int(round(y1))), (int(round(x2)), int(round(y2))), colour, thickness,
-                      cv2.LINE_AA)
-
-
 def scale_panel(image, entry, scale, level):
     """The display panel of one scale: image, gt boxes (valid / invalid), positive and negative chips."""
     height, width = scale.image_size
     factor = PANEL_HEIGHT / height  # scaled-image pixels -> panel pixels
     panel = cv2.resize(image, (max(int(round(width * factor)), 1), PANEL_HEIGHT), interpolation=cv2.INTER_AREA)
     boxes = np.asarray(entry["boxes"], np.float32).reshape(-1, 4) * scale.im_scale
-    draw_boxes(panel, boxes[~scale.valid], factor, INVALID, 1)
-    draw_boxes(panel, boxes[scale.valid], factor, VALID, 2)
-    draw_boxes(panel, scale.neg_chips, factor, NEGATIVE, 2)
-    draw_boxes(panel, scale.pos_chips, factor, POSITIVE, 3)
+    panel = draw_boxes(panel, boxes[~scale.valid], INVALID, 1, factor)
+    panel = draw_boxes(panel, boxes[scale.valid], VALID, 2, factor)
+    panel = draw_boxes(panel, scale.neg_chips, NEGATIVE, 2, factor)
+    panel = draw_boxes(panel, scale.pos_chips, POSITIVE, 3, factor)
     title = np.full((TITLE_HEIGHT, panel.shape[1], 3), 255, np.uint8)
     text = (f"scale {level}: x{scale.im_scale:.3f} -> {width}x{height}, valid {int(scale.valid.sum())}/"
             f"{len(scale.valid)}, pos {len(scale.pos_chips)}, neg {len(scale.neg_chips)}")
@@ -61,26 +54,29 @@ def scale_panel(image, entry, scale, level):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("image_id", type=int)
-    parser.add_argument("--cfg", default=DEFAULT_CFG, help=f"config YAML (default {DEFAULT_CFG})")
-    parser.add_argument("--set", nargs="+", default=[], metavar="KEY VALUE", help="config overrides")
+    add_config_arguments(parser, cfg_help="config YAML, e.g. configs/faster/sniper_synthetic_tiny.yml")
     parser.add_argument("--out", help="PNG path (default {output_path}/chips_{IMAGE_ID}.png)")
     parser.add_argument("--flipped", action="store_true", help="the mirrored training copy")
     parser.add_argument("--stride", type=int, help="chip stride (default: drawn from TRAIN.CHIP_STRIDE)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    cfg = config_from_arguments(args)
     setup_logging()
-    cfg = load_config(args.cfg, parse_cli_overrides(args.set))
     roidb, _ = load_roidb(cfg, cfg.dataset.image_set, training=True)
     entry = find_entry(roidb, args.image_id, args.flipped)
     rng = np.random.default_rng(args.seed)
-    stride = args.stride if args.stride else draw_epoch_stride(cfg, rng)
-    chips = mine_image_chips(entry, cfg, stride, rng)
+    params = MiningParams.from_config(cfg)
+    stride = args.stride if args.stride else draw_epoch_stride(params, rng)
+    chips = mine_image_chips(entry, params, stride, rng)
     image = read_image(entry["image"])
     if entry["flipped"]:
         image = cv2.flip(image, 1)
     panels = [scale_panel(image, entry, scale, level) for level, scale in enumerate(chips.scales)]
     gap = np.full((panels[0].shape[0], 8, 3), 255, np.uint8)
     canvas = np.concatenate([part for panel in panels for part in (panel, gap)][:-1], axis=1)
+    key = legend(canvas.shape[1], [("gt valid at the scale", VALID), ("gt not valid", INVALID),
+                                   ("positive chip", POSITIVE), ("negative chip", NEGATIVE)])
+    canvas = np.concatenate([key, canvas], axis=0)
     out = args.out or os.path.join(cfg.output_path, f"chips_{args.image_id}.png")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     if not cv2.imwrite(out, canvas):

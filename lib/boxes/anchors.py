@@ -15,7 +15,7 @@ Anchor order (everything that indexes anchors must agree on it):
 import numpy as np
 
 
-def base_anchors(stride=16, ratios=(0.5, 1, 2), scales=(2, 4, 7, 10, 13, 16, 24)):
+def base_anchors(stride, ratios, scales):
     """float32 (len(ratios) * len(scales), 4) anchors centred on the stride x stride cell at the origin.
 
     Classic Faster R-CNN rule: for each ratio (height / width) keep the cell's area, take

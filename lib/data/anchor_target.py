@@ -13,18 +13,19 @@ from lib.boxes import base_anchors, bbox_overlaps, encode, grid_anchors, ignore_
 
 @dataclass(frozen=True)
 class AnchorTargetParams:
-    """The config numbers the RPN targets depend on (cfg.network / cfg.TRAIN keys)."""
+    """The config numbers the RPN targets depend on (cfg.network / cfg.TRAIN keys): the config is
+    their only source, ``from_config`` the only way in."""
 
-    chip_size: int = 512
-    feat_stride: int = 16
-    ratios: tuple = (0.5, 1.0, 2.0)
-    scales: tuple = (2, 4, 7, 10, 13, 16, 24)
-    allowed_border: float = 32
-    positive_overlap: float = 0.5
-    negative_overlap: float = 0.4
-    invalid_overlap: float = 0.3
-    batch_size: int = 256
-    fg_fraction: float = 0.5
+    chip_size: int
+    feat_stride: int
+    ratios: tuple
+    scales: tuple
+    allowed_border: float
+    positive_overlap: float
+    negative_overlap: float
+    invalid_overlap: float
+    batch_size: int
+    fg_fraction: float
 
     @classmethod
     def from_config(cls, cfg):

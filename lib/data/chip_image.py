@@ -6,7 +6,8 @@ the chip content, then mirrored if needed. Compared with resizing the whole imag
 content by under one scaled pixel and costs a fraction of the work (a 3x image is 9x the pixels).
 """
 import cv2
-import numpy as np
+
+from lib.data.pixels import network_pixels
 
 
 def source_region(chip, im_scale, image_width, flipped):
@@ -24,12 +25,13 @@ def source_region(chip, im_scale, image_width, flipped):
     return left, top, right, bottom
 
 
-def render_chip(image, chip, im_scale, flipped, pixel_means, out):
+def render_chip(image, chip, im_scale, flipped, pixel_means, channel_order, out):
     """Write the chip of ``image`` (BGR uint8, original, unflipped) into ``out`` (3, H, W) float32;
     the chip must fit ``out``'s own height and width (non-square inputs work as well as square ones).
 
-    The content fills the top-left ``height x width`` corner (the chip's size), minus ``pixel_means``
-    (BGR); the padding is 0, i.e. the mean colour. Returns (height, width).
+    The content fills the top-left ``height x width`` corner (the chip's size) in the network's
+    ``channel_order`` minus ``pixel_means`` (lib.data.pixels); the padding is 0, i.e. the mean colour.
+    Returns (height, width).
     """
     x1, y1, x2, y2 = (int(round(float(v))) for v in chip)
     height, width = y2 - y1 + 1, x2 - x1 + 1
@@ -41,8 +43,7 @@ def render_chip(image, chip, im_scale, flipped, pixel_means, out):
     resized = cv2.resize(crop, (width, height), interpolation=cv2.INTER_LINEAR)
     if flipped:
         resized = cv2.flip(resized, 1)
-    for channel, plane in enumerate(cv2.split(resized)):
-        np.subtract(plane, pixel_means[channel], out=out[channel, :height, :width], casting="unsafe")
+    network_pixels(resized, pixel_means, channel_order, out)
     out[:, height:, :] = 0
     out[:, :height, width:] = 0
     return height, width

@@ -10,14 +10,13 @@ import time
 import cv2
 import numpy as np
 
-from chip_generator.mining import valid_box_mask
+from chip_generator.mining import MiningParams
 from lib.data.anchor_target import AnchorTargeter, AnchorTargetParams
 from lib.data.batch_ring import Field
 from lib.data.chip_boxes import chip_gt_boxes, pack_gt_boxes, scaled_valid_range
 from lib.data.chip_image import render_chip
 from lib.data.epoch_plan import mine_images
 from lib.dataset.image_io import read_image
-from lib.scales import parse_valid_ranges
 
 
 def batch_fields(cfg, targeter, rpn_only):
@@ -41,14 +40,13 @@ class ChipWorker:
 
     def __init__(self, roidb, cfg, ring, rpn_only):
         self.roidb = roidb
-        self.cfg = cfg
         self.ring = ring
         self.rpn_only = rpn_only
+        self.mining = MiningParams.from_config(cfg)
         self.targeter = AnchorTargeter(AnchorTargetParams.from_config(cfg))
         self.pixel_means = np.asarray(cfg.network.PIXEL_MEANS, np.float32)
-        self.valid_ranges = parse_valid_ranges(cfg.TRAIN.VALID_RANGES, "TRAIN.VALID_RANGES")
+        self.channel_order = cfg.network.CHANNEL_ORDER
         self.min_gt_size = float(cfg.TRAIN.RPN_MIN_GT_SIZE)
-        self.chip_size = int(cfg.TRAIN.CHIP_SIZE)
 
     @staticmethod
     @contextlib.contextmanager
@@ -72,14 +70,8 @@ class ChipWorker:
         if task[0] == "chip":
             return self.make_chip(*task[1:])
         if task[0] == "mine":
-            return ("mined", task[1], mine_images(self.roidb, self.cfg, *task[2:]))
+            return ("mined", task[1], mine_images(self.roidb, self.mining, *task[2:]))
         raise ValueError(f"unknown data loader task {task[0]!r}")
-
-    def valid_mask(self, entry, chip):
-        """The boxes of ``entry`` valid in ``chip``'s scale: the miner's rule, with the epoch's stride."""
-        boxes = np.asarray(entry["boxes"], np.float32).reshape(-1, 4)
-        return valid_box_mask(boxes, self.valid_ranges[chip.scale_index], chip.im_scale, self.chip_size,
-                              chip.stride, chip.scale_index, len(self.valid_ranges))
 
     def make_chip(self, slot, position, tag, chip, seed):
         """Build ``chip`` (a ChipRef) into ``slot`` at ``position``; ``tag`` is echoed back."""
@@ -96,10 +88,10 @@ class ChipWorker:
 
         arrays = self.ring.slot(slot)
         height, width = render_chip(image, chip.box, chip.im_scale, entry["flipped"], self.pixel_means,
-                                    arrays["data"][position])
+                                    self.channel_order, arrays["data"][position])
         rendered = time.perf_counter()
 
-        boxes, classes, valid = chip_gt_boxes(entry["boxes"], entry["gt_classes"], self.valid_mask(entry, chip),
+        boxes, classes, valid = chip_gt_boxes(entry["boxes"], entry["gt_classes"], chip.valid_mask(len(entry["boxes"])),
                                               chip.im_scale, chip.box, self.min_gt_size)
         rng = np.random.default_rng(seed)
         self.targeter(boxes[valid], boxes[~valid], height, width, rng,
@@ -108,7 +100,8 @@ class ChipWorker:
         dropped = 0
         if not self.rpn_only:
             arrays["im_info"][position] = (height, width, chip.im_scale)
-            arrays["valid_ranges"][position] = scaled_valid_range(self.valid_ranges[chip.scale_index], chip.im_scale)
+            valid_range = self.mining.levels[chip.scale_index].valid_range
+            arrays["valid_ranges"][position] = scaled_valid_range(valid_range, chip.im_scale)
             dropped = pack_gt_boxes(boxes, classes, valid, arrays["gt_boxes"][position])
         done = time.perf_counter()
         return ("chip", tag, position, (decoded - start, rendered - decoded, done - rendered), dropped)

@@ -274,8 +274,9 @@ class _Resources:
 class ChipLoader(mx.io.DataIter):
     """SNIPER training batches of 512 x 512 chips for mx.mod.Module.
 
-    ``batch_size`` is chips per device (default cfg.TRAIN.BATCH_IMAGES); a batch holds
-    ``batch_size * num_ctx`` chips and splits evenly over the contexts. ``seed`` (default
+    ``chips_per_device`` is given by the caller (the trainer reads TRAIN.BATCH_IMAGES once and hands
+    the same number to the loss normalisation); a batch holds ``chips_per_device * num_ctx`` chips and
+    splits evenly over the contexts. ``seed`` (default
     cfg.default.seed) fixes every epoch: the same seed gives the same batches whatever
     ``num_workers`` (default cfg.TRAIN.NUM_PROCESS; 0 builds chips in the calling thread).
     ``begin_epoch`` makes a resumed run draw the epochs it would have drawn. ``prefetch`` batches are
@@ -284,11 +285,10 @@ class ChipLoader(mx.io.DataIter):
     Call ``close()`` (or use ``with``) to stop the workers; it is also done at exit.
     """
 
-    def __init__(self, roidb, cfg, batch_size=None, num_ctx=1, rpn_only=False, seed=None, begin_epoch=0,
+    def __init__(self, roidb, cfg, chips_per_device, num_ctx=1, rpn_only=False, seed=None, begin_epoch=0,
                  num_workers=None, prefetch=2, num_shards=1, shard_index=0):
-        per_device = cfg.TRAIN.BATCH_IMAGES if batch_size is None else batch_size
         num_workers = cfg.TRAIN.NUM_PROCESS if num_workers is None else num_workers
-        for name, value, least in (("batch_size", per_device, 1), ("num_ctx", num_ctx, 1),
+        for name, value, least in (("chips_per_device", chips_per_device, 1), ("num_ctx", num_ctx, 1),
                                    ("num_workers (TRAIN.NUM_PROCESS)", num_workers, 0), ("prefetch", prefetch, 1),
                                    ("num_shards", num_shards, 1), ("shard_index", shard_index, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
@@ -297,7 +297,7 @@ class ChipLoader(mx.io.DataIter):
             raise ValueError(f"ChipLoader: shard_index must be below num_shards ({num_shards}), got {shard_index}")
         if not roidb:
             raise ValueError("ChipLoader: the roidb is empty")
-        super().__init__(per_device * num_ctx)
+        super().__init__(chips_per_device * num_ctx)
         self.roidb, self.cfg, self.rpn_only = roidb, cfg, rpn_only
         self.seed = int(cfg.default.seed if seed is None else seed)
         self.num_workers = num_workers
@@ -309,6 +309,7 @@ class ChipLoader(mx.io.DataIter):
         self._finalizer = weakref.finalize(self, self._resources.close)
         try:
             worker = ChipWorker(roidb, cfg, None, rpn_only)
+            self._mining = worker.mining
             self._fields = batch_fields(cfg, worker.targeter, rpn_only)
             self._data_fields = [f for f in self._fields if not f.is_label]
             self._label_fields = [f for f in self._fields if f.is_label]
@@ -394,7 +395,7 @@ class ChipLoader(mx.io.DataIter):
     def _start_epoch(self):
         self.epoch += 1
         pool = self._resources.pool
-        chips, stride = mine_epoch(self.roidb, self.cfg, pool, self.seed, self.epoch)
+        chips, stride = mine_epoch(self.roidb, self._mining, pool, self.seed, self.epoch)
         self._plan = EpochPlan(chips, stride, self.batch_size, self.seed, self.epoch, self.cfg.TRAIN.SHUFFLE,
                                self.num_shards, self.shard_index)
         shard = f" (shard {self.shard_index} of {self.num_shards})" if self.num_shards > 1 else ""

@@ -24,7 +24,8 @@ logger = logging.getLogger(__name__)
 
 # Bump when the entry format or the reading rules change: old caches are then ignored.
 CACHE_VERSION = 1
-DATASETS = {"coco": CocoDataset, "pascal_voc": PascalVocDataset}
+# The synthetic set is a COCO-format folder that is generated when absent.
+DATASETS = {"coco": CocoDataset, "pascal_voc": PascalVocDataset, "synthetic": CocoDataset}
 # How many missing ids an error or log line lists.
 MAX_LISTED = 5
 
@@ -46,9 +47,9 @@ def load_roidb(cfg, image_set, training=True):
     with all its boxes and their ``difficult`` flags (the VOC evaluator's ground truth).
     An image file missing from disk is an error listing the first few, not a skip: a silently
     smaller dataset would change training and make AP incomparable. The project's synthetic
-    dataset (``cfg.dataset.synthetic_train > 0``) is generated first when absent.
+    dataset (``dataset.dataset: synthetic``) is generated first when absent.
     """
-    if cfg.dataset.synthetic_train > 0:
+    if cfg.dataset.dataset == "synthetic":
         ensure_synthetic_dataset(cfg.dataset.dataset_path, train=cfg.dataset.synthetic_train,
                                  val=cfg.dataset.synthetic_val, seed=cfg.dataset.synthetic_seed)
     dataset = make_dataset(cfg, image_set)

@@ -48,9 +48,12 @@ OPERATOR_NAMES = ("MultiProposalTarget", "CompiledDeformablePSROIPooling", "Defo
 
 
 def proposal_target_attrs(cfg):
-    """MultiProposalTarget attributes from the config, so its anchors are the RPN targets' anchors."""
+    """MultiProposalTarget attributes from the config (the training graph's only source of them), so
+    its anchors are the RPN targets' anchors. The operator encodes targets with zero means: a config
+    with non-zero TRAIN.BBOX_MEANS would train targets the checkpoint code then mis-corrects."""
     if any(cfg.TRAIN.BBOX_MEANS):
-        raise ValueError(f"TRAIN.BBOX_MEANS: MultiProposalTarget only supports zero means, got {cfg.TRAIN.BBOX_MEANS}")
+        raise ValueError(f"config key TRAIN.BBOX_MEANS = {list(cfg.TRAIN.BBOX_MEANS)}: the MultiProposalTarget "
+                         f"operator encodes box targets with zero means; set it to [0, 0, 0, 0]")
     return {
         "feature_stride": cfg.network.RPN_FEAT_STRIDE,
         "scales": tuple(cfg.network.ANCHOR_SCALES),

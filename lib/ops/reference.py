@@ -8,19 +8,6 @@ import numpy as np
 from lib.boxes import base_anchors, bbox_overlaps, clip_boxes, decode, encode, grid_anchors, match, nms
 from lib.scales import in_valid_range
 
-DEFAULT_PARAMS = {
-    "feature_stride": 16,
-    "scales": (2, 4, 7, 10, 13, 16, 24),
-    "ratios": (0.5, 1, 2),
-    "rpn_pre_nms_top_n": 6000,
-    "rpn_post_nms_top_n": 300,
-    "threshold": 0.7,
-    "rpn_min_size": 3,
-    "fg_thresh": 0.5,
-    "bbox_stds": (0.1, 0.1, 0.2, 0.2),
-}
-
-
 def chip_proposals(cls_prob, bbox_pred, im_info, valid_range, params, limit):
     """At most ``limit`` proposals (float32 (P, 4), best first) of one chip's RPN outputs."""
     stride = params["feature_stride"]
@@ -53,9 +40,9 @@ def chip_targets(rois, gt_boxes, params):
     return labels, targets, np.repeat(positive[:, None], 4, axis=1).astype(np.float32)
 
 
-def multi_proposal_target(cls_prob, bbox_pred, im_info, gt_boxes, valid_ranges, **overrides):
-    """Same inputs, attributes and outputs as ``mx.nd.MultiProposalTarget``, as NumPy arrays."""
-    params = {**DEFAULT_PARAMS, **overrides}
+def multi_proposal_target(cls_prob, bbox_pred, im_info, gt_boxes, valid_ranges, **params):
+    """Same inputs, attributes (all of them, e.g. ``lib.ops.proposal_target_attrs(cfg)``) and outputs as
+    ``mx.nd.MultiProposalTarget``, as NumPy arrays."""
     num_rois, stride = params["rpn_post_nms_top_n"], params["feature_stride"]
     outputs = []
     for b in range(len(cls_prob)):

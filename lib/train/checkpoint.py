@@ -93,10 +93,12 @@ def save_checkpoint(prefix, epoch, symbol, arg_params, aux_params, stds, means, 
     logger.info("saved checkpoint %s", params_path(prefix, epoch))
 
 
-def load_params(path, with_training_values=False):
+def load_params(path, with_training_values=False, plain_names=True):
     """Load ``arg:``/``aux:`` dicts from a ``.params`` file, with a clear error for a bad file.
 
     ``with_training_values`` also returns the dict of exact training values saved under ``train:``.
+    Keys without a kind (e.g. Gluon ``save_parameters``) count as arguments, or are an error naming the
+    key when ``plain_names`` is false.
     """
     if not os.path.isfile(path):
         raise FileNotFoundError(f"checkpoint not found: {path}")
@@ -116,8 +118,10 @@ def load_params(path, with_training_values=False):
             aux_params[name] = value
         elif kind == TRAIN_KIND:
             training_values[name] = value
-        else:  # plain names (e.g. Gluon save_parameters): treat as arguments
+        elif plain_names:
             arg_params[key] = value
+        else:
+            raise ValueError(f"{path}: key {key!r} is not 'arg:<name>' or 'aux:<name>'; not an MXNet checkpoint")
     if with_training_values:
         return arg_params, aux_params, training_values
     return arg_params, aux_params

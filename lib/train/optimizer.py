@@ -18,7 +18,7 @@ def parse_lr_steps(text, iters_per_epoch, key="TRAIN.lr_step"):
 
 def make_optimizer_params(cfg, iters_per_epoch, num_update, fp16):
     """optimizer_params for Module.init_optimizer(optimizer='sgd'), ``num_update`` iterations in."""
-    scale = cfg.TRAIN.scale if fp16 else 1.0
+    scale = cfg.TRAIN.fp16_loss_scale if fp16 else 1.0
     lr = cfg.TRAIN.lr / scale
     steps = parse_lr_steps(cfg.TRAIN.lr_step, iters_per_epoch)
     warmup_steps = cfg.TRAIN.warmup_step if cfg.TRAIN.warmup else 0

@@ -19,6 +19,7 @@ import os
 
 import mxnet as mx
 
+from lib.train.checkpoint import load_params, params_path
 from symbols import is_imagenet_parameter
 
 logger = logging.getLogger(__name__)
@@ -33,10 +34,6 @@ class PretrainedError(RuntimeError):
     """The pretrained checkpoint is missing or does not fit the network."""
 
 
-def checkpoint_path(prefix, epoch):
-    return "%s-%04d.params" % (prefix, epoch)
-
-
 def initial_params(cfg, symbol, input_shapes):
     """(arg_params, aux_params): float32 NDArrays for every parameter of `symbol`.
 
@@ -45,7 +42,7 @@ def initial_params(cfg, symbol, input_shapes):
     """
     arg_shapes, _, aux_shapes = symbol.infer_shape(**dict(input_shapes))
     if arg_shapes is None:
-        raise PretrainedError("cannot infer the parameter shapes of the network from inputs %s" % dict(input_shapes))
+        raise PretrainedError(f"cannot infer the parameter shapes of the network from inputs {dict(input_shapes)}")
     wanted_args = {n: s for n, s in zip(symbol.list_arguments(), arg_shapes) if n not in input_shapes}
     wanted_aux = dict(zip(symbol.list_auxiliary_states(), aux_shapes))
     if cfg.TRAIN.FROM_SCRATCH:
@@ -55,7 +52,7 @@ def initial_params(cfg, symbol, input_shapes):
             logger.warning("TRAIN.FROM_SCRATCH with network.FIXED_PARAMS %s: those layers stay at their random "
                            "initialisation", list(cfg.network.FIXED_PARAMS))
     else:
-        path = checkpoint_path(cfg.network.pretrained, cfg.network.pretrained_epoch)
+        path = params_path(cfg.network.pretrained, cfg.network.pretrained_epoch)
         stored_args, stored_aux = _load_checkpoint(path)
         _check_backbone_present(wanted_args, wanted_aux, stored_args, stored_aux, path)
     attrs = symbol.attr_dict()
@@ -73,21 +70,14 @@ def initial_params(cfg, symbol, input_shapes):
 def _load_checkpoint(path):
     if not os.path.isfile(path):
         raise PretrainedError(
-            "pretrained weights %s not found (config keys network.pretrained / network.pretrained_epoch). "
-            "Convert GluonCV ImageNet weights with `python tools/convert_gluoncv_resnet.py --model resnet101_v2 "
-            "--prefix <prefix>` (downloads them once; or pass --params with a GluonCV .params file), "
-            "use an MXNet resnet checkpoint with the classic naming, or set TRAIN.FROM_SCRATCH true." % path)
-    stored_args, stored_aux = {}, {}
-    for key, value in mx.nd.load(path).items():
-        kind, _, name = key.partition(":")
-        if kind == "arg":
-            stored_args[name] = value
-        elif kind == "aux":
-            stored_aux[name] = value
-        else:
-            raise PretrainedError("%s: key %r is not 'arg:<name>' or 'aux:<name>'; not an MXNet checkpoint "
-                                  "(GluonCV files need tools/convert_gluoncv_resnet.py)" % (path, key))
-    return stored_args, stored_aux
+            f"pretrained weights {path} not found (config keys network.pretrained / network.pretrained_epoch). "
+            f"Convert GluonCV ImageNet weights with `python tools/convert_gluoncv_resnet.py --model resnet101_v2 "
+            f"--prefix <prefix>` (downloads them once; or pass --params with a GluonCV .params file), "
+            f"use an MXNet resnet checkpoint with the classic naming, or set TRAIN.FROM_SCRATCH true.")
+    try:
+        return load_params(path, plain_names=False)
+    except ValueError as err:
+        raise PretrainedError(f"{err} (GluonCV files need tools/convert_gluoncv_resnet.py)") from None
 
 
 def _check_backbone_present(wanted_args, wanted_aux, stored_args, stored_aux, path):
@@ -95,9 +85,9 @@ def _check_backbone_present(wanted_args, wanted_aux, stored_args, stored_aux, pa
     missing = [n for n in wanted_args if is_imagenet_parameter(n) and n not in stored_args]
     missing += [n for n in wanted_aux if n not in stored_aux]
     if missing:
-        raise PretrainedError("%s lacks %d backbone parameters of the network, e.g. %s; is it a ResNet of the "
-                              "configured depth (config key 'symbol') with the classic MXNet naming?"
-                              % (path, len(missing), ", ".join(sorted(missing)[:5])))
+        raise PretrainedError(f"{path} lacks {len(missing)} backbone parameters of the network, e.g. "
+                              f"{', '.join(sorted(missing)[:5])}; is it a ResNet of the configured depth (config key "
+                              f"symbol) with the classic MXNet naming?")
 
 
 def _fill(wanted, stored, attrs, path):
@@ -105,8 +95,8 @@ def _fill(wanted, stored, attrs, path):
     for name, shape in wanted.items():
         if name in stored:
             if stored[name].shape != tuple(shape):
-                raise PretrainedError("%s: parameter %s has shape %s, the network needs %s"
-                                      % (path, name, stored[name].shape, tuple(shape)))
+                raise PretrainedError(f"{path}: parameter {name} has shape {stored[name].shape}, the network "
+                                      f"needs {tuple(shape)}")
             params[name] = stored[name].astype("float32")
         else:
             params[name] = mx.nd.zeros(shape, dtype="float32")

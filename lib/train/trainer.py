@@ -19,7 +19,7 @@ from lib.train.distributed import Workers, create_kvstore
 from lib.train.metrics import loss_values, make_metrics
 from lib.train.optimizer import make_optimizer_params
 from lib.train.pretrained import initial_params
-from symbols import PROPOSAL_TARGET_GROUP, get_fixed_param_names, get_symbol, use_compiled_deformable
+from symbols import PROPOSAL_TARGET_GROUP, get_fixed_param_names, training_symbol, use_compiled_deformable
 
 logger = logging.getLogger(__name__)
 
@@ -74,12 +74,14 @@ def train(cfg, resume=False, kvstore=None):
     _seed(cfg)
     rpn_only = cfg.TRAIN.ONLY_PROPOSAL
     roidb, dataset = load_roidb(cfg, cfg.dataset.image_set, training=True)
-    cfg.dataset.NUM_CLASSES = dataset.num_classes
     prefix = checkpoint.checkpoint_prefix(cfg)
     begin_epoch = _begin_epoch(cfg, prefix, resume)
-    loader = ChipLoader(roidb, cfg, num_ctx=len(contexts), rpn_only=rpn_only, seed=cfg.default.seed,
-                        begin_epoch=begin_epoch, num_shards=workers.count, shard_index=workers.rank)
-    symbol = get_symbol(cfg, is_train=True, rpn_only=rpn_only, compiled_deformable=compiled_deformable)
+    chips_per_device = cfg.TRAIN.BATCH_IMAGES  # the one read: the loader and the loss normalisation share it
+    loader = ChipLoader(roidb, cfg, chips_per_device, num_ctx=len(contexts), rpn_only=rpn_only,
+                        seed=cfg.default.seed, begin_epoch=begin_epoch, num_shards=workers.count,
+                        shard_index=workers.rank)
+    symbol = training_symbol(cfg, dataset.num_classes, chips_per_device, rpn_only=rpn_only,
+                             compiled_deformable=compiled_deformable)
     module = _bind_module(cfg, symbol, loader, contexts)
     stds, means = cfg.TRAIN.BBOX_STDS, cfg.TRAIN.BBOX_MEANS
     if begin_epoch > 0:

@@ -13,11 +13,12 @@ import mxnet as mx
 import numpy as np
 
 from lib.boxes import clip_boxes, decode
+from lib.data.pixels import network_pixels
 from lib.contexts import parse_contexts
-from lib.scales import parse_scales
-from lib.test.merge import merge_scales
+from lib.inference.merge import merge_scales
+from lib.scales import pyramid
 from lib.train.checkpoint import checkpoint_prefix, load_params, params_path
-from symbols import get_symbol, use_compiled_deformable
+from symbols import inference_symbol, use_compiled_deformable
 
 logger = logging.getLogger(__name__)
 
@@ -31,12 +32,13 @@ def checkpoint_file(cfg):
     return params_path(checkpoint_prefix(cfg), cfg.TEST.TEST_EPOCH)
 
 
-def network_input(image, scale, pixel_means):
-    """BGR uint8 (H, W, 3) -> float32 (3, h, w) resized by ``scale``, minus the BGR ``pixel_means``."""
+def network_input(image, scale, pixel_means, channel_order):
+    """BGR uint8 (H, W, 3) -> float32 (3, h, w) resized by ``scale``, in the network's channel order
+    minus the means (lib.data.pixels)."""
     height, width = image.shape[:2]
     size = (max(1, int(round(width * scale))), max(1, int(round(height * scale))))
     resized = cv2.resize(image, size, interpolation=cv2.INTER_LINEAR)
-    return (resized.astype(np.float32) - np.asarray(pixel_means, np.float32)).transpose(2, 0, 1)
+    return network_pixels(resized, pixel_means, channel_order, np.empty((3,) + resized.shape[:2], np.float32))
 
 
 def unique_rows(rois):
@@ -53,33 +55,36 @@ def to_original(boxes, scale, height, width):
 
 
 class Detector:
-    """The test (or RPN-only) symbol of ``cfg`` with trained parameters, on the configured contexts."""
+    """The test (or RPN-only) symbol of ``cfg`` with trained parameters, on the configured contexts.
 
-    def __init__(self, cfg, arg_params, aux_params, contexts=None, rpn_only=False, source="parameters"):
+    ``num_classes`` (background included) is the dataset's; the RPN-only network does not need it.
+    """
+
+    def __init__(self, cfg, num_classes, arg_params, aux_params, contexts=None, rpn_only=False,
+                 source="parameters"):
         self.cfg = cfg
         self.rpn_only = rpn_only
         self.source = source
+        self.levels = pyramid(cfg.TEST, "TEST")
         self.contexts = contexts if contexts is not None else parse_contexts(cfg.gpus)
         self.batch_size = cfg.TEST.BATCH_IMAGES * len(self.contexts)
-        if cfg.TEST.BATCH_IMAGES < 1:
-            raise ValueError(f"config key TEST.BATCH_IMAGES must be >= 1, got {cfg.TEST.BATCH_IMAGES}")
         self.stride = max(cfg.network.IMAGE_STRIDE, cfg.network.RPN_FEAT_STRIDE)
         if rpn_only and cfg.TEST.NUM_PROPOSALS > cfg.TEST.RPN_POST_NMS_TOP_N:
             logger.warning("TEST.NUM_PROPOSALS %d > TEST.RPN_POST_NMS_TOP_N %d: at most %d proposals per scale",
                            cfg.TEST.NUM_PROPOSALS, cfg.TEST.RPN_POST_NMS_TOP_N, cfg.TEST.RPN_POST_NMS_TOP_N)
-        symbol = get_symbol(cfg, is_train=False, rpn_only=rpn_only,
-                            compiled_deformable=use_compiled_deformable(cfg, self.contexts))
+        symbol = inference_symbol(cfg, num_classes, rpn_only=rpn_only,
+                                  compiled_deformable=use_compiled_deformable(cfg, self.contexts))
         self._check_params(symbol, arg_params, aux_params, source)
         self.module = mx.mod.Module(symbol, data_names=DATA_NAMES, label_names=None, context=self.contexts)
         self.module.bind(self._data_shapes(self.stride, self.stride), for_training=False)
         self.module.set_params(arg_params, aux_params, allow_missing=False, allow_extra=True)
 
     @classmethod
-    def from_checkpoint(cls, cfg, path=None, contexts=None, rpn_only=False):
+    def from_checkpoint(cls, cfg, num_classes, path=None, contexts=None, rpn_only=False):
         path = path or checkpoint_file(cfg)
         arg_params, aux_params = load_params(path)
         logger.info("loaded %s", path)
-        return cls(cfg, arg_params, aux_params, contexts=contexts, rpn_only=rpn_only, source=path)
+        return cls(cfg, num_classes, arg_params, aux_params, contexts=contexts, rpn_only=rpn_only, source=path)
 
     def _check_params(self, symbol, arg_params, aux_params, source):
         """Every parameter of the network present with the right shape, or an error naming it."""
@@ -105,7 +110,8 @@ class Detector:
     def _forward(self, images, scale_spec):
         """One batch (at most ``batch_size`` images) at one scale: ``(outputs by name, scales)``."""
         scales = [scale_spec.image_scale(*image.shape[:2]) for image in images]
-        inputs = [network_input(image, s, self.cfg.network.PIXEL_MEANS) for image, s in zip(images, scales)]
+        network = self.cfg.network
+        inputs = [network_input(image, s, network.PIXEL_MEANS, network.CHANNEL_ORDER) for image, s in zip(images, scales)]
         height = -(-max(x.shape[1] for x in inputs) // self.stride) * self.stride
         width = -(-max(x.shape[2] for x in inputs) // self.stride) * self.stride
         data = np.zeros((self.batch_size, 3, height, width), np.float32)
@@ -146,11 +152,13 @@ class Detector:
             results.append((to_original(boxes, scale, *image.shape[:2]), outputs["cls_prob_reshape_output"]))
         return results
 
-    def detect(self, images):
-        """Merged detections per image at ``TEST.SCALES``, float32 (N, 6) ``[x1, y1, x2, y2, score, label]``."""
-        specs = parse_scales(self.cfg.TEST.SCALES, "TEST.SCALES")
-        per_scale = [self.scale_detections(images, spec) for spec in specs]
-        return [merge_scales([scale[i] for scale in per_scale], self.cfg.TEST) for i in range(len(images))]
+    def detect(self, images, levels=None):
+        """Merged detections per image at ``levels`` (default: the config's test pyramid), float32 (N, 6)
+        ``[x1, y1, x2, y2, score, label]``."""
+        levels = self.levels if levels is None else levels
+        per_scale = [self.scale_detections(images, level.spec) for level in levels]
+        ranges = [level.valid_range for level in levels]
+        return [merge_scales([scale[i] for scale in per_scale], ranges, self.cfg.TEST) for i in range(len(images))]
 
     def propose(self, images):
         """RPN proposals per image, float32 (P, 5) ``[x1, y1, x2, y2, score]`` in original pixels:
@@ -158,8 +166,8 @@ class Detector:
         if not self.rpn_only:
             raise RuntimeError("proposal extraction needs a Detector built with rpn_only=True")
         pooled = [[] for _ in images]
-        for spec in parse_scales(self.cfg.TEST.SCALES, "TEST.SCALES"):
-            per_image = self._per_image(images, spec, ("rois_score",))
+        for level in self.levels:
+            per_image = self._per_image(images, level.spec, ("rois_score",))
             for parts, (image, scale, rois, outputs) in zip(pooled, per_image):
                 scores = outputs["rois_score"][:, 0]
                 best = np.argsort(-scores, kind="stable")[: self.cfg.TEST.NUM_PROPOSALS]

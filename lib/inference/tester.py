@@ -18,8 +18,8 @@ from tqdm import tqdm
 
 from lib.atomic import write_json, write_pickle
 from lib.dataset import load_roidb, read_image
-from lib.test.detector import Detector
-from lib.test.evaluator import coco_results, evaluate_coco, evaluate_voc
+from lib.inference.detector import Detector
+from lib.inference.evaluator import coco_results, evaluate_coco, evaluate_voc
 from lib.train.checkpoint import output_dir
 
 logger = logging.getLogger(__name__)
@@ -84,18 +84,14 @@ def run_images(roidb, batch_size, process, desc):
     return outputs, skipped
 
 
-def _set_num_classes(cfg, dataset):
-    if not cfg.dataset.NUM_CLASSES:
-        cfg.dataset.NUM_CLASSES = dataset.num_classes
-
-
-def test(cfg, detector=None):
-    """Detect on ``dataset.test_image_set``, write the results and evaluate them; returns a summary dict
-    (COCO stats or VOC APs, image counts, skipped images), also written as ``test_summary.json``."""
+def test(cfg, detector=None, checkpoint=None):
+    """Detect on ``dataset.test_image_set`` with ``detector``, or one loaded from ``checkpoint`` (default:
+    ``TEST.MODEL`` or epoch ``TEST.TEST_EPOCH`` of the config's run), write the results and evaluate
+    them; returns a summary dict (COCO stats or VOC APs, image counts, skipped images), also written as
+    ``test_summary.json``."""
     image_set = cfg.dataset.test_image_set
     roidb, dataset = load_roidb(cfg, image_set, training=False)
-    _set_num_classes(cfg, dataset)
-    detector = detector or Detector.from_checkpoint(cfg)
+    detector = detector or Detector.from_checkpoint(cfg, dataset.num_classes, path=checkpoint)
     logger.info("testing %d images of %s at scales %s on %s", len(roidb), image_set, cfg.TEST.SCALES,
                 detector.contexts)
     found, skipped = run_images(roidb, detector.batch_size, detector.detect, "testing")
@@ -142,9 +138,8 @@ def extract_proposals(cfg, detector=None):
     ``TEST.NUM_PROPOSALS`` per scale, pooled), saved as ``{image_id: float32 (P, 5)}`` in original
     unflipped pixels to ``proposal_file(cfg)``; returns the path."""
     image_set = cfg.dataset.image_set
-    roidb, dataset = load_roidb(cfg, image_set, training=False)
-    _set_num_classes(cfg, dataset)
-    detector = detector or Detector.from_checkpoint(cfg, rpn_only=True)
+    roidb, _ = load_roidb(cfg, image_set, training=False)
+    detector = detector or Detector.from_checkpoint(cfg, None, rpn_only=True)
     found, skipped = run_images(roidb, detector.batch_size, detector.propose, "proposals")
     proposals = {roidb[i]["id"]: found[i] for i in sorted(found)}
     path = proposal_file(cfg)

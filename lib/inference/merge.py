@@ -46,11 +46,11 @@ def suppress(candidates, test_cfg):
     return merged[order]
 
 
-def merge_scales(per_scale, test_cfg):
-    """Merge ``[(boxes (R,4), scores (R,C)), ...]``, one pair per entry of ``TEST.VALID_RANGES``."""
-    if len(per_scale) != len(test_cfg.VALID_RANGES):
-        raise ValueError(f"{len(per_scale)} scales of detections for {len(test_cfg.VALID_RANGES)} "
-                         f"TEST.VALID_RANGES {test_cfg.VALID_RANGES}")
+def merge_scales(per_scale, valid_ranges, test_cfg):
+    """Merge ``[(boxes (R,4), scores (R,C)), ...]``, one pair per parsed ``(lo, hi)`` of ``valid_ranges``
+    (the test pyramid's); ``test_cfg`` (the TEST section) gives the suppression and the cap."""
+    if len(per_scale) != len(valid_ranges):
+        raise ValueError(f"{len(per_scale)} scales of detections for {len(valid_ranges)} valid ranges")
     candidates = [scale_candidates(boxes, scores, valid_range, test_cfg.SCORE_THRESH)
-                  for (boxes, scores), valid_range in zip(per_scale, test_cfg.VALID_RANGES)]
+                  for (boxes, scores), valid_range in zip(per_scale, valid_ranges)]
     return suppress(np.concatenate(candidates), test_cfg)

@@ -1,0 +1,133 @@
+"""Measuring for the benchmark tools (tools/benchmark_*.py, tools/bench_dataset.py), whose tables
+BENCHMARKS.md records: repeated timing after a warm-up, the peak memory of this process and of worker
+processes, and the Markdown table they print. (Tests assert no timings: speed figures come from these.)
+"""
+import numbers
+import statistics
+import threading
+import time
+from dataclasses import dataclass
+
+import psutil
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds per call of each timed round, wall clock and this process's CPU time (all threads), and
+    the value the last call returned."""
+    seconds: tuple
+    cpu_seconds: tuple
+    result: object = None
+
+    @property
+    def median(self):
+        return statistics.median(self.seconds)
+
+    @property
+    def best(self):
+        return min(self.seconds)
+
+    @property
+    def cpu_fraction(self):
+        """Cores busy on average: CPU time over wall time."""
+        return sum(self.cpu_seconds) / sum(self.seconds)
+
+
+def measure(function, repeat=3, warmup=1, min_seconds=0.0, setup=None, clock=time.perf_counter,
+            cpu_clock=time.process_time):
+    """Call ``function()`` ``warmup`` times untimed (first calls pay for initialisation), then time
+    ``repeat`` rounds.
+
+    A round is one call, or, with ``min_seconds``, as many calls as fill that time judged by the last
+    warm-up call (a sub-millisecond call is timed poorly on its own); each round gives seconds per call.
+    ``setup()``, when given, runs untimed before every round and its value is the argument of the
+    round's calls (fresh random generators, for instance).
+    """
+    if repeat < 1:
+        raise ValueError(f"repeat must be at least 1, got {repeat}")
+
+    def run(calls):
+        argument = () if setup is None else (setup(),)
+        start, cpu_start = clock(), cpu_clock()
+        for _ in range(calls):
+            result = function(*argument)
+        return (clock() - start) / calls, (cpu_clock() - cpu_start) / calls, result
+
+    calls = 1
+    for _ in range(warmup):
+        seconds = run(1)[0]
+        if min_seconds:
+            calls = max(1, int(min_seconds / max(seconds, 1e-9)))
+    rounds = [run(calls) for _ in range(repeat)]
+    return Timing(tuple(r[0] for r in rounds), tuple(r[1] for r in rounds), rounds[-1][2])
+
+
+class PeakMemory:
+    """Peak memory while a ``with`` block runs: a thread samples, at the start, every ``interval``
+    seconds and at the end, the resident set size of this process (``.rss``) and the summed
+    proportional set size of the processes ``pids`` (``.pss``: their share of the pages they touch,
+    shared memory included), in bytes.
+
+    Reading a process's PSS walks its page tables, so sample workers rarely (about once a second).
+    """
+
+    def __init__(self, pids=(), interval=0.02):
+        self.pids, self.interval = list(pids), interval
+        self.rss = self.pss = 0
+        self._process = psutil.Process()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="memory sampler", daemon=True)
+
+    def _sample(self):
+        total = 0
+        for pid in self.pids:
+            try:
+                total += psutil.Process(pid).memory_full_info().pss
+            except psutil.Error:  # ended, or not ours to read
+                pass
+        self.pss = max(self.pss, total)
+        self.rss = max(self.rss, self._process.memory_info().rss)
+
+    def _run(self):
+        self._sample()
+        while not self._stop.wait(self.interval):
+            self._sample()
+        self._sample()
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def markdown_table(header, rows, formats=None):
+    """``rows`` of cells under ``header`` as a Markdown table, columns padded to their widths.
+
+    ``formats[i]`` is the format spec of the numbers of column ``i`` (``".2f"``; ``None`` or ``""``:
+    ``str``); a ``None`` cell prints as ``-``. Columns holding only numbers are right-aligned.
+    """
+    formats = list(formats or [None] * len(header))
+    if len(formats) != len(header) or any(len(row) != len(header) for row in rows):
+        raise ValueError(f"every row and the formats need {len(header)} cells, as the header")
+
+    def is_number(value):
+        return isinstance(value, numbers.Number) and not isinstance(value, bool)
+
+    def cell(value, spec):
+        if value is None:
+            return "-"
+        return format(value, spec) if spec and is_number(value) else str(value)
+
+    cells = [[cell(value, spec) for value, spec in zip(row, formats)] for row in rows]
+    right = [bool(rows) and all(is_number(row[i]) or row[i] is None for row in rows) for i in range(len(header))]
+    widths = [max([len(title)] + [len(row[i]) for row in cells]) for i, title in enumerate(header)]
+
+    def line(texts):
+        return "| " + " | ".join(text.rjust(w) if r else text.ljust(w)
+                                 for text, w, r in zip(texts, widths, right)) + " |"
+
+    rule = "|" + "|".join(("-" * (w + 1) + ":") if r else (":" + "-" * (w + 1)) for w, r in zip(widths, right)) + "|"
+    return "\n".join([line(header), rule] + [line(row) for row in cells])

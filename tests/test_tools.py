@@ -1,0 +1,44 @@
+"""The tools' command lines (tools/NAME.py): every tool that takes a config stops on a config mistake
+with the one-line message of lib.config, before doing any work, never with a traceback."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml")
+# each tool with the arguments it needs besides --cfg / --set
+CONFIG_TOOLS = {
+    "pixel_budget.py": [], "visualize_chips.py": ["1"], "visualize_batch.py": [], "ablation_synthetic.py": [],
+    "train_neg_chips.py": [], "benchmark_inference.py": [], "benchmark_iterator.py": [], "benchmark_kvstore.py": [],
+}
+
+
+def run_tool(tool, *argv, cwd=None):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "tools", tool), *CONFIG_TOOLS[tool], *argv],
+                          capture_output=True, text=True, timeout=120, cwd=cwd)
+
+
+@pytest.mark.parametrize("tool", sorted(CONFIG_TOOLS))
+def test_a_bad_set_key_is_one_line(tool, tmp_path):
+    result = run_tool(tool, "--cfg", TINY, "--set", "TRAIN.NO_SUCH_KEY", "1", cwd=tmp_path)
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == "config error: unknown config key TRAIN.NO_SUCH_KEY\n"
+    assert os.listdir(tmp_path) == []  # nothing written
+
+
+@pytest.mark.parametrize("tool", ["pixel_budget.py", "visualize_chips.py", "visualize_batch.py"])
+def test_a_missing_config_file_is_one_line(tool, tmp_path):
+    missing = tmp_path / "missing.yml"
+    result = run_tool(tool, "--cfg", str(missing))
+    assert result.returncode == 1
+    assert result.stderr == f"config error: cannot read config file {missing}: No such file or directory\n"
+
+
+def test_a_bad_value_and_a_missing_cfg_option():
+    result = run_tool("visualize_chips.py", "--cfg", TINY, "--set", "TRAIN.BATCH_IMAGES", "many")
+    assert result.returncode == 1 and "TRAIN.BATCH_IMAGES" in result.stderr and "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1
+    result = run_tool("pixel_budget.py")
+    assert result.returncode == 2 and "the following arguments are required: --cfg" in result.stderr
