@@ -39,47 +39,42 @@ SamplePoint PointOf(const Im2ColGeometry& g, const float* group_offset, int k, i
           static_cast<float>(col) + group_offset[(2 * k + 1) * plane + at]};
 }
 
+// The two cells around coordinate x >= 0 of an axis of `size` cells, as the reference picks them, and
+// the coordinate they are weighed at: trunc(x) and the next one; from the last cell on, both are the
+// last cell and x moves onto it.
+struct AxisCells {
+  int low, high;
+  float x;
+};
+
+AxisCells CellsAround(float x, int size) {
+  const int low = static_cast<int>(x);
+  if (low >= size - 1) return {size - 1, size - 1, static_cast<float>(size - 1)};
+  return {low, low + 1, x};
+}
+
 SampleTap ForwardTap(const Im2ColGeometry& g, SamplePoint p) {
-  const int height = g.height, width = g.width;
-  if (!(p.h >= 0 && p.w >= 0 && p.h < height && p.w < width)) return SampleTap{{-1, 0, 0, 0}, {0, 0, 0, 0}};
-  float h = p.h, w = p.w;
-  const int h_low = static_cast<int>(std::floor(h)), w_low = static_cast<int>(std::floor(w));
-  int h_high = h_low + 1, w_high = w_low + 1;
-  if (h_low >= height - 1) {
-    h_high = height - 1;
-    h = static_cast<float>(h_low);
-  }
-  if (w_low >= width - 1) {
-    w_high = width - 1;
-    w = static_cast<float>(w_low);
-  }
-  const float lh = h - static_cast<float>(h_low), lw = w - static_cast<float>(w_low);
+  if (!(p.h >= 0 && p.w >= 0 && p.h < g.height && p.w < g.width)) return SampleTap{{-1, 0, 0, 0}, {0, 0, 0, 0}};
+  const AxisCells h = CellsAround(p.h, g.height), w = CellsAround(p.w, g.width);
+  const float lh = h.x - static_cast<float>(h.low), lw = w.x - static_cast<float>(w.low);
   const float hh = 1 - lh, hw = 1 - lw;
-  return SampleTap{{h_low * width + w_low, h_low * width + w_high, h_high * width + w_low, h_high * width + w_high},
+  const int width = g.width;
+  return SampleTap{{h.low * width + w.low, h.low * width + w.high, h.high * width + w.low, h.high * width + w.high},
                    {hh * hw, hh * lw, lh * hw, lh * lw}};
 }
 
 // The reference's col2im weight of cell (h, w) for a point at (point_h, point_w).
 float ScatterWeight(float point_h, float point_w, int64_t h, int64_t w, int height, int width) {
   if (point_h < 0 || point_h > height || point_w < 0 || point_w > width) return 0;
-  int64_t h_low = static_cast<int64_t>(point_h), w_low = static_cast<int64_t>(point_w);
-  int64_t h_high = h_low + 1, w_high = w_low + 1;
-  if (h_low >= height - 1) {
-    h_high = h_low = height - 1;
-    point_h = static_cast<float>(h_low);
-  }
-  if (w_low >= width - 1) {
-    w_high = w_low = width - 1;
-    point_w = static_cast<float>(w_low);
-  }
-  const float below_h = static_cast<float>(h + 1) - point_h, above_h = (point_h + 1) - static_cast<float>(h);
-  const float below_w = static_cast<float>(w + 1) - point_w, above_w = (point_w + 1) - static_cast<float>(w);
-  if (h == h_low) {
-    if (w == w_low) return below_h * below_w;
-    if (w == w_high) return below_h * above_w;
-  } else if (h == h_high) {
-    if (w == w_low) return above_h * below_w;
-    if (w == w_high) return above_h * above_w;
+  const AxisCells rows = CellsAround(point_h, height), cols = CellsAround(point_w, width);
+  const float below_h = static_cast<float>(h + 1) - rows.x, above_h = (rows.x + 1) - static_cast<float>(h);
+  const float below_w = static_cast<float>(w + 1) - cols.x, above_w = (cols.x + 1) - static_cast<float>(w);
+  if (h == rows.low) {
+    if (w == cols.low) return below_h * below_w;
+    if (w == cols.high) return below_h * above_w;
+  } else if (h == rows.high) {
+    if (w == cols.low) return above_h * below_w;
+    if (w == cols.high) return above_h * above_w;
   }
   return 0;
 }
@@ -104,22 +99,12 @@ SampleTap ScatterTap(const Im2ColGeometry& g, SamplePoint p) {
 }
 
 OffsetTap CoordinateTap(const Im2ColGeometry& g, SamplePoint p) {
-  const int height = g.height, width = g.width;
-  if (!(p.h >= 0 && p.w >= 0 && p.h < height && p.w < width)) return OffsetTap{{-1, 0, 0, 0}, 0, 0, 0, 0};
-  float h = p.h, w = p.w;
-  int h_low = static_cast<int>(h), w_low = static_cast<int>(w);
-  int h_high = h_low + 1, w_high = w_low + 1;
-  if (h_low >= height - 1) {
-    h_high = h_low = height - 1;
-    h = static_cast<float>(h_low);
-  }
-  if (w_low >= width - 1) {
-    w_high = w_low = width - 1;
-    w = static_cast<float>(w_low);
-  }
-  return OffsetTap{{h_low * width + w_low, h_low * width + w_high, h_high * width + w_low, h_high * width + w_high},
-                   static_cast<float>(w_low + 1) - w, w - static_cast<float>(w_low),
-                   static_cast<float>(h_low + 1) - h, h - static_cast<float>(h_low)};
+  if (!(p.h >= 0 && p.w >= 0 && p.h < g.height && p.w < g.width)) return OffsetTap{{-1, 0, 0, 0}, 0, 0, 0, 0};
+  const AxisCells h = CellsAround(p.h, g.height), w = CellsAround(p.w, g.width);
+  const int width = g.width;
+  return OffsetTap{{h.low * width + w.low, h.low * width + w.high, h.high * width + w.low, h.high * width + w.high},
+                   static_cast<float>(w.low + 1) - w.x, w.x - static_cast<float>(w.low),
+                   static_cast<float>(h.low + 1) - h.x, h.x - static_cast<float>(h.low)};
 }
 
 // Fills taps[((n * groups + group) * taps + k) * positions + position] for every sampling point.
@@ -222,11 +207,9 @@ void DeformableIm2ColBackward(const Im2ColGeometry& g, const float* columns_grad
     for (int64_t item = 0; item < items; ++item) {
       const int64_t image_group = item / blocks;  // n * groups + group
       const int64_t first = item % blocks * kBlock, count = std::min(kBlock, positions - first);
-      const int group = static_cast<int>(image_group % g.deformable_groups);
-      const int64_t n = image_group / g.deformable_groups;
       std::fill(sums.begin(), sums.end(), 0.0f);
       for (int cc = 0; cc < per_group; ++cc) {
-        const int64_t nc = n * g.channels + static_cast<int64_t>(group) * per_group + cc;
+        const int64_t nc = image_group * per_group + cc;  // n * channels + group * per_group + cc
         const float* channel = data + nc * plane;
         for (int k = 0; k < taps_per_point; ++k) {
           const float* grad = columns_grad + (nc * taps_per_point + k) * positions + first;

@@ -26,7 +26,8 @@ using Attrs = std::unordered_map<std::string, std::string>;
 
 // The attributes; input shapes are filled in by Resolve.
 bool ParseGeometry(const Attrs& attrs, Im2ColGeometry* g) {
-  *g = Im2ColGeometry{0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 1, 1, 1, 0, 0};
+  *g = Im2ColGeometry{};
+  g->stride_h = g->stride_w = g->dilate_h = g->dilate_w = g->deformable_groups = 1;
   bool seen_kernel = false;
   for (const auto& kv : attrs) {
     const std::string& key = kv.first;
