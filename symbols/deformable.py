@@ -31,8 +31,8 @@ def deformable_convolution(data, offset, name, in_channels, num_filter, kernel, 
     sampling = dict(kernel=tuple(kernel), stride=tuple(stride), pad=tuple(pad), dilate=tuple(dilate),
                     num_deformable_group=num_deformable_group)
     if not compiled:
-        return mx.sym.contrib.DeformableConvolution(data=data, offset=offset, num_filter=num_filter, num_group=num_group,
-                                                    no_bias=no_bias, name=name, **sampling)
+        return mx.sym.contrib.DeformableConvolution(data=data, offset=offset, num_filter=num_filter,
+                                                    num_group=num_group, no_bias=no_bias, name=name, **sampling)
     if in_channels % num_group:
         raise ValueError(f"{name}: in_channels {in_channels} is not a multiple of num_group {num_group}")
     from lib import ops  # noqa: F401  (registers DeformableIm2Col)

@@ -1,4 +1,5 @@
-"""Pre-activation (v2) bottleneck ResNet body: res4 at stride 16, deformable dilated res5 at stride 16.
+"""Pre-activation (v2) bottleneck ResNet body: res4 at stride 16, deformable dilated res5 at stride 16,
+concatenated into the features both heads read.
 
 Parameter names follow MXNet's classic symbolic ResNet (`bn_data`, `conv0`, `bn0`,
 `stageN_unitM_{bn1,conv1,bn2,conv2,bn3,conv3,sc}`) so that ImageNet checkpoints with that naming, the
@@ -9,6 +10,7 @@ from collections import namedtuple
 
 import mxnet as mx
 
+from symbols.batch_norm import matches_prefix
 from symbols.deformable import deformable_convolution
 
 # units: bottleneck units per stage 1..4; widths: conv0 channels then the output channels of stages 1..4
@@ -23,38 +25,16 @@ RESNETS = {
 }
 
 BN_EPS = 2e-5  # the classic symbolic ResNet's value, which its checkpoints were trained with
+FEATURE_STRIDE = 16  # res4 and the dilated res5
 DEFORMABLE_GROUPS = 4
 RES5_DILATION = 2
 INPUT_NORMALISER = "bn_data"
-
-
-class BatchNormPolicy:
-    """How every BatchNorm of the network behaves.
-
-    Frozen layers (and all layers at test time) use their stored statistics; the others normalise with
-    batch statistics and update the running ones with `momentum`.
-    """
-
-    def __init__(self, momentum, training, frozen_prefixes=()):
-        self.momentum = momentum
-        self.training = training
-        self.frozen_prefixes = tuple(frozen_prefixes)
-
-    def __call__(self, data, name, fix_gamma=False, frozen=False):
-        use_global_stats = frozen or not self.training or matches_prefix(name, self.frozen_prefixes)
-        return mx.sym.BatchNorm(data=data, fix_gamma=fix_gamma, eps=BN_EPS, momentum=self.momentum,
-                                use_global_stats=use_global_stats, name=name)
 
 
 def is_imagenet_parameter(name):
     """True for the body parameters an ImageNet checkpoint provides: all but the deformable offsets."""
     return matches_prefix(name, (INPUT_NORMALISER, "conv0", "bn0")) or \
         (name.startswith("stage") and "_offset_" not in name)
-
-
-def matches_prefix(name, prefixes):
-    """True if `name` is one of `prefixes` or a parameter/layer under one (`stage1` covers `stage1_*`)."""
-    return any(name == prefix or name.startswith(prefix + "_") for prefix in prefixes)
 
 
 def residual_unit(data, width, stride, project, name, batch_norm, dilation=1, deformable=False,
@@ -122,3 +102,9 @@ def resnet_body(data, spec, batch_norm, fp16=False, compiled_deformable=False):
     res5 = _stage(res4, 4, spec, 1, batch_norm, dilation=RES5_DILATION, deformable=True,
                   compiled_deformable=compiled_deformable)
     return res4, res5
+
+
+def resnet_features(data, spec, batch_norm, fp16=False, compiled_deformable=False):
+    """The SNIPER features: res4 and res5 concatenated (1024 + 2048 channels for ResNet-50/101)."""
+    res4, res5 = resnet_body(data, spec, batch_norm, fp16=fp16, compiled_deformable=compiled_deformable)
+    return mx.sym.concat(res4, res5, dim=1, name="res4_res5")

@@ -15,7 +15,7 @@ import lib.ops  # noqa: F401  (registers the compiled operators)
 from conftest import build_cfg
 from symbols import inference_symbol, training_symbol, use_compiled_deformable
 from symbols.deformable import deformable_convolution, deformable_psroi_pooling
-from test_symbols import graph_nodes, inference_shapes, parameter_shapes, train_shapes
+from network_helpers import graph_nodes, inference_shapes, parameter_shapes, train_shapes
 
 RTOL = 1e-4
 VARIANTS = (False, True)  # compiled?
@@ -198,19 +198,27 @@ def test_deformable_im2col_errors_name_the_problem():
 
 # ---------------------------------------------------------------- the network
 
-@pytest.mark.parametrize("symbol_name", ["resnet101", "resnet_tiny"])
+COMPILED_COUNTERPARTS = {"_contrib_DeformableConvolution": "DeformableIm2Col",
+                         "_contrib_DeformablePSROIPooling": "CompiledDeformablePSROIPooling"}
+
+
+@pytest.mark.parametrize("symbol_name", ["resnet101", "resnet_tiny", "mobilenetv2_tiny"])
 @pytest.mark.parametrize("is_train", [False, True])
 def test_network_parameters_do_not_depend_on_the_operators(symbol_name, is_train):
-    cfg = build_cfg({"symbol": symbol_name, "TRAIN.fp16": False})
-    shapes = train_shapes(2, 256) if is_train else inference_shapes(1, 512)
+    stride = 32 if symbol_name.startswith("mobilenet") else 16
+    cfg = build_cfg({"symbol": symbol_name, "TRAIN.fp16": False, "TEST.fp16": False,
+                     "network.RPN_FEAT_STRIDE": stride, "network.RCNN_FEAT_STRIDE": stride})
+    shapes = train_shapes(2, 256, stride=stride) if is_train else inference_shapes(1, 512)
     stock, compiled = (network(cfg, is_train, num_classes=81, compiled=c) for c in VARIANTS)
     assert compiled.list_arguments() == stock.list_arguments()
     assert compiled.list_auxiliary_states() == stock.list_auxiliary_states()
     assert compiled.list_outputs() == stock.list_outputs()
     assert parameter_shapes(compiled, shapes) == parameter_shapes(stock, shapes)
-    ops = {node["op"] for node in graph_nodes(compiled)}
-    assert {"DeformableIm2Col", "CompiledDeformablePSROIPooling"} <= ops
-    assert not ops & {"_contrib_DeformableConvolution", "_contrib_DeformablePSROIPooling"}
+    stock_ops = {node["op"] for node in graph_nodes(stock)} & set(COMPILED_COUNTERPARTS)
+    compiled_ops = {node["op"] for node in graph_nodes(compiled)}
+    assert "_contrib_DeformablePSROIPooling" in stock_ops
+    assert not compiled_ops & set(COMPILED_COUNTERPARTS)
+    assert {COMPILED_COUNTERPARTS[op] for op in stock_ops} <= compiled_ops
 
 
 def network(cfg, is_train, num_classes, compiled, chips=2):
@@ -237,8 +245,8 @@ def tiny_network_inputs(symbol, shapes, seed):
 
 @pytest.mark.parametrize("is_train", [False, True])
 def test_tiny_network_outputs_and_gradients_match_stock(is_train):
-    cfg = build_cfg({"symbol": "resnet_tiny", "TRAIN.fp16": False, "TRAIN.RPN_POST_NMS_TOP_N": 64,
-                     "TEST.RPN_POST_NMS_TOP_N": 64})
+    cfg = build_cfg({"symbol": "resnet_tiny", "TRAIN.fp16": False, "TEST.fp16": False,
+                     "TRAIN.RPN_POST_NMS_TOP_N": 64, "TEST.RPN_POST_NMS_TOP_N": 64})
     shapes = train_shapes(2, 128) if is_train else inference_shapes(2, 128)
     symbols = [network(cfg, is_train, num_classes=5, compiled=c) for c in VARIANTS]
     inputs, aux_shapes = tiny_network_inputs(symbols[0], shapes, seed=5)

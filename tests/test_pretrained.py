@@ -18,7 +18,8 @@ from lib import gluoncv_resnet
 from lib.train.checkpoint import params_path
 from lib.train.pretrained import PretrainedError, initial_params
 from symbols import is_imagenet_parameter, training_symbol
-from symbols.resnet import RESNETS, BatchNormPolicy, resnet_body
+from symbols.batch_norm import BatchNormPolicy
+from symbols.resnet import BN_EPS, RESNETS, resnet_body
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MANIFEST = os.path.join(ROOT, "tests", "data", "sniper_res101_test_params.json")
@@ -87,7 +88,8 @@ def test_converted_backbone_computes_the_gluoncv_forward(gluon_resnet50):
     gluon_res5 = net.features[8](x).asnumpy()
 
     arg_params, aux_params = gluoncv_resnet.convert(net, pixel_means())
-    res4, res5 = resnet_body(mx.sym.var("data"), RESNETS["resnet50"], BatchNormPolicy(0.995, training=False))
+    batch_norm = BatchNormPolicy(0.995, training=False, eps=BN_EPS)
+    res4, res5 = resnet_body(mx.sym.var("data"), RESNETS["resnet50"], batch_norm)
     symbol = mx.sym.Group([res4, res5])
     our_input = image_rgb[:, ::-1] - pixel_means()[:, None, None]  # BGR minus the project's means
     executor = symbol.simple_bind(mx.cpu(), grad_req="null", data=our_input.shape)

@@ -100,7 +100,7 @@ def op_passes(build, shapes, fixed):
 
 def test_passes(rng):
     """{variant: pass()} of the resnet101 test network on one 800x1280 image."""
-    cfg = load_config(None, [("symbol", "resnet101")])
+    cfg = load_config(None, [("symbol", "resnet101"), ("TEST.fp16", "false")])
     shapes = dict(data=(1, 3, 800, 1280), im_info=(1, 3), im_ids=(1,), chip_ids=(1,))
     passes = {}
     for variant in VARIANTS:

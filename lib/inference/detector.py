@@ -13,8 +13,8 @@ import mxnet as mx
 import numpy as np
 
 from lib.boxes import clip_boxes, decode
+from lib.contexts import fp16_enabled, parse_contexts
 from lib.data.pixels import network_pixels
-from lib.contexts import parse_contexts
 from lib.inference.merge import merge_scales
 from lib.scales import pyramid
 from lib.train.checkpoint import checkpoint_prefix, load_params, params_path
@@ -67,6 +67,7 @@ class Detector:
         self.source = source
         self.levels = pyramid(cfg.TEST, "TEST")
         self.contexts = contexts if contexts is not None else parse_contexts(cfg.gpus)
+        self.fp16 = fp16_enabled(cfg, "TEST", self.contexts)  # the body only: inputs and outputs stay float32
         self.batch_size = cfg.TEST.BATCH_IMAGES * len(self.contexts)
         self.stride = max(cfg.network.IMAGE_STRIDE, cfg.network.RPN_FEAT_STRIDE)
         if rpn_only and cfg.TEST.NUM_PROPOSALS > cfg.TEST.RPN_POST_NMS_TOP_N:

@@ -67,10 +67,11 @@ convolution. The backward gives data and offset the reference's col2im and coord
 Both follow the reference's float32 operations and summation order: on the tests' inputs the
 pooling's outputs and gradients and the convolution's data and offset gradients were bit-equal to
 MXNet's (the tests allow 1e-4); the convolution's product is another BLAS call, and the pooling's
-trans gradient sums in another order when part_size < pooled_size. Kernels run OpenMP loops over rois, channels or blocks of sampling points
-with the calling engine worker's thread count (OMP_NUM_THREADS, or MXNet's default of half the
-cores). MXNet passes library operators no gradient request types: gradients are always written, never
-added (``grad_req="add"`` on their inputs, or MXNET_EXEC_ENABLE_ADDTO=1, would be wrong).
+trans gradient sums in another order when part_size < pooled_size. Kernels run OpenMP loops over
+rois, channels or blocks of sampling points with the calling engine worker's thread count
+(OMP_NUM_THREADS, or MXNet's default of half the cores). MXNet passes library operators no gradient
+request types: gradients are always written, never added (``grad_req="add"`` on their inputs, or
+MXNET_EXEC_ENABLE_ADDTO=1, would be wrong).
 """
 import os
 

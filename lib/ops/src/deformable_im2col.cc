@@ -179,7 +179,9 @@ void DeformableIm2ColBackward(const Im2ColGeometry& g, const float* columns_grad
       const int64_t first_channel = image_group * per_group + item % slices * kChannels;
       const int64_t end_channel = std::min(first_channel + kChannels, (image_group + 1) * per_group);
       const SampleTap* all = &taps[image_group * group_taps];
-      for (int64_t nc = first_channel; nc < end_channel; ++nc) std::memset(data_grad + nc * plane, 0, plane * sizeof(float));
+      for (int64_t nc = first_channel; nc < end_channel; ++nc) {
+        std::memset(data_grad + nc * plane, 0, plane * sizeof(float));
+      }
       for (int64_t first = 0; first < group_taps; first += kTapBlock) {
         const int64_t last = std::min(first + kTapBlock, group_taps);
         for (int64_t nc = first_channel; nc < end_channel; ++nc) {

@@ -41,9 +41,11 @@ bool ParseGeometry(const Attrs& attrs, Im2ColGeometry* g) {
                      << " (height, width)";
         return false;
       }
-      int* target = key == "kernel" ? &g->kernel_h : key == "stride" ? &g->stride_h : key == "dilate" ? &g->dilate_h : &g->pad_h;
-      int* target_w = key == "kernel" ? &g->kernel_w : key == "stride" ? &g->stride_w : key == "dilate" ? &g->dilate_w : &g->pad_w;
-      *target = pair[0];
+      int* target_h = key == "kernel" ? &g->kernel_h : key == "stride" ? &g->stride_h
+                      : key == "dilate" ? &g->dilate_h : &g->pad_h;
+      int* target_w = key == "kernel" ? &g->kernel_w : key == "stride" ? &g->stride_w
+                      : key == "dilate" ? &g->dilate_w : &g->pad_w;
+      *target_h = pair[0];
       *target_w = pair[1];
       seen_kernel |= key == "kernel";
     } else if (key == "num_deformable_group") {

@@ -140,7 +140,9 @@ void ToChannelsFirst(const float* in, const PSROIPoolingShape& shape, int used, 
     const float* image_in = in + b * cells * used;
     float* image = data + b * shape.channels * cells;
     for (int c = 0; c < shape.channels; ++c) {
-      for (int64_t cell = first; cell < last; ++cell) image[c * cells + cell] = c < used ? image_in[cell * used + c] : 0.0f;
+      for (int64_t cell = first; cell < last; ++cell) {
+        image[c * cells + cell] = c < used ? image_in[cell * used + c] : 0.0f;
+      }
     }
   }
 }
@@ -160,9 +162,13 @@ struct Pooling {
         used(p.output_dim * group_channels), cells(static_cast<int64_t>(s.height) * s.width),
         trans_per_roi(static_cast<int64_t>(2) * num_classes * p.part_size * p.part_size) {}
 
-  RoiBox Box(const float* rois, int n) const { return ScaledRoi(rois + 5 * static_cast<int64_t>(n), params.spatial_scale); }
+  RoiBox Box(const float* rois, int n) const {
+    return ScaledRoi(rois + 5 * static_cast<int64_t>(n), params.spatial_scale);
+  }
 
-  const float* RoiTrans(const float* trans, int n) const { return params.no_trans ? nullptr : trans + n * trans_per_roi; }
+  const float* RoiTrans(const float* trans, int n) const {
+    return params.no_trans ? nullptr : trans + n * trans_per_roi;
+  }
 
   // diff[ctop] = out_grad / top_count of bin `bin` of roi n for ctop in [lo, hi); 0 where the bin has no sample.
   void BinGradient(const float* out_grad, const float* top_count, int n, int bin, int lo, int hi, float* diff) const {

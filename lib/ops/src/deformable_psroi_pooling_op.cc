@@ -117,9 +117,11 @@ bool CheckShapes(const PSROIPoolingParams& params, const std::vector<std::vector
   const auto& data = in[0];
   const auto& rois = in[1];
   *complete = !data.empty() && !rois.empty() && (params.no_trans || !in[2].empty());
-  const unsigned int group_channels = static_cast<unsigned int>(params.output_dim * params.group_size * params.group_size);
+  const unsigned int group_channels =
+      static_cast<unsigned int>(params.output_dim * params.group_size * params.group_size);
   if (!data.empty() && (data.size() != 4 || (data[1] != 0 && data[1] < group_channels))) {
-    return ShapeError("data", data, "(B, C, H, W) with C >= output_dim * group_size^2 = " + std::to_string(group_channels));
+    return ShapeError("data", data,
+                      "(B, C, H, W) with C >= output_dim * group_size^2 = " + std::to_string(group_channels));
   }
   if (!rois.empty() && (rois.size() != 2 || rois[1] != 5)) return ShapeError("rois", rois, "(R, 5)");
   int num_classes = 1;
@@ -151,7 +153,8 @@ MXReturnValue inferShape(const Attrs& attrs, std::vector<std::vector<unsigned in
   if (!CheckShapes(params, *in_shapes, &shape, &complete)) return MX_FAIL;
   if ((*in_shapes)[1].empty()) return MX_SUCCESS;  // outputs stay unknown until the roi count is
   const unsigned int pooled = static_cast<unsigned int>(params.pooled_size);
-  const std::vector<unsigned int> out = {(*in_shapes)[1][0], static_cast<unsigned int>(params.output_dim), pooled, pooled};
+  const std::vector<unsigned int> out = {(*in_shapes)[1][0], static_cast<unsigned int>(params.output_dim), pooled,
+                                         pooled};
   (*out_shapes)[0] = out;
   (*out_shapes)[1] = out;
   return MX_SUCCESS;
