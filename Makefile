@@ -16,7 +16,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(MXNET)-$(MXNET_VERSION)
 OPS_LIB := lib/ops/libsniper_ops.so
 OPS_SRC := $(wildcard lib/ops/src/*.cc lib/ops/src/*.h)
-CXXFLAGS_OPS := -std=c++17 -O3 -fPIC -shared -Wall -Wno-unused-function
+CXXFLAGS_OPS := -std=c++17 -O3 -fPIC -shared -fopenmp -Wall -Wno-unused-function
 # With a CUDA MXNet the operator also gets a GPU forward (inputs copied to the host and back).
 CUDA_FLAGS = -DSNIPER_WITH_CUDA $(addprefix -I,$(1))
 OPS_VARIANT_FLAGS :=

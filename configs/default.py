@@ -42,6 +42,10 @@ DEFAULTS = {
         "ANCHOR_SCALES": [2, 4, 7, 10, 13, 16, 24],
         "NUM_ANCHORS": 21,
         "BN_MOMENTUM": 0.995,
+        # Deformable convolution and PS-ROI pooling on CPU contexts: "compiled" (lib/ops' multi-core host
+        # kernels, same parameters and results) or "stock" (MXNet's single-threaded CPU kernels). GPU
+        # contexts always use MXNet's operators.
+        "CPU_DEFORMABLE_OPS": "compiled",
     },
     "dataset": {
         # coco, pascal_voc, or synthetic: the project's COCO-format shapes dataset, generated on first use

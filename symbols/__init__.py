@@ -1,11 +1,13 @@
-"""The SNIPER network: `training_symbol` / `inference_symbol` and the parameters the trainer keeps fixed."""
+"""The SNIPER network: `training_symbol` / `inference_symbol`, the choice of deformable operators for a
+device list (`use_compiled_deformable`) and the parameters the trainer keeps fixed."""
 from symbols.batch_norm import matches_prefix
 from symbols.bodies import is_imagenet_parameter
+from symbols.deformable import use_compiled_deformable
 from symbols.resnet import INPUT_NORMALISER
 from symbols.sniper import PROPOSAL_TARGET_GROUP, inference_symbol, training_symbol
 
 __all__ = ["training_symbol", "inference_symbol", "get_fixed_param_names", "is_imagenet_parameter",
-           "PROPOSAL_TARGET_GROUP"]
+           "use_compiled_deformable", "PROPOSAL_TARGET_GROUP"]
 
 BN_AFFINE_SUFFIXES = ("_gamma", "_beta")
 

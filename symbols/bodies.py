@@ -1,8 +1,10 @@
 """The backbones `cfg.symbol` chooses from: what each body builds, at which stride, with which batch-norm.
 
-A body is ``features(data, batch_norm, fp16) -> features`` (float16 with ``fp16``) at a fixed feature
-stride, which the config's network.RPN_FEAT_STRIDE and RCNN_FEAT_STRIDE must state: the anchors of the
-loader and the proposal layers, and the pooling scale, are computed from those keys.
+A body is ``features(data, batch_norm, fp16, compiled_deformable) -> features`` (float16 with
+``fp16``; deformable layers from lib/ops' compiled CPU operators with ``compiled_deformable``, see
+symbols/deformable.py) at a fixed feature stride, which the config's network.RPN_FEAT_STRIDE and
+RCNN_FEAT_STRIDE must state: the anchors of the loader and the proposal layers, and the pooling scale,
+are computed from those keys.
 """
 from collections import namedtuple
 from functools import partial

@@ -59,8 +59,9 @@ def inverted_residual(data, in_channels, channels, expansion, stride, shortcut, 
     return mx.sym.elemwise_add(data, body, name=f"{name}-shortcut") if shortcut else body
 
 
-def mobilenetv2_features(data, spec, batch_norm, fp16=False):
+def mobilenetv2_features(data, spec, batch_norm, fp16=False, compiled_deformable=False):
     """The stride-32 features: the last 1x1 convolution's ReLU6 output (`spec.last_channels` channels).
+    The body has no deformable layer, so `compiled_deformable` changes nothing.
 
     With `fp16` everything after the first convolution's ReLU6 runs in float16 (where the reference
     casts) and the features are float16.

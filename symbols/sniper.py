@@ -22,6 +22,7 @@ import mxnet as mx
 
 from symbols.batch_norm import BatchNormPolicy
 from symbols.bodies import body_of
+from symbols.deformable import deformable_psroi_pooling
 
 # Head widths: RPN 3x3 conv, R-CNN 1x1 reduction before pooling, the two fully connected layers; the
 # bilinear samples per pooled bin side; and how the R-CNN classification loss is normalised. The tiny
@@ -59,27 +60,29 @@ RCNN_BBOX_NORMALISER = 188.0  # R-CNN smooth-L1 is scaled by 1 / (188 * chips), 
 PROPOSAL_TARGET_GROUP = "proposal_target"
 
 
-def training_symbol(cfg, num_classes, chips_per_device, rpn_only=False):
+def training_symbol(cfg, num_classes, chips_per_device, rpn_only=False, compiled_deformable=False):
     """The training graph: outputs rpn_cls_prob, rpn_bbox_loss, then (unless ``rpn_only``) cls_prob,
     bbox_loss and rcnn_label (the proposal-target labels, gradient-blocked, for metrics), and with
     network.AUTO_FOCUS scale_prob (the FocusPixel softmax loss on the input ``scale_label``).
 
     ``num_classes`` (background included) comes from the dataset and ``chips_per_device`` from the
     trainer, which hands the same number to the loader: the losses are normalised by it.
+    ``compiled_deformable`` builds the deformable layers from lib/ops' compiled CPU operators (same
+    parameters; ``symbols.use_compiled_deformable`` decides it from the contexts and the config).
     """
-    features, rpn = _features_and_rpn(cfg, is_train=True)
-    return _training_outputs(cfg, features, rpn, num_classes, chips_per_device, rpn_only)
+    features, rpn = _features_and_rpn(cfg, is_train=True, compiled_deformable=compiled_deformable)
+    return _training_outputs(cfg, features, rpn, num_classes, chips_per_device, rpn_only, compiled_deformable)
 
 
-def inference_symbol(cfg, num_classes, rpn_only=False):
+def inference_symbol(cfg, num_classes, rpn_only=False, compiled_deformable=False):
     """The test graph: outputs rois, cls_prob_reshape, bbox_pred_reshape, im_ids, chip_ids, im_info, and
     with network.AUTO_FOCUS scale_prob; with ``rpn_only`` rois, rois_score, im_ids, chip_ids, im_info
-    (proposal extraction)."""
-    features, rpn = _features_and_rpn(cfg, is_train=False)
-    return _test_outputs(cfg, features, rpn, num_classes, rpn_only)
+    (proposal extraction). ``compiled_deformable`` as for ``training_symbol``."""
+    features, rpn = _features_and_rpn(cfg, is_train=False, compiled_deformable=compiled_deformable)
+    return _test_outputs(cfg, features, rpn, num_classes, rpn_only, compiled_deformable)
 
 
-def _features_and_rpn(cfg, is_train):
+def _features_and_rpn(cfg, is_train, compiled_deformable):
     """The body's features (float32) and the RPN head on them. With ``TRAIN.fp16`` (training) or
     ``TEST.fp16`` (testing) the body runs in float16 after its first layer up to the features (spec
     section 7): the input, the first layer and everything after the features stay float32."""
@@ -89,7 +92,10 @@ def _features_and_rpn(cfg, is_train):
     fp16 = bool(cfg.TRAIN.fp16 if is_train else cfg.TEST.fp16)
     batch_norm = BatchNormPolicy(cfg.network.BN_MOMENTUM, training=is_train, eps=body.bn_eps,
                                  frozen_prefixes=cfg.network.FIXED_PARAMS)
-    features = body.features(mx.sym.var("data"), batch_norm=batch_norm, fp16=fp16)
+    if compiled_deformable and fp16:
+        raise ValueError("fp16 with the compiled deformable operators: they are float32 host kernels")
+    features = body.features(mx.sym.var("data"), batch_norm=batch_norm, fp16=fp16,
+                             compiled_deformable=compiled_deformable)
     if fp16:
         features = mx.sym.Cast(features, dtype="float32", name="features_fp32")
 
@@ -107,7 +113,7 @@ def _features_and_rpn(cfg, is_train):
     return features, RpnOutputs(rpn_cls_score_reshape, rpn_cls_prob_map, rpn_bbox_pred)
 
 
-def _training_outputs(cfg, features, rpn, num_classes, chips_per_device, rpn_only):
+def _training_outputs(cfg, features, rpn, num_classes, chips_per_device, rpn_only, compiled_deformable):
     head = HEADS[cfg.symbol]
     loss_scale = float(cfg.TRAIN.fp16_loss_scale) if cfg.TRAIN.fp16 else 1.0
     rpn_cls_prob = mx.sym.SoftmaxOutput(rpn.cls_score_reshape, label=mx.sym.var("label"), multi_output=True,
@@ -128,7 +134,8 @@ def _training_outputs(cfg, features, rpn, num_classes, chips_per_device, rpn_onl
             **ops.proposal_target_attrs(cfg))
     # rois (B*R, 5), labels (B*R,), box targets and weights (B*R, 4), R = TRAIN.RPN_POST_NMS_TOP_N
     rois, rcnn_label, rcnn_bbox_target, rcnn_bbox_weight = (mx.sym.BlockGrad(targets[i]) for i in range(4))
-    cls_score, bbox_pred = _rcnn_head(cfg, features, rois, head, _checked_num_classes(num_classes))
+    cls_score, bbox_pred = _rcnn_head(cfg, features, rois, head, _checked_num_classes(num_classes),
+                                      compiled_deformable)
     if head.cls_normalisation == "valid":
         cls_normalisation = dict(normalization="valid", grad_scale=loss_scale)
     else:
@@ -148,7 +155,7 @@ def _training_outputs(cfg, features, rpn, num_classes, chips_per_device, rpn_onl
     return mx.sym.Group(outputs)
 
 
-def _test_outputs(cfg, features, rpn, num_classes, rpn_only):
+def _test_outputs(cfg, features, rpn, num_classes, rpn_only, compiled_deformable):
     im_info, im_ids, chip_ids = mx.sym.var("im_info"), mx.sym.var("im_ids"), mx.sym.var("chip_ids")
     test, network = cfg.TEST, cfg.network
     proposals = mx.sym.contrib.MultiProposal(
@@ -160,7 +167,7 @@ def _test_outputs(cfg, features, rpn, num_classes, rpn_only):
     if rpn_only:
         return mx.sym.Group([proposals[0], proposals[1], im_ids, chip_ids, im_info])
     num_classes = _checked_num_classes(num_classes)
-    cls_score, bbox_pred = _rcnn_head(cfg, features, proposals, HEADS[cfg.symbol], num_classes)
+    cls_score, bbox_pred = _rcnn_head(cfg, features, proposals, HEADS[cfg.symbol], num_classes, compiled_deformable)
     cls_prob = mx.sym.softmax(cls_score, axis=-1, name="cls_prob")
     per_image = test.RPN_POST_NMS_TOP_N
     cls_prob = mx.sym.Reshape(cls_prob, shape=(-1, per_image, num_classes), name="cls_prob_reshape")
@@ -180,22 +187,21 @@ def _focus_branch(features):
     return mx.sym.Convolution(hidden, num_filter=2, kernel=(1, 1), name="conv_new_out")
 
 
-def _rcnn_head(cfg, features, rois, head, num_classes):
+def _rcnn_head(cfg, features, rois, head, num_classes, compiled_deformable):
     """1x1 reduction, deformable PS-ROI pooling 7x7, two FC layers, classifier and class-agnostic box."""
     reduced = mx.sym.Convolution(features, num_filter=head.rcnn_channels, kernel=(1, 1), name="conv_new_1")
     reduced = mx.sym.Activation(reduced, act_type="relu", name="conv_new_1_relu")
     pooling = dict(spatial_scale=1.0 / cfg.network.RCNN_FEAT_STRIDE, output_dim=head.rcnn_channels, group_size=1,
                    pooled_size=POOLED_SIZE, part_size=POOLED_SIZE, sample_per_part=head.samples_per_part)
     # The part offsets are regressed from a plain (offset-free) pooling of the same roi.
-    plain = mx.sym.contrib.DeformablePSROIPooling(data=reduced, rois=rois, no_trans=True, name="offset_t",
-                                                  **pooling)
+    plain = deformable_psroi_pooling(reduced, rois, name="offset_t", compiled=compiled_deformable, **pooling)
     offset = mx.sym.FullyConnected(
         plain, num_hidden=2 * POOLED_SIZE * POOLED_SIZE, name="offset",
         weight=mx.sym.var("offset_weight", lr_mult=OFFSET_LR_MULT),
         bias=mx.sym.var("offset_bias", lr_mult=OFFSET_LR_MULT))
     offset = mx.sym.Reshape(offset, shape=(-1, 2, POOLED_SIZE, POOLED_SIZE), name="offset_reshape")
-    pooled = mx.sym.contrib.DeformablePSROIPooling(data=reduced, rois=rois, trans=offset, no_trans=False,
-                                                   trans_std=TRANS_STD, name="deformable_roi_pool", **pooling)
+    pooled = deformable_psroi_pooling(reduced, rois, name="deformable_roi_pool", trans=offset, trans_std=TRANS_STD,
+                                      compiled=compiled_deformable, **pooling)
     hidden = pooled
     for index in (1, 2):
         hidden = mx.sym.FullyConnected(hidden, num_hidden=head.fc_channels, name=f"fc_new_{index}")

@@ -11,7 +11,9 @@ is process CPU time over wall time (how many cores were busy).
 
 The network settings (anchors) come from ``--cfg`` (default: the defaults); ``--symbol`` replaces its
 symbol and the feature strides follow the body (16 for the ResNets, 32 for MobileNetV2), so e.g.
-``--symbol mobilenetv2 --cfg configs/faster/sniper_mobilenetv2_e2e.yml`` times the published one.
+``--symbol mobilenetv2 --cfg configs/faster/sniper_mobilenetv2_e2e.yml`` times the published one. The
+deformable layers use the operators the trainer would (network.CPU_DEFORMABLE_OPS, compiled by default;
+tools/benchmark_deformable.py compares both).
 """
 import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
 import argparse
@@ -25,7 +27,7 @@ import numpy as np
 import lib.ops  # noqa: F401  (the training graph's proposal-target operator)
 from lib.benchmarking import markdown_table, measure
 from lib.config import load_config
-from symbols import inference_symbol, training_symbol
+from symbols import inference_symbol, training_symbol, use_compiled_deformable
 from symbols.bodies import BODIES
 
 
@@ -112,16 +114,19 @@ def main():
     test_shapes = dict(data=(chips, 3, size, size), im_info=(chips, 3), im_ids=(chips,), chip_ids=(chips,))
     rng = np.random.RandomState(0)
     rows = []
+    contexts = [mx.cpu(i) for i in range(args.contexts)]
+    compiled = use_compiled_deformable(cfg, contexts)  # as the trainer and the Detector choose
     for label, for_training, shapes in (("train fwd+bwd", True, train_shapes), ("test fwd", False, test_shapes)):
-        symbol = (training_symbol(cfg, args.classes, chips) if for_training
-                  else inference_symbol(cfg, args.classes))
-        executors = [bind(symbol, shapes, for_training, rng, mx.cpu(i)) for i in range(args.contexts)]
+        symbol = (training_symbol(cfg, args.classes, chips, compiled_deformable=compiled) if for_training
+                  else inference_symbol(cfg, args.classes, compiled_deformable=compiled))
+        executors = [bind(symbol, shapes, for_training, rng, context) for context in contexts]
         timing = measure(lambda: run(executors, for_training), repeat=args.repeat)
         top = ", ".join(f"{name} {100 * share:.0f}%"
                         for name, share in profile_top(symbol, shapes, for_training, rng, 3))
         rows.append((label, 1000 * timing.median, args.chips / timing.median, timing.cpu_fraction, top))
     print(f"{args.symbol} (stride {stride}, {anchors} anchors), {args.chips} chips of {size}x{size} on "
           f"{args.contexts} CPU context(s), {args.rois} rois/chip, {args.classes} classes, "
+          f"{'compiled' if compiled else 'stock'} deformable operators, "
           f"CPU with {os.cpu_count()} cores")
     print(markdown_table(["pass", "ms/batch", "chips/s", "CPU", "largest operator shares (profiled pass)"], rows,
                          [None, ".0f", ".2f", ".2f", None]))

@@ -18,7 +18,7 @@ from lib.data.pixels import network_pixels
 from lib.inference.merge import merge_scales
 from lib.scales import pyramid
 from lib.train.checkpoint import checkpoint_prefix, load_params, params_path
-from symbols import inference_symbol
+from symbols import inference_symbol, use_compiled_deformable
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +73,8 @@ class Detector:
         if rpn_only and cfg.TEST.NUM_PROPOSALS > cfg.TEST.RPN_POST_NMS_TOP_N:
             logger.warning("TEST.NUM_PROPOSALS %d > TEST.RPN_POST_NMS_TOP_N %d: at most %d proposals per scale",
                            cfg.TEST.NUM_PROPOSALS, cfg.TEST.RPN_POST_NMS_TOP_N, cfg.TEST.RPN_POST_NMS_TOP_N)
-        symbol = inference_symbol(cfg, num_classes, rpn_only=rpn_only)
+        symbol = inference_symbol(cfg, num_classes, rpn_only=rpn_only,
+                                  compiled_deformable=use_compiled_deformable(cfg, self.contexts))
         self._check_params(symbol, arg_params, aux_params, source)
         self.module = mx.mod.Module(symbol, data_names=DATA_NAMES, label_names=None, context=self.contexts)
         self.module.bind(self._data_shapes(self.stride, self.stride), for_training=False)

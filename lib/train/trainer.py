@@ -21,7 +21,7 @@ from lib.train.metrics import loss_values, make_metrics
 from lib.train.optimizer import make_optimizer_params, master_params
 from lib.train.pretrained import initial_params
 from lib.train.progress import RunProgress
-from symbols import PROPOSAL_TARGET_GROUP, get_fixed_param_names, training_symbol
+from symbols import PROPOSAL_TARGET_GROUP, get_fixed_param_names, training_symbol, use_compiled_deformable
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +60,7 @@ def train(cfg, resume=False, kvstore=None):
     """
     contexts = parse_contexts(cfg.gpus)
     fp16 = fp16_enabled(cfg, "TRAIN", contexts)
+    compiled_deformable = use_compiled_deformable(cfg, contexts)
     kvstore = create_kvstore(cfg) if kvstore is None else kvstore
     workers = Workers(kvstore)
     _seed(cfg)
@@ -71,7 +72,8 @@ def train(cfg, resume=False, kvstore=None):
     loader = ChipLoader(roidb, cfg, chips_per_device, num_ctx=len(contexts), rpn_only=rpn_only,
                         seed=cfg.default.seed, begin_epoch=begin_epoch, num_shards=workers.count,
                         shard_index=workers.rank)
-    symbol = training_symbol(cfg, dataset.num_classes, chips_per_device, rpn_only=rpn_only)
+    symbol = training_symbol(cfg, dataset.num_classes, chips_per_device, rpn_only=rpn_only,
+                             compiled_deformable=compiled_deformable)
     module = bind_module(cfg, symbol, loader, contexts)
     stds, means = cfg.TRAIN.BBOX_STDS, cfg.TRAIN.BBOX_MEANS
     if begin_epoch > 0:

@@ -12,12 +12,12 @@
 // and copies the outputs back (the reference's GPU operator, too, assigned the targets on the host).
 #include <cstdlib>
 #include <cstring>
-#include <sstream>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "mxnet/lib_api.h"
+#include "op_attrs.h"
 #include "proposal_target.h"
 
 #ifdef SNIPER_WITH_CUDA
@@ -30,7 +30,10 @@ using mxnet::ext::MXTensor;
 using mxnet::ext::OpResource;
 using mxnet::ext::MX_FAIL;
 using mxnet::ext::MX_SUCCESS;
+using sniper::ParseNumber;
+using sniper::ParseNumberList;
 using sniper::ProposalTargetParams;
+using sniper::ShapeString;
 
 namespace {
 
@@ -39,37 +42,6 @@ constexpr int kNumInputs = 5;
 constexpr int kNumOutputs = 4;
 const char* const kInputNames[kNumInputs] = {"cls_prob", "bbox_pred", "im_info", "gt_boxes", "valid_ranges"};
 using Attrs = std::unordered_map<std::string, std::string>;
-
-// "(2, 4, 7)", "[2,4,7]", "2,4,7", "(8,)" or "8" -> numbers; false on anything else.
-bool ParseNumberList(const std::string& text, std::vector<double>* values) {
-  std::string body = text;
-  for (char& c : body) {
-    if (c == '(' || c == ')' || c == '[' || c == ']') c = ' ';
-  }
-  values->clear();
-  std::stringstream items(body);
-  std::string item;
-  while (std::getline(items, item, ',')) {
-    const size_t first = item.find_first_not_of(" \t");
-    if (first == std::string::npos) {
-      if (items.eof() && !values->empty()) break;  // the trailing comma of "(8,)"
-      return false;
-    }
-    const char* start = item.c_str() + first;
-    char* end = nullptr;
-    const double value = std::strtod(start, &end);
-    if (end == start || item.find_first_not_of(" \t", end - item.c_str()) != std::string::npos) return false;
-    values->push_back(value);
-  }
-  return !values->empty();
-}
-
-bool ParseNumber(const std::string& text, double* value) {
-  std::vector<double> values;
-  if (!ParseNumberList(text, &values) || values.size() != 1 || text.find(',') != std::string::npos) return false;
-  *value = values[0];
-  return true;
-}
 
 std::ostream& AttrError(const std::string& key, const std::string& value) {
   return MX_ERROR_MSG << kOpName << ": attribute " << key << "='" << value << "' ";
@@ -192,14 +164,6 @@ MXReturnValue inferType(const Attrs& attrs, std::vector<int>* in_types, std::vec
   }
   for (int i = 0; i < kNumOutputs; ++i) (*out_types)[i] = mxnet::ext::kFloat32;
   return MX_SUCCESS;
-}
-
-std::string ShapeString(const std::vector<unsigned int>& shape) {
-  std::stringstream text;
-  text << "(";
-  for (size_t i = 0; i < shape.size(); ++i) text << (i ? ", " : "") << shape[i];
-  text << ")";
-  return text.str();
 }
 
 // Checks one known input shape against `expected` (0 = any size); unknown shapes (ndim 0) pass.
