@@ -16,16 +16,35 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(MXNET)-$(MXNET_VERSION)
 OPS_LIB := lib/ops/libsniper_ops.so
 OPS_SRC := $(wildcard lib/ops/src/*.cc lib/ops/src/*.h)
-CXXFLAGS_OPS := -std=c++17 -O3 -fPIC -shared -Wall -Wno-unused-function
-OPS_LDFLAGS :=
+CXXFLAGS_OPS := -std=c++17 -O3 -fPIC -shared -fopenmp -Wall -Wno-unused-function
 # With a CUDA MXNet the operator also gets a GPU forward (inputs copied to the host and back).
+CUDA_FLAGS = -DSNIPER_WITH_CUDA $(addprefix -I,$(1))
+OPS_VARIANT_FLAGS :=
+OPS_VARIANT_LDFLAGS :=
 ifneq ($(findstring mxnet-cu,$(MXNET)),)
 CUDA_HOME ?= /usr/local/cuda
-CXXFLAGS_OPS += -DSNIPER_WITH_CUDA -I$(CUDA_HOME)/include
-OPS_LDFLAGS += -L$(CUDA_HOME)/lib64 -lcudart
+OPS_VARIANT_FLAGS := $(call CUDA_FLAGS,$(CUDA_HOME)/include)
+OPS_VARIANT_LDFLAGS := -L$(CUDA_HOME)/lib64 -lcudart
 endif
+# `make ops-cuda-check`: the GPU variant compiled and linked on any machine, without a GPU or a CUDA
+# toolkit, against CUDA 11.7 (mxnet-cu117's) from pip packages installed into build/cuda/pkg, not the
+# venv (nothing imports them): the runtime headers and libcudart, and the compiler package for the crt/
+# headers they include. It needs an MXNet (headers) but not this venv's stamp, so it also runs with
+# PY=python3 on a machine without network once the packages are there. tests/test_cuda_build.py runs it
+# and reads the operator's registration.
+CUDA_CHECK_DIR := build/cuda
+CUDA_CHECK_PACKAGES := nvidia-cuda-runtime-cu11==11.7.99 nvidia-cuda-nvcc-cu11==11.7.99
+CUDA_CHECK_HOME := $(CUDA_CHECK_DIR)/pkg/nvidia/cuda_runtime
+CUDA_CHECK_INCLUDES := $(CUDA_CHECK_HOME)/include $(CUDA_CHECK_DIR)/pkg/nvidia/cuda_nvcc/include
+OPS_CUDA_LIB := $(CUDA_CHECK_DIR)/libsniper_ops_cuda.so
+# One recipe for both variants: $(1) output, $(2) extra compiler flags, $(3) extra linker flags.
+define build_ops
+	$(eval MXINC := $(shell $(PY) -c "import mxnet,os;print(os.path.dirname(mxnet.__file__))"))
+	$(CXX) $(CXXFLAGS_OPS) $(2) -I$(MXINC)/include -Ilib/ops/src \
+		$(filter %.cc,$(OPS_SRC)) $(MXINC)/src/lib_api.cc -o $(1) $(3)
+endef
 
-.PHONY: all venv build extensions test train clean distclean
+.PHONY: all venv build extensions test train clean distclean ops-cuda-check
 all: build
 
 venv: $(STAMP)
@@ -51,9 +70,14 @@ extensions: $(STAMP)
 
 # The MultiProposalTarget operator, loaded at run time with mx.library.load.
 $(OPS_LIB): $(STAMP) $(OPS_SRC)
-	$(eval MXINC := $(shell $(PY) -c "import mxnet,os;print(os.path.dirname(mxnet.__file__))"))
-	$(CXX) $(CXXFLAGS_OPS) -I$(MXINC)/include -Ilib/ops/src \
-		$(filter %.cc,$(OPS_SRC)) $(MXINC)/src/lib_api.cc -o $@ $(OPS_LDFLAGS)
+	$(call build_ops,$@,$(OPS_VARIANT_FLAGS),$(OPS_VARIANT_LDFLAGS))
+
+ops-cuda-check: $(OPS_CUDA_LIB)
+$(CUDA_CHECK_DIR)/pkg/.installed:
+	$(PY) -m pip install -q --no-deps --upgrade --target $(CUDA_CHECK_DIR)/pkg $(CUDA_CHECK_PACKAGES)
+	touch $@
+$(OPS_CUDA_LIB): $(OPS_SRC) $(CUDA_CHECK_DIR)/pkg/.installed
+	$(call build_ops,$@,$(call CUDA_FLAGS,$(CUDA_CHECK_INCLUDES)),-L$(CUDA_CHECK_HOME)/lib -l:libcudart.so.11.0)
 
 test: build
 	$(PY) -m pytest -q tests

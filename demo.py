@@ -15,9 +15,9 @@ import os
 import sys
 
 import cv2
-import numpy as np
 
 from lib.config import add_config_arguments, config_from_arguments
+from lib.drawing import draw_detections
 from lib.logger import setup_logging
 
 logger = logging.getLogger("demo")
@@ -44,25 +44,6 @@ def class_names(cfg):
         logger.warning("%s: classes are shown by number", err)
         return ["__background__"] + [f"class {label}" for label in range(1, cfg.dataset.NUM_CLASSES)]
     return list(dataset.classes)
-
-
-def draw_detections(image, detections, names, thresh):
-    """Copy of ``image`` (BGR) with a box and a "name score" tag per detection scoring >= ``thresh``."""
-    canvas = image.copy()
-    thickness = max(1, round(max(image.shape[:2]) / 500))
-    font_scale = max(0.4, max(image.shape[:2]) / 1500)
-    palette = np.random.default_rng(7).integers(60, 255, (len(names), 3))
-    for x1, y1, x2, y2, score, label in detections[detections[:, 4] >= thresh][::-1]:
-        colour = tuple(int(c) for c in palette[int(label)])
-        top_left, bottom_right = (int(round(x1)), int(round(y1))), (int(round(x2)), int(round(y2)))
-        cv2.rectangle(canvas, top_left, bottom_right, colour, thickness)
-        text = f"{names[int(label)]} {score:.2f}"
-        (w, h), base = cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, font_scale, 1)
-        y = max(top_left[1], h + base)
-        cv2.rectangle(canvas, (top_left[0], y - h - base), (top_left[0] + w, y), colour, -1)
-        cv2.putText(canvas, text, (top_left[0], y - base), cv2.FONT_HERSHEY_SIMPLEX, font_scale, (0, 0, 0), 1,
-                    cv2.LINE_AA)
-    return canvas
 
 
 def main(argv=None):

@@ -8,7 +8,8 @@ for what can be configured. Values are the published COCO settings unless a comm
 DEFAULTS = {
     # Where checkpoints, logs, caches and results go: {output_path}/{config name}/...
     "output_path": "output",
-    # Backbone: "resnet101" (deformable res5, the published network), "resnet50", or "resnet_tiny".
+    # Backbone: "resnet101" (deformable res5, the published network), "resnet50", "resnet_tiny" (stride 16),
+    # "mobilenetv2" (the reference's lightweight detector, stride 32) or "mobilenetv2_tiny" (stride 32).
     "symbol": "resnet101",
     # Devices: "0,1,2" for GPUs; "" or "cpu:N" for N CPU contexts.
     "gpus": "",
@@ -28,13 +29,23 @@ DEFAULTS = {
         # checkpoints; BGR feeds the channels as decoded.
         "CHANNEL_ORDER": "RGB",
         "IMAGE_STRIDE": 0,
-        "RPN_FEAT_STRIDE": 16,
+        "RPN_FEAT_STRIDE": 16,  # the body's feature stride: 16 for the ResNets, 32 for MobileNetV2
         "RCNN_FEAT_STRIDE": 16,
         "FIXED_PARAMS": ["conv0", "bn0", "stage1"],  # name prefixes kept frozen
+        # Keep every batch-norm's gamma and beta at their pretrained values while its statistics still
+        # come from the batch: the reference MobileNetV2 does this (its FIXED_PARAMS 'gamma', 'beta'
+        # match every batch-norm parameter by substring).
+        "FIXED_BN_AFFINE": False,
+        # AutoFocus: the FocusPixel branch (training input scale_label, test output scale_prob).
+        "AUTO_FOCUS": False,
         "ANCHOR_RATIOS": [0.5, 1.0, 2.0],
         "ANCHOR_SCALES": [2, 4, 7, 10, 13, 16, 24],
         "NUM_ANCHORS": 21,
         "BN_MOMENTUM": 0.995,
+        # Deformable convolution and PS-ROI pooling on CPU contexts: "compiled" (lib/ops' multi-core host
+        # kernels, same parameters and results) or "stock" (MXNet's single-threaded CPU kernels). GPU
+        # contexts always use MXNet's operators.
+        "CPU_DEFORMABLE_OPS": "compiled",
     },
     "dataset": {
         # coco, pascal_voc, or synthetic: the project's COCO-format shapes dataset, generated on first use
@@ -123,12 +134,24 @@ DEFAULTS = {
         # gt boxes rounded to whole chip pixels after scaling. reference: true; other: false.
         "RPN_ROUND_GT": True,
         "RPN_MIN_GT_SIZE": 10,  # px after scaling
-        # Proposal target
-        "RPN_PRE_NMS_TOP_N": 6000,
+        # Proposal target (the MultiProposalTarget operator, lib/ops). Rules: "reference" reproduces the
+        # published SNIPER's GPU operator (areas without the +1 in every overlap, so the effective fg
+        # threshold is lower for small rois; boxes dropped only when both sides are under RPN_MIN_SIZE;
+        # the 300 rois padded with 201 px boxes labelled by overlap like any roi; in-range gts written
+        # over the last slots; +0.5 px gt centre in the targets); "exact" is the project's true-IoU
+        # variant (+1 areas, padding labelled -1, in-range gts right after the proposals). Semantics in
+        # lib/ops/__init__.py, the differences in docs/reference_differences.md.
+        "PROPOSAL_TARGET_RULES": "reference",
+        "RPN_PRE_NMS_TOP_N": 0,  # proposals entering NMS per chip; 0: all (the reference); 6000 was the project's cap
         "RPN_POST_NMS_TOP_N": 300,
         "RPN_NMS_THRESH": 0.7,
         "RPN_MIN_SIZE": 3,
         "FG_THRESH": 0.5,
+        # AutoFocus FocusPixel labels, in sqrt(area) of a gt box in chip (scaled) pixels: positive in
+        # (DC_LOW, SMALL_THRESH), ignored at most DC_LOW and in [SMALL_THRESH, DC_HIGH), negative otherwise.
+        "AUTO_FOCUS_SMALL_THRESH": 64,
+        "AUTO_FOCUS_DC_LOW": 5,
+        "AUTO_FOCUS_DC_HIGH": 90,
         "BBOX_STDS": [0.1, 0.1, 0.2, 0.2],
         "BBOX_MEANS": [0.0, 0.0, 0.0, 0.0],
         # The R-CNN box loss is divided by 188 x this many chips. reference: 16 (hard-coded, whatever the
@@ -141,6 +164,8 @@ DEFAULTS = {
     },
     "TEST": {
         "BATCH_IMAGES": 1,  # images per device and scale
+        # float16 body between conv0 and the heads, as in training (GPU only; the reference tested in float16)
+        "fp16": True,
         "SCALES": [[1400, 2000], [800, 1280], [480, 512]],
         "VALID_RANGES": [[-1, 90], [32, 180], [75, -1]],
         "RPN_PRE_NMS_TOP_N": 6000,
@@ -157,5 +182,11 @@ DEFAULTS = {
         "EXTRACT_PROPOSALS": False,
         "PROPOSAL_SAVE_PATH": "",  # "" -> {output}/proposals
         "NUM_PROPOSALS": 300,  # per scale, saved by proposal extraction
+        # AutoFocus inference (needs network.AUTO_FOCUS; TEST.SCALES coarsest first): scale i > 0 with
+        # DO_PRUNING[i] processes only the FocusChips of scale i - 1, made with CHIP_HYPERPARAMS[i - 1] =
+        # [dilation, FocusPixel threshold, minimum chip side in feature cells]. One entry per test scale.
+        "AUTO_FOCUS": False,
+        "DO_PRUNING": [],
+        "CHIP_HYPERPARAMS": [],
     },
 }

@@ -256,6 +256,7 @@ VARIANT_KEYS = {
     "TRAIN.CHIP_CROP": ("truncate", "round"),
     "TRAIN.RPN_ANCHOR_BORDER": ("chip", "content"),
     "TRAIN.NEW_LAYER_INIT": ("reference", "msra"),
+    "TRAIN.PROPOSAL_TARGET_RULES": ("reference", "exact"),
 }
 
 
@@ -267,9 +268,10 @@ def validate(cfg):
         section, name = key.split(".")
         _check(cfg[section][name] in choices, key, cfg[section][name], f"must be one of {', '.join(choices)}")
 
+    levels = {}
     for section in ("TRAIN", "TEST"):
         try:
-            pyramid(cfg[section], section)
+            levels[section] = pyramid(cfg[section], section)
         except ScaleError as err:
             raise ConfigError(str(err)) from None
     network, train = cfg.network, cfg.TRAIN
@@ -302,10 +304,42 @@ def validate(cfg):
            "must be in [0, 1] (0: no NMS)")
     _check(0 <= train.begin_epoch < train.end_epoch, "TRAIN.end_epoch", train.end_epoch,
            f"must be greater than TRAIN.begin_epoch ({train.begin_epoch})")
+    _validate_auto_focus(cfg, len(levels["TEST"]))
     if cfg.dataset.dataset == "synthetic":
         _check(cfg.dataset.synthetic_train > 0, "dataset.synthetic_train", cfg.dataset.synthetic_train,
                "the synthetic dataset needs at least one training image")
         _check(cfg.dataset.synthetic_val >= 0, "dataset.synthetic_val", cfg.dataset.synthetic_val, "must be >= 0")
+
+
+def _validate_auto_focus(cfg, num_test_scales):
+    """AutoFocus keys: label thresholds in order, one DO_PRUNING / CHIP_HYPERPARAMS entry per test scale,
+    usable chip parameters wherever the next scale is pruned."""
+    train, test = cfg.TRAIN, cfg.TEST
+    if cfg.network.AUTO_FOCUS:
+        low, small, high = train.AUTO_FOCUS_DC_LOW, train.AUTO_FOCUS_SMALL_THRESH, train.AUTO_FOCUS_DC_HIGH
+        _check(0 <= low < small <= high, "TRAIN.AUTO_FOCUS_SMALL_THRESH", small,
+               f"needs 0 <= AUTO_FOCUS_DC_LOW ({low}) < AUTO_FOCUS_SMALL_THRESH <= AUTO_FOCUS_DC_HIGH ({high})")
+    if not test.AUTO_FOCUS:
+        return
+    _check(cfg.network.AUTO_FOCUS, "TEST.AUTO_FOCUS", True, "needs the FocusPixel branch (network.AUTO_FOCUS: true)")
+    for key in ("DO_PRUNING", "CHIP_HYPERPARAMS"):
+        _check(len(test[key]) == num_test_scales, f"TEST.{key}", test[key],
+               f"needs one entry per test scale ({num_test_scales})")
+    _check(all(isinstance(v, bool) for v in test.DO_PRUNING), "TEST.DO_PRUNING", test.DO_PRUNING,
+           "entries must be true/false")
+    _check(not test.DO_PRUNING[0], "TEST.DO_PRUNING", test.DO_PRUNING,
+           "the first (coarsest) scale processes whole images: its entry must be false")
+    for index, params in enumerate(test.CHIP_HYPERPARAMS):
+        key = f"TEST.CHIP_HYPERPARAMS[{index}]"
+        _check(isinstance(params, (list, tuple)) and len(params) == 3 and
+               all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in params), key, params,
+               "must be three numbers [dilation, threshold, minimum chip size in feature cells]")
+        if index + 1 < num_test_scales and test.DO_PRUNING[index + 1]:
+            dilation, threshold, min_size = params
+            _check(float(dilation).is_integer() and dilation >= 1, key, params, "dilation must be an integer >= 1")
+            _check(0 < threshold <= 1, key, params, "the FocusPixel threshold must be in (0, 1]")
+            _check(float(min_size).is_integer() and min_size >= 1, key, params,
+                   "the minimum chip size must be an integer >= 1 (feature cells)")
 
 
 def dump_config(cfg):

@@ -1,4 +1,5 @@
-"""Device list from the config: ``gpus: "0,1"`` for GPUs, ``""`` or ``"cpu:N"`` for N CPU contexts."""
+"""Device list from the config: ``gpus: "0,1"`` for GPUs, ``""`` or ``"cpu:N"`` for N CPU contexts; and
+whether a float16 network (``TRAIN.fp16``, ``TEST.fp16``) may run on them."""
 import mxnet as mx
 
 
@@ -27,3 +28,15 @@ def parse_contexts(spec):
         raise ValueError(f"config key gpus = {spec!r} names gpu({missing[0]}), but this MXNet sees {seen}; "
                          f"use gpus '' (or 'cpu:N') for CPU")
     return [mx.gpu(i) for i in ids]
+
+
+def fp16_enabled(cfg, section, contexts):
+    """``cfg[section].fp16`` (section "TRAIN" or "TEST"), refused with a clear error on CPU contexts:
+    MXNet 1.9 has no float16 GEMM/convolution kernels on the CPU, so the float16 body would fail on
+    its first convolution. The trainer and the detector share this check and its message."""
+    if not cfg[section].fp16:
+        return False
+    if any(ctx.device_type == "cpu" for ctx in contexts):
+        raise ValueError(f"{section}.fp16 is true but the contexts are CPUs; MXNet 1.9 cannot run a float16 "
+                         f"network on the CPU. Set --set {section}.fp16 false, or gpus to GPU ids.")
+    return True

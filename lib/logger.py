@@ -4,6 +4,19 @@ import os
 import sys
 import time
 
+from tqdm import tqdm
+
+
+class TqdmSafeHandler(logging.StreamHandler):
+    """Console handler that prints through ``tqdm.write``: a log line goes above a running progress bar
+    instead of over it (the bar is redrawn below)."""
+
+    def emit(self, record):
+        try:
+            tqdm.write(self.format(record), file=self.stream)
+        except Exception:  # noqa: BLE001  (logging's own contract: report and go on)
+            self.handleError(record)
+
 
 def setup_logging(output_dir=None, name="sniper", level=logging.INFO):
     """Log to stderr and, when ``output_dir`` is given, to ``output_dir/{name}_{time}.log``.
@@ -15,7 +28,7 @@ def setup_logging(output_dir=None, name="sniper", level=logging.INFO):
     for handler in list(root.handlers):
         root.removeHandler(handler)
     fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S")
-    console = logging.StreamHandler(sys.stderr)
+    console = TqdmSafeHandler(sys.stderr)
     console.setFormatter(fmt)
     root.addHandler(console)
     path = None

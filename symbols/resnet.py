@@ -1,4 +1,5 @@
-"""Pre-activation (v2) bottleneck ResNet body: res4 at stride 16, deformable dilated res5 at stride 16.
+"""Pre-activation (v2) bottleneck ResNet body: res4 at stride 16, deformable dilated res5 at stride 16,
+concatenated into the features both heads read.
 
 Parameter names follow MXNet's classic symbolic ResNet (`bn_data`, `conv0`, `bn0`,
 `stageN_unitM_{bn1,conv1,bn2,conv2,bn3,conv3,sc}`) so that ImageNet checkpoints with that naming, the
@@ -8,6 +9,9 @@ Every depth is the same builder with a different `ResNetSpec`.
 from collections import namedtuple
 
 import mxnet as mx
+
+from symbols.batch_norm import matches_prefix
+from symbols.deformable import deformable_convolution
 
 # units: bottleneck units per stage 1..4; widths: conv0 channels then the output channels of stages 1..4
 # (a unit's inner 1x1/3x3 convolutions are a quarter of its output width).
@@ -21,27 +25,10 @@ RESNETS = {
 }
 
 BN_EPS = 2e-5  # the classic symbolic ResNet's value, which its checkpoints were trained with
+FEATURE_STRIDE = 16  # res4 and the dilated res5
 DEFORMABLE_GROUPS = 4
 RES5_DILATION = 2
 INPUT_NORMALISER = "bn_data"
-
-
-class BatchNormPolicy:
-    """How every BatchNorm of the network behaves.
-
-    Frozen layers (and all layers at test time) use their stored statistics; the others normalise with
-    batch statistics and update the running ones with `momentum`.
-    """
-
-    def __init__(self, momentum, training, frozen_prefixes=()):
-        self.momentum = momentum
-        self.training = training
-        self.frozen_prefixes = tuple(frozen_prefixes)
-
-    def __call__(self, data, name, fix_gamma=False, frozen=False):
-        use_global_stats = frozen or not self.training or matches_prefix(name, self.frozen_prefixes)
-        return mx.sym.BatchNorm(data=data, fix_gamma=fix_gamma, eps=BN_EPS, momentum=self.momentum,
-                                use_global_stats=use_global_stats, name=name)
 
 
 def is_imagenet_parameter(name):
@@ -50,17 +37,14 @@ def is_imagenet_parameter(name):
         (name.startswith("stage") and "_offset_" not in name)
 
 
-def matches_prefix(name, prefixes):
-    """True if `name` is one of `prefixes` or a parameter/layer under one (`stage1` covers `stage1_*`)."""
-    return any(name == prefix or name.startswith(prefix + "_") for prefix in prefixes)
-
-
-def residual_unit(data, width, stride, project, name, batch_norm, dilation=1, deformable=False):
+def residual_unit(data, width, stride, project, name, batch_norm, dilation=1, deformable=False,
+                  compiled_deformable=False):
     """BN-ReLU-conv bottleneck: 1x1 (width/4), 3x3 (width/4, carries the stride), 1x1 (width).
 
     `project` adds the 1x1 shortcut convolution `sc` (on the pre-activated input) for units whose
     input and output shapes differ. A deformable unit predicts its 3x3 sampling offsets with a
-    dilated 3x3 convolution `offset` (2 coordinates x 9 taps x DEFORMABLE_GROUPS outputs).
+    dilated 3x3 convolution `offset` (2 coordinates x 9 taps x DEFORMABLE_GROUPS outputs), with MXNet's
+    stock operator or, with `compiled_deformable`, lib/ops' compiled CPU one (symbols/deformable.py).
     """
     inner = width // 4
     act1 = mx.sym.Activation(batch_norm(data, name + "_bn1"), act_type="relu", name=name + "_relu1")
@@ -72,8 +56,8 @@ def residual_unit(data, width, stride, project, name, batch_norm, dilation=1, de
         offset = mx.sym.Convolution(act2, num_filter=2 * 9 * DEFORMABLE_GROUPS, kernel=(3, 3),
                                     pad=(dilation, dilation), dilate=(dilation, dilation),
                                     name=name + "_offset")
-        conv2 = mx.sym.contrib.DeformableConvolution(data=act2, offset=offset,
-                                                     num_deformable_group=DEFORMABLE_GROUPS, **conv3x3)
+        conv2 = deformable_convolution(act2, offset, in_channels=inner, num_deformable_group=DEFORMABLE_GROUPS,
+                                       compiled=compiled_deformable, **conv3x3)
     else:
         conv2 = mx.sym.Convolution(act2, **conv3x3)
     act3 = mx.sym.Activation(batch_norm(conv2, name + "_bn3"), act_type="relu", name=name + "_relu3")
@@ -86,23 +70,24 @@ def residual_unit(data, width, stride, project, name, batch_norm, dilation=1, de
     return mx.sym.elemwise_add(conv3, shortcut, name=name + "_plus")
 
 
-def _stage(data, index, spec, stride, batch_norm, dilation=1, deformable=False):
+def _stage(data, index, spec, stride, batch_norm, dilation=1, deformable=False, compiled_deformable=False):
     for unit in range(1, spec.units[index - 1] + 1):
         first = unit == 1
         data = residual_unit(data, spec.widths[index], stride if first else 1, project=first,
                              name=f"stage{index}_unit{unit}", batch_norm=batch_norm,
-                             dilation=dilation, deformable=deformable)
+                             dilation=dilation, deformable=deformable, compiled_deformable=compiled_deformable)
     return data
 
 
-def resnet_body(data, spec, batch_norm, fp16=False):
+def resnet_body(data, spec, batch_norm, fp16=False, compiled_deformable=False):
     """Returns (res4, res5): the stage-3 and stage-4 outputs, both at stride 16.
 
     The input goes through the `bn_data` normaliser (fixed gamma, stored statistics: it reproduces
     the pretraining input normalisation, so it is never trained) and conv0 in float32; with `fp16`
     the rest of the body runs in float16 and both outputs are float16.
     res5 keeps stride 16 (stride 1, dilation 2) and uses deformable 3x3 convolutions. Both are raw
-    residual sums: the published network has no parameters for a final BN-ReLU.
+    residual sums: the published network has no parameters for a final BN-ReLU. `compiled_deformable`
+    builds the deformable convolutions from lib/ops' compiled CPU operator (same parameters).
     """
     body = batch_norm(data, INPUT_NORMALISER, fix_gamma=True, frozen=True)
     body = mx.sym.Convolution(body, num_filter=spec.widths[0], kernel=(7, 7), stride=(2, 2), pad=(3, 3),
@@ -114,5 +99,12 @@ def resnet_body(data, spec, batch_norm, fp16=False):
     body = _stage(body, 1, spec, 1, batch_norm)
     body = _stage(body, 2, spec, 2, batch_norm)
     res4 = _stage(body, 3, spec, 2, batch_norm)
-    res5 = _stage(res4, 4, spec, 1, batch_norm, dilation=RES5_DILATION, deformable=True)
+    res5 = _stage(res4, 4, spec, 1, batch_norm, dilation=RES5_DILATION, deformable=True,
+                  compiled_deformable=compiled_deformable)
     return res4, res5
+
+
+def resnet_features(data, spec, batch_norm, fp16=False, compiled_deformable=False):
+    """The SNIPER features: res4 and res5 concatenated (1024 + 2048 channels for ResNet-50/101)."""
+    res4, res5 = resnet_body(data, spec, batch_norm, fp16=fp16, compiled_deformable=compiled_deformable)
+    return mx.sym.concat(res4, res5, dim=1, name="res4_res5")

@@ -1,29 +1,51 @@
-"""SNIPER's Faster R-CNN: ResNet body, RPN, deformable PS-ROI-pooling R-CNN head (spec section 6).
+"""SNIPER's Faster R-CNN: a body from symbols/bodies.py, RPN, deformable PS-ROI-pooling R-CNN head (spec
+section 6), and optionally AutoFocus's FocusPixel branch.
 
 One builder makes the training, test and RPN-only graphs, so they share every parameter name. What
 a run derives (the class count from the dataset, the chips per device from the trainer) comes in as
 arguments; everything else comes from the frozen config.
 Training uses the batch-wide MultiProposalTarget operator of lib/ops; testing uses MXNet's stock
 MultiProposal. Output names are part of the contract with lib/train (metrics) and lib/inference.
+
+AutoFocus (network.AUTO_FOCUS; Najibi, Singh, Davis, ICCV 2019): the FocusPixel branch reads the same
+features as both heads (3x3 conv 256, 1x1 conv 256, 1x1 conv 2, ReLUs between) and predicts, per
+feature cell, whether it belongs to a small object. Training adds the input ``scale_label`` (B, H*W)
+(1 / 0 / -1 ignore, lib/data/focus_labels.py) and a softmax loss over the two channels normalised by
+the number of labelled cells of the batch (as the reference: "valid" normalisation, only the fp16 loss
+scale as weight); the test graph adds the channel softmax ``scale_prob`` (B, 2, H, W), channel 1 the
+FocusPixel probability. Both are appended after the existing outputs (the reference puts ``scale_prob``
+among them; outputs are read by name here).
 """
 from collections import namedtuple
 
 import mxnet as mx
 
-from symbols.resnet import RESNETS, BatchNormPolicy, resnet_body
+from symbols.batch_norm import BatchNormPolicy
+from symbols.bodies import body_of
+from symbols.deformable import deformable_psroi_pooling
 
-BODY_STRIDE = 16  # the ResNet body's only output stride (res4 and the dilated res5)
-
-# Head widths: RPN 3x3 conv, R-CNN 1x1 reduction before pooling, the two fully connected layers; and
-# the bilinear samples per pooled bin side. The tiny head takes 2x2 samples instead of the published
-# 4x4: MXNet's CPU deformable PS-ROI pooling is single-threaded and was half of a CPU training step
-# (BENCHMARKS.md, "Network on the CPU"); sampling does not change any parameter shape.
-HeadSpec = namedtuple("HeadSpec", ["rpn_channels", "rcnn_channels", "fc_channels", "samples_per_part"])
+# Head widths: RPN 3x3 conv, R-CNN 1x1 reduction before pooling, the two fully connected layers; the
+# bilinear samples per pooled bin side; and how the R-CNN classification loss is normalised. The tiny
+# heads take 2x2 samples instead of the published 4x4: MXNet's CPU deformable PS-ROI pooling is
+# single-threaded and was half of a CPU training step (BENCHMARKS.md, "Network on the CPU"); sampling
+# does not change any parameter shape. cls_normalisation "valid" divides the R-CNN softmax loss by the
+# batch's labelled rois (the reference ResNets); "rois" by all rois of the batch, TRAIN.RPN_POST_NMS_TOP_N
+# per chip, ignored ones included (the reference MobileNetV2: 1 / (300 x chips), no normalisation).
+HeadSpec = namedtuple("HeadSpec", ["rpn_channels", "rcnn_channels", "fc_channels", "samples_per_part",
+                                   "cls_normalisation"])
 HEADS = {
-    "resnet101": HeadSpec(rpn_channels=512, rcnn_channels=256, fc_channels=1024, samples_per_part=4),
-    "resnet50": HeadSpec(rpn_channels=512, rcnn_channels=256, fc_channels=1024, samples_per_part=4),
-    "resnet_tiny": HeadSpec(rpn_channels=64, rcnn_channels=16, fc_channels=128, samples_per_part=2),
+    "resnet101": HeadSpec(rpn_channels=512, rcnn_channels=256, fc_channels=1024, samples_per_part=4,
+                          cls_normalisation="valid"),
+    "resnet50": HeadSpec(rpn_channels=512, rcnn_channels=256, fc_channels=1024, samples_per_part=4,
+                         cls_normalisation="valid"),
+    "resnet_tiny": HeadSpec(rpn_channels=64, rcnn_channels=16, fc_channels=128, samples_per_part=2,
+                            cls_normalisation="valid"),
+    "mobilenetv2": HeadSpec(rpn_channels=256, rcnn_channels=256, fc_channels=512, samples_per_part=4,
+                            cls_normalisation="rois"),
+    "mobilenetv2_tiny": HeadSpec(rpn_channels=64, rcnn_channels=16, fc_channels=128, samples_per_part=2,
+                                 cls_normalisation="rois"),
 }
+FOCUS_CHANNELS = 256  # the FocusPixel branch's two hidden convolutions
 
 # The RPN head's outputs the losses and the proposal layers read.
 RpnOutputs = namedtuple("RpnOutputs", ["cls_score_reshape", "cls_prob_map", "bbox_pred"])
@@ -38,34 +60,42 @@ RCNN_BBOX_NORMALISER = 188.0  # R-CNN smooth-L1 is scaled by 1 / (188 * TRAIN.RC
 PROPOSAL_TARGET_GROUP = "proposal_target"
 
 
-def training_symbol(cfg, num_classes, chips_per_device, rpn_only=False):
+def training_symbol(cfg, num_classes, chips_per_device, rpn_only=False, compiled_deformable=False):
     """The training graph: outputs rpn_cls_prob, rpn_bbox_loss, then (unless ``rpn_only``) cls_prob,
-    bbox_loss and rcnn_label (the proposal-target labels, gradient-blocked, for metrics).
+    bbox_loss and rcnn_label (the proposal-target labels, gradient-blocked, for metrics), and with
+    network.AUTO_FOCUS scale_prob (the FocusPixel softmax loss on the input ``scale_label``).
 
     ``num_classes`` (background included) comes from the dataset and ``chips_per_device`` from the
     trainer, which hands the same number to the loader: the losses are normalised by it.
+    ``compiled_deformable`` builds the deformable layers from lib/ops' compiled CPU operators (same
+    parameters; ``symbols.use_compiled_deformable`` decides it from the contexts and the config).
     """
-    features, rpn = _features_and_rpn(cfg, is_train=True)
-    return _training_outputs(cfg, features, rpn, num_classes, chips_per_device, rpn_only)
+    features, rpn = _features_and_rpn(cfg, is_train=True, compiled_deformable=compiled_deformable)
+    return _training_outputs(cfg, features, rpn, num_classes, chips_per_device, rpn_only, compiled_deformable)
 
 
-def inference_symbol(cfg, num_classes, rpn_only=False):
-    """The test graph: outputs rois, cls_prob_reshape, bbox_pred_reshape, im_ids, chip_ids, im_info; with
-    ``rpn_only`` rois, rois_score, im_ids, chip_ids, im_info (proposal extraction)."""
-    features, rpn = _features_and_rpn(cfg, is_train=False)
-    return _test_outputs(cfg, features, rpn, num_classes, rpn_only)
+def inference_symbol(cfg, num_classes, rpn_only=False, compiled_deformable=False):
+    """The test graph: outputs rois, cls_prob_reshape, bbox_pred_reshape, im_ids, chip_ids, im_info, and
+    with network.AUTO_FOCUS scale_prob; with ``rpn_only`` rois, rois_score, im_ids, chip_ids, im_info
+    (proposal extraction). ``compiled_deformable`` as for ``training_symbol``."""
+    features, rpn = _features_and_rpn(cfg, is_train=False, compiled_deformable=compiled_deformable)
+    return _test_outputs(cfg, features, rpn, num_classes, rpn_only, compiled_deformable)
 
 
-def _features_and_rpn(cfg, is_train):
-    """The body's features (float32) and the RPN head on them."""
-    body_spec = _body_spec(cfg)
+def _features_and_rpn(cfg, is_train, compiled_deformable):
+    """The body's features (float32) and the RPN head on them. With ``TRAIN.fp16`` (training) or
+    ``TEST.fp16`` (testing) the body runs in float16 after its first layer up to the features (spec
+    section 7): the input, the first layer and everything after the features stay float32."""
+    body = body_of(cfg)
     head = HEADS[cfg.symbol]
     num_anchors = cfg.network.NUM_ANCHORS
-    fp16 = bool(is_train and cfg.TRAIN.fp16)
-    batch_norm = BatchNormPolicy(cfg.network.BN_MOMENTUM, training=is_train,
+    fp16 = bool(cfg.TRAIN.fp16 if is_train else cfg.TEST.fp16)
+    batch_norm = BatchNormPolicy(cfg.network.BN_MOMENTUM, training=is_train, eps=body.bn_eps,
                                  frozen_prefixes=cfg.network.FIXED_PARAMS)
-    res4, res5 = resnet_body(mx.sym.var("data"), body_spec, batch_norm, fp16=fp16)
-    features = mx.sym.concat(res4, res5, dim=1, name="res4_res5")
+    if compiled_deformable and fp16:
+        raise ValueError("fp16 with the compiled deformable operators: they are float32 host kernels")
+    features = body.features(mx.sym.var("data"), batch_norm=batch_norm, fp16=fp16,
+                             compiled_deformable=compiled_deformable)
     if fp16:
         features = mx.sym.Cast(features, dtype="float32", name="features_fp32")
 
@@ -83,7 +113,7 @@ def _features_and_rpn(cfg, is_train):
     return features, RpnOutputs(rpn_cls_score_reshape, rpn_cls_prob_map, rpn_bbox_pred)
 
 
-def _training_outputs(cfg, features, rpn, num_classes, chips_per_device, rpn_only):
+def _training_outputs(cfg, features, rpn, num_classes, chips_per_device, rpn_only, compiled_deformable):
     head = HEADS[cfg.symbol]
     loss_scale = float(cfg.TRAIN.fp16_loss_scale) if cfg.TRAIN.fp16 else 1.0
     rpn_cls_prob = mx.sym.SoftmaxOutput(rpn.cls_score_reshape, label=mx.sym.var("label"), multi_output=True,
@@ -104,17 +134,29 @@ def _training_outputs(cfg, features, rpn, num_classes, chips_per_device, rpn_onl
             **ops.proposal_target_attrs(cfg))
     # rois (B*R, 5), labels (B*R,), box targets and weights (B*R, 4), R = TRAIN.RPN_POST_NMS_TOP_N
     rois, rcnn_label, rcnn_bbox_target, rcnn_bbox_weight = (mx.sym.BlockGrad(targets[i]) for i in range(4))
-    cls_score, bbox_pred = _rcnn_head(cfg, features, rois, head, _checked_num_classes(num_classes))
-    cls_prob = mx.sym.SoftmaxOutput(cls_score, label=rcnn_label, normalization="valid", use_ignore=True,
-                                    ignore_label=-1, grad_scale=loss_scale, name="cls_prob")
+    cls_score, bbox_pred = _rcnn_head(cfg, features, rois, head, _checked_num_classes(num_classes),
+                                      compiled_deformable)
+    if head.cls_normalisation == "valid":
+        cls_normalisation = dict(normalization="valid", grad_scale=loss_scale)
+    else:
+        rois_per_batch = cfg.TRAIN.RPN_POST_NMS_TOP_N * chips_per_device
+        cls_normalisation = dict(normalization="null", grad_scale=loss_scale / rois_per_batch)
+    cls_prob = mx.sym.SoftmaxOutput(cls_score, label=rcnn_label, use_ignore=True, ignore_label=-1, name="cls_prob",
+                                    **cls_normalisation)
     normaliser_chips = cfg.TRAIN.RCNN_BBOX_LOSS_CHIPS or chips_per_device  # the reference: 16 at any batch
     bbox_loss = _smooth_l1_loss(bbox_pred, rcnn_bbox_target, rcnn_bbox_weight,
                                 loss_scale / (RCNN_BBOX_NORMALISER * normaliser_chips), "bbox_loss")
-    return mx.sym.Group([rpn_cls_prob, rpn_bbox_loss, cls_prob, bbox_loss,
-                         mx.sym.BlockGrad(rcnn_label, name="rcnn_label")])
+    outputs = [rpn_cls_prob, rpn_bbox_loss, cls_prob, bbox_loss, mx.sym.BlockGrad(rcnn_label, name="rcnn_label")]
+    if cfg.network.AUTO_FOCUS:
+        # (B, 2, H, W) -> (B, 2, H*W) against scale_label (B, H*W), cells in row-major order
+        focus_score = mx.sym.Reshape(_focus_branch(features), shape=(0, 2, -1), name="conv_new_out_reshape")
+        outputs.append(mx.sym.SoftmaxOutput(focus_score, label=mx.sym.var("scale_label"), multi_output=True,
+                                            normalization="valid", use_ignore=True, ignore_label=-1,
+                                            grad_scale=loss_scale, name="scale_prob"))
+    return mx.sym.Group(outputs)
 
 
-def _test_outputs(cfg, features, rpn, num_classes, rpn_only):
+def _test_outputs(cfg, features, rpn, num_classes, rpn_only, compiled_deformable):
     im_info, im_ids, chip_ids = mx.sym.var("im_info"), mx.sym.var("im_ids"), mx.sym.var("chip_ids")
     test, network = cfg.TEST, cfg.network
     proposals = mx.sym.contrib.MultiProposal(
@@ -126,30 +168,41 @@ def _test_outputs(cfg, features, rpn, num_classes, rpn_only):
     if rpn_only:
         return mx.sym.Group([proposals[0], proposals[1], im_ids, chip_ids, im_info])
     num_classes = _checked_num_classes(num_classes)
-    cls_score, bbox_pred = _rcnn_head(cfg, features, proposals, HEADS[cfg.symbol], num_classes)
+    cls_score, bbox_pred = _rcnn_head(cfg, features, proposals, HEADS[cfg.symbol], num_classes, compiled_deformable)
     cls_prob = mx.sym.softmax(cls_score, axis=-1, name="cls_prob")
     per_image = test.RPN_POST_NMS_TOP_N
     cls_prob = mx.sym.Reshape(cls_prob, shape=(-1, per_image, num_classes), name="cls_prob_reshape")
     bbox_pred = mx.sym.Reshape(bbox_pred, shape=(-1, per_image, 4), name="bbox_pred_reshape")
-    return mx.sym.Group([proposals, cls_prob, bbox_pred, im_ids, chip_ids, im_info])
+    outputs = [proposals, cls_prob, bbox_pred, im_ids, chip_ids, im_info]
+    if network.AUTO_FOCUS:
+        outputs.append(mx.sym.SoftmaxActivation(_focus_branch(features), mode="channel", name="scale_prob"))
+    return mx.sym.Group(outputs)
 
 
-def _rcnn_head(cfg, features, rois, head, num_classes):
+def _focus_branch(features):
+    """AutoFocus's FocusPixel scores (B, 2, H, W) on the heads' features: 3x3 and 1x1 convs, then 2 channels."""
+    hidden = mx.sym.Convolution(features, num_filter=FOCUS_CHANNELS, kernel=(3, 3), pad=(1, 1), name="conv_new_2")
+    hidden = mx.sym.Activation(hidden, act_type="relu", name="conv_new_2_relu")
+    hidden = mx.sym.Convolution(hidden, num_filter=FOCUS_CHANNELS, kernel=(1, 1), name="conv_new_3")
+    hidden = mx.sym.Activation(hidden, act_type="relu", name="conv_new_3_relu")
+    return mx.sym.Convolution(hidden, num_filter=2, kernel=(1, 1), name="conv_new_out")
+
+
+def _rcnn_head(cfg, features, rois, head, num_classes, compiled_deformable):
     """1x1 reduction, deformable PS-ROI pooling 7x7, two FC layers, classifier and class-agnostic box."""
     reduced = mx.sym.Convolution(features, num_filter=head.rcnn_channels, kernel=(1, 1), name="conv_new_1")
     reduced = mx.sym.Activation(reduced, act_type="relu", name="conv_new_1_relu")
     pooling = dict(spatial_scale=1.0 / cfg.network.RCNN_FEAT_STRIDE, output_dim=head.rcnn_channels, group_size=1,
                    pooled_size=POOLED_SIZE, part_size=POOLED_SIZE, sample_per_part=head.samples_per_part)
     # The part offsets are regressed from a plain (offset-free) pooling of the same roi.
-    plain = mx.sym.contrib.DeformablePSROIPooling(data=reduced, rois=rois, no_trans=True, name="offset_t",
-                                                  **pooling)
+    plain = deformable_psroi_pooling(reduced, rois, name="offset_t", compiled=compiled_deformable, **pooling)
     offset = mx.sym.FullyConnected(
         plain, num_hidden=2 * POOLED_SIZE * POOLED_SIZE, name="offset",
         weight=mx.sym.var("offset_weight", lr_mult=OFFSET_LR_MULT),
         bias=mx.sym.var("offset_bias", lr_mult=OFFSET_LR_MULT))
     offset = mx.sym.Reshape(offset, shape=(-1, 2, POOLED_SIZE, POOLED_SIZE), name="offset_reshape")
-    pooled = mx.sym.contrib.DeformablePSROIPooling(data=reduced, rois=rois, trans=offset, no_trans=False,
-                                                   trans_std=TRANS_STD, name="deformable_roi_pool", **pooling)
+    pooled = deformable_psroi_pooling(reduced, rois, name="deformable_roi_pool", trans=offset, trans_std=TRANS_STD,
+                                      compiled=compiled_deformable, **pooling)
     hidden = pooled
     for index in (1, 2):
         hidden = mx.sym.FullyConnected(hidden, num_hidden=head.fc_channels, name=f"fc_new_{index}")
@@ -163,16 +216,6 @@ def _smooth_l1_loss(pred, target, weight, grad_scale, name):
     """Weighted smooth-L1 (sigma 1) whose gradient is scaled by `grad_scale`."""
     loss = weight * mx.sym.smooth_l1(pred - target, scalar=1.0)
     return mx.sym.MakeLoss(loss, grad_scale=grad_scale, name=name)
-
-
-def _body_spec(cfg):
-    if cfg.symbol not in RESNETS:
-        raise ValueError(f"config key symbol: unknown network {cfg.symbol!r} (choose from {', '.join(sorted(RESNETS))})")
-    for key in ("RPN_FEAT_STRIDE", "RCNN_FEAT_STRIDE"):
-        if cfg.network[key] != BODY_STRIDE:
-            raise ValueError(f"config key network.{key} = {cfg.network[key]!r}: the {cfg.symbol} features have "
-                             f"stride {BODY_STRIDE}")
-    return RESNETS[cfg.symbol]
 
 
 def _checked_num_classes(num_classes):

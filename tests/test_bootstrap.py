@@ -36,10 +36,11 @@ def foreign_python():
         pytest.skip(f"{FOREIGN} is the virtualenv's own interpreter (a venv made with --copies)")
 
 
-def test_a_foreign_python_continues_in_the_virtualenv_with_the_callers_environment():
-    snippet = ("import os, sys; from lib.bootstrap import use_project_python; use_project_python(); "
-               f"import mxnet; print(sys.prefix, os.environ.get({REEXEC_GUARD!r}))")
-    result = run(FOREIGN, "-c", snippet, cwd=ROOT)
+def test_a_foreign_python_continues_in_the_virtualenv_with_the_callers_environment(tmp_path):
+    script = tmp_path / "program.py"  # a script (Python < 3.10 cannot re-run a -c command: no sys.orig_argv)
+    script.write_text(f"import os, sys\nsys.path.insert(0, {ROOT!r})\nfrom lib.bootstrap import use_project_python\n"
+                      f"use_project_python()\nimport mxnet\nprint(sys.prefix, os.environ.get({REEXEC_GUARD!r}))\n")
+    result = run(FOREIGN, str(script), cwd=ROOT)
     assert result.returncode == 0, result.stderr
     prefix, guard = result.stdout.split()
     assert os.path.realpath(prefix) == os.path.realpath(VENV) and guard == "None"

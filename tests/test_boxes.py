@@ -136,6 +136,8 @@ def test_decode_hand_case_per_class_and_clamp():
     clamped_width = 10 * 1000 / 16  # dw clamped at log(1000/16)
     np.testing.assert_allclose(got[0, 8:], [4.5 - (clamped_width - 1) / 2, 0, 4.5 + (clamped_width - 1) / 2, 9], rtol=1e-5)
     assert np.all(np.isfinite(decode(box, np.full((1, 4), 1e4, np.float32))))
+    wide = decode(box, np.float32([[0, 0, math.log(100), 0]]), max_log_scale=np.inf)  # no clamp: 10 px x 100
+    np.testing.assert_allclose(wide[0], [4.5 - 999 / 2, 0, 4.5 + 999 / 2, 9], rtol=1e-5)
 
 
 def test_encode_decode_round_trip_with_stds():

@@ -1,8 +1,14 @@
-"""lib/contexts.py: the ``gpus`` config key -> mx.Context list, with GPU ids checked against the machine."""
+"""lib/contexts.py: the ``gpus`` config key -> mx.Context list, with GPU ids checked against the machine, and
+the one float16 check the trainer and the detector share."""
+import glob
+import os
+
 import mxnet as mx
 import pytest
 
-from lib.contexts import parse_contexts
+from conftest import TINY_CONFIG, build_cfg
+
+from lib.contexts import fp16_enabled, parse_contexts
 
 
 @pytest.fixture
@@ -36,3 +42,27 @@ def test_cpu_specs_do_not_need_a_gpu(gpus):
     assert parse_contexts("cpu:2") == [mx.cpu(0), mx.cpu(1)]
     with pytest.raises(ValueError, match="'cpu:N' needs a positive N"):
         parse_contexts("cpu:0")
+
+
+@pytest.mark.parametrize("section", ["TRAIN", "TEST"])
+def test_fp16_is_refused_on_cpu_contexts_with_one_message(section):
+    cfg = build_cfg({f"{section}.fp16": True}, path=TINY_CONFIG)
+    message = (rf"^{section}\.fp16 is true but the contexts are CPUs; MXNet 1\.9 cannot run a float16 network on "
+               rf"the CPU\. Set --set {section}\.fp16 false, or gpus to GPU ids\.$")
+    with pytest.raises(ValueError, match=message):
+        fp16_enabled(cfg, section, [mx.gpu(0), mx.cpu(0)])
+    assert fp16_enabled(cfg, section, [mx.gpu(0), mx.gpu(1)]) is True
+    assert fp16_enabled(build_cfg({}, path=TINY_CONFIG), section, [mx.cpu(0)]) is False
+
+
+def test_fp16_defaults_follow_the_reference(gpus):
+    """Both networks default to float16 (the reference trained and tested in float16 on GPUs); every
+    configuration that names CPU contexts turns both off."""
+    defaults = build_cfg()
+    assert defaults.TRAIN.fp16 is True and defaults.TEST.fp16 is True
+    gpus(8)
+    configs = [build_cfg(path=path) for path in glob.glob(os.path.join(os.path.dirname(TINY_CONFIG), "*.yml"))]
+    on_cpus = [cfg for cfg in configs if parse_contexts(cfg.gpus)[0].device_type == "cpu"]
+    assert "sniper_synthetic_tiny" in [cfg.name for cfg in on_cpus]
+    for cfg in on_cpus:
+        assert cfg.TRAIN.fp16 is False and cfg.TEST.fp16 is False, cfg.name

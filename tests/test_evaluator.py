@@ -81,6 +81,9 @@ def test_half_wrong_gives_hand_computed_ap(tmp_path):
     _, stats = run(tmp_path, dets)
     assert stats["AP"] == pytest.approx((51 / 101 + 1) / 2)
     assert stats["AR100"] == pytest.approx((0.5 + 1) / 2)
+    per_class = json.load(open(tmp_path / "per_class_ap.json"))
+    assert per_class["c3"]["AP"] == pytest.approx(51 / 101) and per_class["c3"]["AP50"] == pytest.approx(51 / 101)
+    assert per_class["c7"] == {"AP": pytest.approx(1.0), "AP50": pytest.approx(1.0)}
 
 
 def test_matches_pycocotools_on_the_same_file(tmp_path):
@@ -102,6 +105,9 @@ def test_matches_pycocotools_on_the_same_file(tmp_path):
         reference.summarize()
     np.testing.assert_allclose(list(stats.values()), reference.stats)
     assert 0 < stats["AP"] < 1
+    per_class = json.load(open(tmp_path / "per_class_ap.json"))  # COCO's AP is the mean over categories
+    assert np.mean([v["AP"] for v in per_class.values()]) == pytest.approx(stats["AP"])
+    assert np.mean([v["AP50"] for v in per_class.values()]) == pytest.approx(stats["AP50"])
 
 
 def test_no_detections_gives_zero_and_a_summary(tmp_path):
@@ -143,3 +149,5 @@ def test_evaluate_voc_reports_per_class_and_mean(tmp_path):
     assert np.isnan(result["AP"]["cow"])  # no gt: left out of the mean
     assert result["mAP"] == pytest.approx(0.5)
     assert json.load(open(tmp_path / "voc_ap.json"))["mAP"] == pytest.approx(0.5)
+    per_class = json.load(open(tmp_path / "per_class_ap.json"))
+    assert per_class["cat"] == {"AP": 1.0} and per_class["dog"] == {"AP": 0.0} and np.isnan(per_class["cow"]["AP"])

@@ -19,7 +19,8 @@ from lib.config import with_overrides
 from lib.train.checkpoint import params_path
 from lib.train.pretrained import PretrainedError, initial_params
 from symbols import is_imagenet_parameter, training_symbol
-from symbols.resnet import RESNETS, BatchNormPolicy, resnet_body
+from symbols.batch_norm import BatchNormPolicy
+from symbols.resnet import BN_EPS, RESNETS, resnet_body
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MANIFEST = os.path.join(ROOT, "tests", "data", "sniper_res101_test_params.json")
@@ -96,7 +97,8 @@ def test_converted_backbone_computes_the_gluoncv_forward(dilated_gluon_resnet50,
     gluon_res5 = net.features[8](x).asnumpy()
 
     arg_params, aux_params = gluoncv_resnet.convert(net, pixel_means(), channel_order)
-    res4, res5 = resnet_body(mx.sym.var("data"), RESNETS["resnet50"], BatchNormPolicy(0.995, training=False))
+    batch_norm = BatchNormPolicy(0.995, training=False, eps=BN_EPS)
+    res4, res5 = resnet_body(mx.sym.var("data"), RESNETS["resnet50"], batch_norm)
     symbol = mx.sym.Group([res4, res5])
     image_bgr = image_rgb[:, ::-1]
     our_input = image_bgr - pixel_means()[:, None, None]  # BGR minus the BGR-listed means

@@ -1,5 +1,5 @@
-"""The SNIPER network (symbols/): parameter manifest of the published network, graph wiring, fp16 casts,
-batch-norm modes, loss scales, and tiny CPU forward/backward passes checked against hand-derived values."""
+"""The SNIPER network (symbols/): parameter manifest of the published network, graph wiring (the fp16 casts
+are in test_fp16.py), batch-norm modes, loss scales, and tiny CPU forward/backward passes checked against hand-derived values."""
 import json
 import os
 
@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import build_cfg
+from network_helpers import bind_random, graph_nodes, inference_shapes, parameter_shapes, train_shapes
 
 from lib.config import with_overrides
 from symbols import get_fixed_param_names, inference_symbol, training_symbol
@@ -19,7 +20,7 @@ TRAIN_INPUTS = ("data", "im_info", "valid_ranges", "gt_boxes", "label", "bbox_ta
 
 
 def network_cfg(symbol="resnet_tiny", fp16=False):
-    return build_cfg({"symbol": symbol, "TRAIN.fp16": fp16})
+    return build_cfg({"symbol": symbol, "TRAIN.fp16": fp16, "TEST.fp16": fp16})
 
 
 def network(cfg, is_train, rpn_only=False, num_classes=5, chips=2):
@@ -27,33 +28,6 @@ def network(cfg, is_train, rpn_only=False, num_classes=5, chips=2):
     if is_train:
         return training_symbol(cfg, num_classes, chips, rpn_only=rpn_only)
     return inference_symbol(cfg, num_classes, rpn_only=rpn_only)
-
-
-def inference_shapes(batch, size):
-    return dict(data=(batch, 3, size, size), im_info=(batch, 3), im_ids=(batch,), chip_ids=(batch,))
-
-
-def train_shapes(batch, size, rpn_only=False):
-    feat = size // 16
-    shapes = dict(data=(batch, 3, size, size), im_info=(batch, 3), valid_ranges=(batch, 2), gt_boxes=(batch, 100, 5),
-                  label=(batch, A * feat * feat), bbox_target=(batch, 4 * A, feat, feat),
-                  bbox_weight=(batch, 4 * A, feat, feat))
-    if rpn_only:
-        for name in ("im_info", "valid_ranges", "gt_boxes"):
-            del shapes[name]
-    return shapes
-
-
-def parameter_shapes(symbol, input_shapes):
-    arg_shapes, out_shapes, aux_shapes = symbol.infer_shape(**input_shapes)
-    args = {n: list(s) for n, s in zip(symbol.list_arguments(), arg_shapes) if n not in input_shapes}
-    aux = {n: list(s) for n, s in zip(symbol.list_auxiliary_states(), aux_shapes)}
-    outs = {n: list(s) for n, s in zip(symbol.list_outputs(), out_shapes)}
-    return args, aux, outs
-
-
-def graph_nodes(symbol):
-    return json.loads(symbol.tojson())["nodes"]
 
 
 @pytest.fixture(scope="module")
@@ -117,34 +91,6 @@ def test_rpn_only_graphs_hold_only_the_rpn():
     assert outs == {"rois_output": [600, 5], "rois_score": [600, 1], "im_ids": [2], "chip_ids": [2], "im_info": [2, 3]}
 
 
-def _cast_nodes(symbol):
-    nodes = graph_nodes(symbol)
-    casts = [i for i, n in enumerate(nodes) if n["op"] == "Cast"]
-    consumers = {i: sorted(nodes[j]["name"] for j, n in enumerate(nodes) if any(e[0] == i for e in n["inputs"]))
-                 for i in casts}
-    return [(nodes[i]["attrs"]["dtype"], nodes[nodes[i]["inputs"][0][0]]["name"], consumers[i]) for i in casts]
-
-
-def test_fp16_body_runs_between_conv0_and_the_heads():
-    import lib.ops  # noqa: F401
-    cfg = network_cfg(fp16=True)
-    symbol = network(cfg, is_train=True)
-    assert _cast_nodes(symbol) == [("float16", "conv0", ["bn0"]),
-                                   ("float32", "res4_res5", ["conv_new_1", "rpn_conv_3x3"])]
-    shapes = train_shapes(2, 256)
-    arg_types, out_types, aux_types = symbol.infer_type(**{n: "float32" for n in shapes})
-    types = dict(zip(symbol.list_arguments(), arg_types))
-    for name, dtype in types.items():
-        if name in shapes or name.endswith(("_gamma", "_beta")) or name.startswith(("conv0", "bn_data")) \
-                or not name.startswith("stage"):
-            assert dtype == np.float32, name  # inputs, batch-norm parameters, conv0, heads
-        else:
-            assert dtype == np.float16, name  # body convolutions
-    assert all(t == np.float32 for t in out_types) and all(t == np.float32 for t in aux_types)
-    assert _cast_nodes(network(network_cfg(fp16=False), is_train=True)) == []
-    assert _cast_nodes(network(cfg, is_train=False)) == []  # the test network runs in float32
-
-
 @pytest.mark.parametrize("fp16", [False, True])
 def test_loss_gradient_scales(fp16):
     import lib.ops  # noqa: F401
@@ -195,17 +141,10 @@ def test_configuration_errors_name_the_key():
 
 
 def _bind_random(symbol, shapes, seed, grad_req="null"):
-    rng = np.random.RandomState(seed)
-    executor = symbol.simple_bind(mx.cpu(), grad_req=grad_req, **shapes)
-    for name, array in executor.arg_dict.items():
-        if name not in shapes:
-            array[:] = rng.normal(0, 0.05, array.shape) if name.endswith("weight") else name.endswith("gamma")
-    for name, array in executor.aux_dict.items():
-        array[:] = 1 if name.endswith("var") else 0
+    executor, rng = bind_random(symbol, shapes, seed, grad_req)
     for name in ("stage4_unit1_offset_weight", "offset_weight"):
         if name in executor.arg_dict:
             executor.arg_dict[name][:] = rng.normal(0, 0.001, executor.arg_dict[name].shape)
-    executor.arg_dict["data"][:] = rng.uniform(-100, 100, shapes["data"])
     return executor
 
 

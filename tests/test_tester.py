@@ -134,7 +134,8 @@ def tiny(tmp_path_factory):
     cfg = load_config(None, [
         ("symbol", "resnet_tiny"), ("output_path", str(root / "output")), ("dataset.dataset_path", str(root / "data")),
         ("dataset.root_path", str(root)), ("dataset.image_set", "train"), ("dataset.test_image_set", "val"),
-        ("dataset.NUM_CLASSES", "3"), ("gpus", ""), ("TEST.SCALES", "[[96, 128], [64, 96], [32, 48]]"),
+        ("dataset.NUM_CLASSES", "3"), ("gpus", ""), ("TEST.fp16", "false"),
+        ("TEST.SCALES", "[[96, 128], [64, 96], [32, 48]]"),
         ("TEST.RPN_PRE_NMS_TOP_N", "500"), ("TEST.RPN_POST_NMS_TOP_N", "50"), ("TEST.NUM_PROPOSALS", "20"),
     ])
     module = mx.mod.Module(inference_symbol(cfg, NUM_CLASSES), data_names=DATA_NAMES, label_names=None)

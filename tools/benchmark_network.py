@@ -6,8 +6,14 @@ bulk execution and operator fusion off, so that each operator is timed on its ow
 the batch is split over N CPU contexts (cpu(0)..cpu(N-1)), as ``gpus: 'cpu:N'`` trains; the CPU column
 is process CPU time over wall time (how many cores were busy).
 
-    python tools/benchmark_network.py [--symbol resnet_tiny] [--chips 2] [--size 512] [--repeat 3]
+    python tools/benchmark_network.py [--symbol resnet_tiny] [--cfg FILE] [--chips 2] [--size 512] [--repeat 3]
         [--contexts 1] [--rois 300]
+
+The network settings (anchors) come from ``--cfg`` (default: the defaults); ``--symbol`` replaces its
+symbol and the feature strides follow the body (16 for the ResNets, 32 for MobileNetV2), so e.g.
+``--symbol mobilenetv2 --cfg configs/faster/sniper_mobilenetv2_e2e.yml`` times the published one. The
+deformable layers use the operators the trainer would (network.CPU_DEFORMABLE_OPS, compiled by default;
+tools/benchmark_deformable.py compares both).
 """
 import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
 import argparse
@@ -21,7 +27,8 @@ import numpy as np
 import lib.ops  # noqa: F401  (the training graph's proposal-target operator)
 from lib.benchmarking import markdown_table, measure
 from lib.config import load_config
-from symbols import inference_symbol, training_symbol
+from symbols import inference_symbol, training_symbol, use_compiled_deformable
+from symbols.bodies import BODIES
 
 
 def bind(symbol, shapes, for_training, rng, context=None):
@@ -84,7 +91,8 @@ def profile_top(symbol, shapes, for_training, rng, top):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--symbol", default="resnet_tiny")
+    parser.add_argument("--symbol", default="resnet_tiny", choices=sorted(BODIES))
+    parser.add_argument("--cfg", default=None, help="config file for the network settings (anchors)")
     parser.add_argument("--chips", type=int, default=2)
     parser.add_argument("--size", type=int, default=512)
     parser.add_argument("--classes", type=int, default=81)
@@ -95,24 +103,31 @@ def main():
     if args.contexts < 1 or args.chips % args.contexts:
         parser.error(f"--chips ({args.chips}) must be a positive multiple of --contexts ({args.contexts})")
     chips = args.chips // args.contexts  # per context
-    cfg = load_config(None, [("symbol", args.symbol), ("TRAIN.fp16", "false"), ("TRAIN.RPN_POST_NMS_TOP_N", str(args.rois))])
-    size, anchors, feat = args.size, cfg.network.NUM_ANCHORS, args.size // 16
+    stride = BODIES[args.symbol].stride
+    cfg = load_config(args.cfg, [("symbol", args.symbol), ("network.RPN_FEAT_STRIDE", stride),
+                                 ("network.RCNN_FEAT_STRIDE", stride), ("TRAIN.fp16", False),
+                                 ("TRAIN.RPN_POST_NMS_TOP_N", args.rois)])
+    size, anchors, feat = args.size, cfg.network.NUM_ANCHORS, args.size // stride
     train_shapes = dict(data=(chips, 3, size, size), im_info=(chips, 3), valid_ranges=(chips, 2),
                         gt_boxes=(chips, 100, 5), label=(chips, anchors * feat * feat),
                         bbox_target=(chips, 4 * anchors, feat, feat), bbox_weight=(chips, 4 * anchors, feat, feat))
     test_shapes = dict(data=(chips, 3, size, size), im_info=(chips, 3), im_ids=(chips,), chip_ids=(chips,))
     rng = np.random.RandomState(0)
     rows = []
+    contexts = [mx.cpu(i) for i in range(args.contexts)]
+    compiled = use_compiled_deformable(cfg, contexts)  # as the trainer and the Detector choose
     for label, for_training, shapes in (("train fwd+bwd", True, train_shapes), ("test fwd", False, test_shapes)):
-        symbol = (training_symbol(cfg, args.classes, chips) if for_training
-                  else inference_symbol(cfg, args.classes))
-        executors = [bind(symbol, shapes, for_training, rng, mx.cpu(i)) for i in range(args.contexts)]
+        symbol = (training_symbol(cfg, args.classes, chips, compiled_deformable=compiled) if for_training
+                  else inference_symbol(cfg, args.classes, compiled_deformable=compiled))
+        executors = [bind(symbol, shapes, for_training, rng, context) for context in contexts]
         timing = measure(lambda: run(executors, for_training), repeat=args.repeat)
         top = ", ".join(f"{name} {100 * share:.0f}%"
                         for name, share in profile_top(symbol, shapes, for_training, rng, 3))
         rows.append((label, 1000 * timing.median, args.chips / timing.median, timing.cpu_fraction, top))
-    print(f"{args.symbol}, {args.chips} chips of {size}x{size} on {args.contexts} CPU context(s), {args.rois} "
-          f"rois/chip, {args.classes} classes, CPU with {os.cpu_count()} cores")
+    print(f"{args.symbol} (stride {stride}, {anchors} anchors), {args.chips} chips of {size}x{size} on "
+          f"{args.contexts} CPU context(s), {args.rois} rois/chip, {args.classes} classes, "
+          f"{'compiled' if compiled else 'stock'} deformable operators, "
+          f"CPU with {os.cpu_count()} cores")
     print(markdown_table(["pass", "ms/batch", "chips/s", "CPU", "largest operator shares (profiled pass)"], rows,
                          [None, ".0f", ".2f", ".2f", None]))
 

@@ -3,7 +3,8 @@
     python tools/visualize_chips.py IMAGE_ID --cfg FILE [--set KEY VALUE ...] [--out PNG] [--flipped] [--stride N]
 
 Each panel is the image at that scale (shrunk for display) with its gt boxes, green when valid at
-the scale and red when not, the positive chips in blue and the negative chips in orange.
+the scale and red when not, the positive chips in blue and the negative chips in orange; a legend
+strip on top says so.
 """
 import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
 import argparse
@@ -16,6 +17,7 @@ import numpy as np
 from chip_generator.mining import MiningParams, draw_epoch_stride, mine_image_chips
 from lib.config import add_config_arguments, config_from_arguments
 from lib.dataset import load_roidb, read_image
+from lib.drawing import draw_boxes, legend
 from lib.logger import setup_logging
 
 logger = logging.getLogger("visualize_chips")
@@ -32,22 +34,16 @@ def find_entry(roidb, image_id, flipped):
     raise SystemExit(f"image id {image_id}: no {kind}entry in the training roidb ({len(roidb)} entries)")
 
 
-def draw_boxes(panel, boxes, factor, colour, thickness):
-    for x1, y1, x2, y2 in np.asarray(boxes, np.float64).reshape(-1, 4) * factor:
-        cv2.rectangle(panel, (int(round(x1)), int(round(y1))), (int(round(x2)), int(round(y2))), colour, thickness,
-                      cv2.LINE_AA)
-
-
 def scale_panel(image, entry, scale, level):
     """The display panel of one scale: image, gt boxes (valid / invalid), positive and negative chips."""
     height, width = scale.image_size
     factor = PANEL_HEIGHT / height  # scaled-image pixels -> panel pixels
     panel = cv2.resize(image, (max(int(round(width * factor)), 1), PANEL_HEIGHT), interpolation=cv2.INTER_AREA)
     boxes = np.asarray(entry["boxes"], np.float32).reshape(-1, 4) * scale.im_scale
-    draw_boxes(panel, boxes[~scale.valid], factor, INVALID, 1)
-    draw_boxes(panel, boxes[scale.valid], factor, VALID, 2)
-    draw_boxes(panel, scale.neg_chips, factor, NEGATIVE, 2)
-    draw_boxes(panel, scale.pos_chips, factor, POSITIVE, 3)
+    panel = draw_boxes(panel, boxes[~scale.valid], INVALID, 1, factor)
+    panel = draw_boxes(panel, boxes[scale.valid], VALID, 2, factor)
+    panel = draw_boxes(panel, scale.neg_chips, NEGATIVE, 2, factor)
+    panel = draw_boxes(panel, scale.pos_chips, POSITIVE, 3, factor)
     title = np.full((TITLE_HEIGHT, panel.shape[1], 3), 255, np.uint8)
     text = (f"scale {level}: x{scale.im_scale:.3f} -> {width}x{height}, valid {int(scale.valid.sum())}/"
             f"{len(scale.valid)}, pos {len(scale.pos_chips)}, neg {len(scale.neg_chips)}")
@@ -78,6 +74,9 @@ def main():
     panels = [scale_panel(image, entry, scale, level) for level, scale in enumerate(chips.scales)]
     gap = np.full((panels[0].shape[0], 8, 3), 255, np.uint8)
     canvas = np.concatenate([part for panel in panels for part in (panel, gap)][:-1], axis=1)
+    key = legend(canvas.shape[1], [("gt valid at the scale", VALID), ("gt not valid", INVALID),
+                                   ("positive chip", POSITIVE), ("negative chip", NEGATIVE)])
+    canvas = np.concatenate([key, canvas], axis=0)
     out = args.out or os.path.join(cfg.output_path, f"chips_{args.image_id}.png")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     if not cv2.imwrite(out, canvas):

@@ -57,8 +57,10 @@ def encode(rois, gts, stds=(1.0, 1.0, 1.0, 1.0)):
     return (deltas / _check_stds("encode", stds, dtype)).astype(dtype, copy=False)
 
 
-def decode(boxes, deltas, stds=(1.0, 1.0, 1.0, 1.0)):
-    """Apply (N, 4k) deltas (k classes, or k=1 class-agnostic) to (N, 4) boxes: (N, 4k) boxes."""
+def decode(boxes, deltas, stds=(1.0, 1.0, 1.0, 1.0), max_log_scale=MAX_LOG_SCALE):
+    """Apply (N, 4k) deltas (k classes, or k=1 class-agnostic) to (N, 4) boxes: (N, 4k) boxes.
+
+    dw, dh above ``max_log_scale`` are cut to it (``np.inf``: no cut, as the reference proposal target)."""
     boxes = _check_boxes("decode", "boxes", boxes)
     deltas = _check_boxes("decode", "deltas", deltas, multiple_of_4=True)
     if boxes.shape[0] != deltas.shape[0]:
@@ -69,8 +71,8 @@ def decode(boxes, deltas, stds=(1.0, 1.0, 1.0, 1.0)):
     w, h, cx, cy = (column[:, None] for column in _widths_heights_centres(boxes))
     centre_x = deltas[:, 0::4] * w + cx
     centre_y = deltas[:, 1::4] * h + cy
-    half_w = 0.5 * (np.exp(np.minimum(deltas[:, 2::4], MAX_LOG_SCALE)) * w - 1.0)
-    half_h = 0.5 * (np.exp(np.minimum(deltas[:, 3::4], MAX_LOG_SCALE)) * h - 1.0)
+    half_w = 0.5 * (np.exp(np.minimum(deltas[:, 2::4], max_log_scale)) * w - 1.0)
+    half_h = 0.5 * (np.exp(np.minimum(deltas[:, 3::4], max_log_scale)) * h - 1.0)
     decoded = np.empty_like(deltas)
     decoded[:, 0::4] = centre_x - half_w
     decoded[:, 1::4] = centre_y - half_h

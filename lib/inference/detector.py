@@ -13,12 +13,12 @@ import mxnet as mx
 import numpy as np
 
 from lib.boxes import clip_boxes, decode
+from lib.contexts import fp16_enabled, parse_contexts
 from lib.data.pixels import network_pixels
-from lib.contexts import parse_contexts
 from lib.inference.merge import merge_scales
 from lib.scales import pyramid
 from lib.train.checkpoint import checkpoint_prefix, load_params, params_path
-from symbols import inference_symbol
+from symbols import inference_symbol, use_compiled_deformable
 
 logger = logging.getLogger(__name__)
 
@@ -67,12 +67,14 @@ class Detector:
         self.source = source
         self.levels = pyramid(cfg.TEST, "TEST")
         self.contexts = contexts if contexts is not None else parse_contexts(cfg.gpus)
+        self.fp16 = fp16_enabled(cfg, "TEST", self.contexts)  # the body only: inputs and outputs stay float32
         self.batch_size = cfg.TEST.BATCH_IMAGES * len(self.contexts)
         self.stride = max(cfg.network.IMAGE_STRIDE, cfg.network.RPN_FEAT_STRIDE)
         if rpn_only and cfg.TEST.NUM_PROPOSALS > cfg.TEST.RPN_POST_NMS_TOP_N:
             logger.warning("TEST.NUM_PROPOSALS %d > TEST.RPN_POST_NMS_TOP_N %d: at most %d proposals per scale",
                            cfg.TEST.NUM_PROPOSALS, cfg.TEST.RPN_POST_NMS_TOP_N, cfg.TEST.RPN_POST_NMS_TOP_N)
-        symbol = inference_symbol(cfg, num_classes, rpn_only=rpn_only)
+        symbol = inference_symbol(cfg, num_classes, rpn_only=rpn_only,
+                                  compiled_deformable=use_compiled_deformable(cfg, self.contexts))
         self._check_params(symbol, arg_params, aux_params, source)
         self.module = mx.mod.Module(symbol, data_names=DATA_NAMES, label_names=None, context=self.contexts)
         self.module.bind(self._data_shapes(self.stride, self.stride), for_training=False)

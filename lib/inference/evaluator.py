@@ -52,11 +52,40 @@ def coco_results(detections, image_ids, category_ids):
     return results
 
 
+def per_category_ap(coco_eval):
+    """``{category name: {"AP": .., "AP50": ..}}`` from an accumulated COCOeval: its precision array
+    (IoU thresholds x recall points x categories x areas x max detections) averaged, as COCOeval's own
+    summary does, over the recall points (and IoUs for AP) with valid entries, area "all", 100 detections.
+    A category without gt boxes in the scored images is NaN."""
+    precision = coco_eval.eval["precision"]
+    names = {c["id"]: c["name"] for c in coco_eval.cocoGt.loadCats(coco_eval.params.catIds)}
+    table = {}
+    for k, category in enumerate(coco_eval.params.catIds):
+        values = {}
+        for key, curve in (("AP", precision[:, :, k, 0, -1]), ("AP50", precision[0, :, k, 0, -1])):
+            valid = curve[curve > -1]
+            values[key] = float(valid.mean()) if valid.size else float("nan")
+        table[names[category]] = values
+    return table
+
+
+def log_per_class_table(table, output_dir, title):
+    """Log ``{name: {metric: value}}`` as a table and write it to ``per_class_ap.json``."""
+    metrics = list(next(iter(table.values()))) if table else []
+    width = max([len(name) for name in table] + [8])
+    lines = [f"{'class':>{width}s}  " + "  ".join(f"{m:>6s}" for m in metrics)]
+    lines += [f"{name:>{width}s}  " + "  ".join(f"{values[m]:6.3f}" for m in metrics) for name, values in table.items()]
+    logger.info("%s\n%s", title, "\n".join(lines))
+    write_json(table, os.path.join(output_dir, "per_class_ap.json"))
+
+
 def evaluate_coco(coco_gt, results_path, output_dir, image_ids=None):
-    """Run COCOeval (bbox) on a results file; log the 12-line summary and write it with the stats.
+    """Run COCOeval (bbox) on a results file; log the 12-line summary and the per-category AP table and
+    write them with the stats.
 
     Only ``image_ids`` are scored when given (a subset run must not count the rest as misses).
-    Writes ``coco_summary.txt`` and ``coco_stats.json`` to ``output_dir``; returns the stats dict.
+    Writes ``coco_summary.txt``, ``coco_stats.json`` and ``per_class_ap.json`` to ``output_dir``; returns
+    the stats dict.
     """
     from pycocotools.cocoeval import COCOeval
 
@@ -66,6 +95,7 @@ def evaluate_coco(coco_gt, results_path, output_dir, image_ids=None):
         logger.warning("%s holds no detections: every COCO metric is 0", results_path)
         stats = dict.fromkeys(COCO_STAT_NAMES, 0.0)
         summary = "no detections\n"
+        per_class = {c["name"]: {"AP": 0.0, "AP50": 0.0} for c in coco_gt.loadCats(coco_gt.getCatIds())}
     else:
         with contextlib.redirect_stdout(io.StringIO()):
             coco_dt = coco_gt.loadRes(results)
@@ -80,8 +110,10 @@ def evaluate_coco(coco_gt, results_path, output_dir, image_ids=None):
             coco_eval.summarize()
         summary = buffer.getvalue()
         stats = {name: float(value) for name, value in zip(COCO_STAT_NAMES, coco_eval.stats)}
+        per_class = per_category_ap(coco_eval)
     logger.info("COCO bbox evaluation of %s\n%s", results_path, summary.rstrip())
     os.makedirs(output_dir, exist_ok=True)
+    log_per_class_table(per_class, output_dir, "COCO bbox AP per category (IoU 0.50:0.95 and 0.50, all areas)")
     with open(os.path.join(output_dir, "coco_summary.txt"), "w") as f:
         f.write(summary)
     write_json(stats, os.path.join(output_dir, "coco_stats.json"))
@@ -173,8 +205,8 @@ def evaluate_voc(detections, gt_boxes, gt_classes, gt_difficult, classes, output
     scored = [ap for ap in aps.values() if not np.isnan(ap)]
     result = {"mAP": float(np.mean(scored)) if scored else float("nan"), "AP": aps,
               "metric": "VOC07 11-point" if use_07_metric else "VOC area"}
-    table = "\n".join(f"{name:>15s}: {ap:.4f}" for name, ap in aps.items())
-    logger.info("Pascal VOC AP@%.2f (%s)\n%s\n%15s: %.4f", iou_thresh, result["metric"], table, "mAP",
-                result["mAP"])
+    os.makedirs(output_dir, exist_ok=True)
+    log_per_class_table({name: {"AP": ap} for name, ap in aps.items()}, output_dir,
+                        f"Pascal VOC AP@{iou_thresh:.2f} per class ({result['metric']}), mAP {result['mAP']:.4f}")
     write_json(result, os.path.join(output_dir, "voc_ap.json"))
     return result

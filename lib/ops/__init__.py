@@ -3,58 +3,129 @@
 Importing this package loads the library once with ``mx.library.load``, after which
 
     rois, labels, bbox_targets, bbox_weights = mx.sym.MultiProposalTarget(
-        cls_prob, bbox_pred, im_info, gt_boxes, valid_ranges,
-        feature_stride=16, scales=(2, 4, 7, 10, 13, 16, 24), ratios=(0.5, 1, 2),
-        rpn_pre_nms_top_n=6000, rpn_post_nms_top_n=300, threshold=0.7, rpn_min_size=3,
-        fg_thresh=0.5, bbox_stds=(0.1, 0.1, 0.2, 0.2))
+        cls_prob, bbox_pred, im_info, gt_boxes, valid_ranges, **proposal_target_attrs(cfg))
 
 works, as do ``mx.nd.MultiProposalTarget`` and the aliases ``mx.sym.contrib.MultiProposalTarget`` /
-``mx.nd.contrib.MultiProposalTarget``; ``proposal_target_attrs(cfg)`` gives the attributes from the
-config. MXNet 1.9 puts a library operator under its registered name at the top of ``mx.nd`` /
-``mx.sym`` (only names starting with ``_contrib_`` go to ``contrib``), so the contrib names are
-Python aliases and a saved graph records the op as ``MultiProposalTarget``; ``import lib.ops``
-before ``mx.sym.load``. Inputs are positional (a library operator has one variadic ``data``
-argument, so ``cls_prob=...`` keywords are rejected); outputs are ``<name>_output0..3``.
+``mx.nd.contrib.MultiProposalTarget``. Every attribute is required (rules, feature_stride, scales,
+ratios, rpn_pre_nms_top_n, rpn_post_nms_top_n, threshold, rpn_min_size, fg_thresh, bbox_stds): the
+operator refuses a missing one, so the config stays their one source. MXNet 1.9 puts a library
+operator under its registered name at the top of ``mx.nd`` / ``mx.sym`` (only names starting with
+``_contrib_`` go to ``contrib``), so the contrib names are Python aliases and a saved graph records
+the op as ``MultiProposalTarget``; ``import lib.ops`` before ``mx.sym.load``. Inputs are positional
+(a library operator has one variadic ``data`` argument, so ``cls_prob=...`` keywords are rejected);
+outputs are ``<name>_output0..3``.
 
-Semantics, per chip b (spec section 5), in chip pixels:
+Semantics, per chip b (spec section 5), in chip pixels, R = ``rpn_post_nms_top_n``; a gt row is
+real when its class is >= 0 (the loader pads with -1); ``valid_ranges[b]`` = (lo, hi) with -1 an
+open end (0 and 512, the reference loader's open ends, are plain numbers).
 
-* anchors = lib.boxes.anchors ``grid_anchors(base_anchors(stride, ratios, scales), H, W, stride)``,
-  (h, w, a) order; fg score of anchor a at (h, w) is ``cls_prob[b, A + a, h, w]``, its deltas
-  ``bbox_pred[b, 4a:4a+4, h, w]`` (stds 1);
-* decode, clip to ``im_info[b, :2]`` (height, width), drop boxes narrower or shorter than
-  ``rpn_min_size`` (not multiplied by ``im_info[b, 2]``: chips are already in scaled pixels) and boxes
-  whose sqrt(area) is outside ``valid_ranges[b]`` (inclusive, -1 = open);
-* keep the ``rpn_pre_nms_top_n`` best scores (ties: lower anchor index first), greedy NMS with IoU >
-  ``threshold`` suppressing, keep at most ``R - g`` boxes, R = ``rpn_post_nms_top_n``, g = number of
-  valid gts (non-padding, in the valid range, at most R);
-* rois = [kept proposals, valid gts in row order, padding]; padding rows are
-  ``[b, 0, 0, stride - 1, stride - 1]`` with label -1 and zero targets and weights;
-* label = class of the gt (among all non-padding gts, valid or not) with the highest IoU if that IoU
-  is > ``fg_thresh`` (first gt on ties), else 0; positives get ``encode(roi, gt) / bbox_stds`` and
-  weights 1. A gt row is padding when its class is negative (the loader pads with -1).
-* Backward writes zeros: nothing flows back into the RPN through this op.
+Common to both rule sets: anchors ``grid_anchors(base_anchors(stride, ratios, scales), H, W, stride)``
+(lib.boxes); the fg score of anchor a at (h, w) is ``cls_prob[b, A + a, h, w]``, its deltas
+``bbox_pred[b, 4a:4a+4, h, w]`` (stds 1); decode and clip to ``im_info[b, :2]`` (height, width; 512 x
+512 except at the coarsest scale); ``rpn_min_size`` is in chip pixels (not scaled by im_info[b, 2]);
+the best ``rpn_pre_nms_top_n`` surviving boxes (0: all) enter a greedy NMS at ``threshold``; a roi's
+label is the class of the first gt with its highest overlap if that overlap is > ``fg_thresh``, else 0
+(all real gts label, whether the loader counts them valid or not); positives get weights 1. Backward
+writes zeros: nothing flows back into the RPN through this op.
+
+``rules="reference"`` (default, ``TRAIN.PROPOSAL_TARGET_RULES``): the published SNIPER's GPU operator
+(multi_proposal_target.cu of its MXNet fork), reproduced to the bit on the parity harness:
+
+* areas without the +1, ``(x2 - x1) * (y2 - y1)``, while intersections keep it, in every overlap
+  (NMS and labels), in float32 compared with the double thresholds; this overlap exceeds the true IoU,
+  so NMS suppresses more and the effective fg threshold of 0.5 is a true IoU of 0.41 / 0.46 / 0.48 for
+  16 / 32 / 64 px rois;
+* a box is dropped only when both ``x2 - x1`` and ``y2 - y1`` are < rpn_min_size, or when its area is
+  ``< lo^2`` or ``>= hi^2``; decoding has no dw/dh cap;
+* anchors in (a, h, w) order; among equal scores NMS takes the kernel's preferred array position
+  (kernel_tie_order.h), its selections swapping elements as the kernel does;
+* rois = the kept boxes, then ``[m, m, m + 200, m + 200]``, m = (b*A*H*W + slot) % 100, up to R; real gt
+  j of n then overwrites slot R - n + j when ``lo^2 <= area <= hi^2`` (a gt out of that range leaves
+  the slot's box; with n > R the first n - R gts have no slot); every roi, padding boxes included, is
+  labelled (none is -1);
+* targets: ``10 (gcx - cx) / (w + 1e-7)``, ``10 (gcy - cy) / (h + 1e-7)``, ``5 log(gw / (w + 1e-7))``,
+  ``5 log(gh / (h + 1e-7))`` (10, 5 = 1 / bbox_stds) with the gt centre ``x1 + 0.5 gw`` (+0.5 px) and the
+  roi centre ``x1 + 0.5 (w - 1)``; non-positive rows keep targets 1.0 with weights 0.
+* Differences from the fork, all outside what the training loader sends: it takes the first n gt rows
+  (n = number of real rows) where this takes the real rows (the same when padding rows trail); its
+  buffers hold 16 chips; its ``rpn_pre_nms_top_n``, ``threshold``, ``rpn_min_size`` are fixed (6000
+  ignored, 0.7, 3), here attributes.
+
+``rules="exact"``: true IoU with +1 areas (float32 labels, double NMS), boxes dropped when either side
+``x2 - x1 + 1`` is < rpn_min_size or sqrt of the +1 area lies outside the inclusive valid range;
+anchors in (h, w, a) order, equal scores by that index; dw/dh capped at log(1000/16); rois = kept
+proposals (at most R - g), the g in-range real gts in row order (at most R), then padding
+``[b, 0, 0, stride - 1, stride - 1]`` labelled -1 with zero targets and weights; targets
+``encode(roi, gt) / bbox_stds`` (lib.boxes), 0 on non-positives. With ``rpn_pre_nms_top_n=6000`` this is
+the project's earlier operator.
+
+lib/ops/reference.py states both in NumPy; docs/reference_differences.md lists what differs.
 
 Devices: the library registers a CPU forward/backward only (a GPU forward that copies to the host
 exists behind ``-DSNIPER_WITH_CUDA``). Under GPU contexts without it, place the op on the CPU, e.g. build
 it inside ``mx.AttrScope(ctx_group="proposal_target")`` and bind with
 ``group2ctx={"proposal_target": mx.cpu()}``, or copy the inputs with ``as_in_context(mx.cpu())``.
+
+Two multi-core host replacements of MXNet 1.9.1's single-threaded CPU deformable kernels follow (the
+network picks them with symbols/deformable.py; CPU only, float32, inputs positional as above):
+
+``CompiledDeformablePSROIPooling(data, rois[, trans], spatial_scale, output_dim, group_size, pooled_size,
+part_size=0, sample_per_part=1, trans_std=0, no_trans=False)`` -> ``output, top_count``, both (R,
+output_dim, pooled, pooled): the attributes, inputs and outputs of ``_contrib_DeformablePSROIPooling``
+(take output ``[0]``; without ``trans`` pass ``no_trans=True``). Per roi ``[b, x1, y1, x2, y2]``: the
+corners are rounded, the box spans ``round(x1) * scale - 0.5 .. (round(x2) + 1) * scale - 0.5`` (at least
+0.1 wide), bin (ph, pw) of part ``(floor(ph / pooled * part), ...)`` moves by ``trans[roi, 2 class (+1 for
+y), part_h, part_w] * trans_std`` times the roi's width (height); its ``sample_per_part``^2 points are
+dropped when more than half a cell outside the map, otherwise clamped onto it and sampled bilinearly
+from channel ``(ctop * group + gh) * group + gw``; output = their mean (0 without any), top_count = how
+many. Class of output channel ctop: ``ctop // (output_dim / classes)``, classes = trans.shape[1] / 2.
+The backward gives data and trans the reference's gradients (the trans one treats the clamped point's
+bilinear weights as functions of the unclamped position, as the reference does) and rois zeros.
+
+``DeformableIm2Col(data, offset, kernel, stride=(1, 1), pad=(0, 0), dilate=(1, 1),
+num_deformable_group=1)``: data (B, C, H, W), offset (B, 2 kh kw G, Ho, Wo) as
+``_contrib_DeformableConvolution``'s -> columns (B, C kh kw, Ho, Wo): channel ``c kh kw + i kw + j`` at
+(y, x) is channel c sampled at ``(y stride_h - pad_h + i dilate_h + dy, x stride_w - pad_w + j dilate_w
++ dx)``, (dy, dx) = offset channels ``2 (g kh kw + i kw + j)`` and ``+1`` of c's group g; points outside
+``[0, H) x [0, W)`` give 0, the others are bilinear with the last row/column clamped. A 1x1 convolution
+of the columns with the weight viewed as (F, C kh kw, 1, 1) (per ``num_group``) is the deformable
+convolution. The backward gives data and offset the reference's col2im and coordinate gradients.
+
+Both follow the reference's float32 operations and summation order: on the tests' inputs the
+pooling's outputs and gradients and the convolution's data and offset gradients were bit-equal to
+MXNet's (the tests allow 1e-4); the convolution's product is another BLAS call, and the pooling's
+trans gradient sums in another order when part_size < pooled_size. Kernels run OpenMP loops over
+rois, channels or blocks of sampling points with the calling engine worker's thread count
+(OMP_NUM_THREADS, or MXNet's default of half the cores). MXNet passes library operators no gradient
+request types: gradients are always written, never added (``grad_req="add"`` on their inputs, or
+MXNET_EXEC_ENABLE_ADDTO=1, would be wrong).
 """
 import os
 
 import mxnet as mx
 
 LIBRARY_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libsniper_ops.so")
-OPERATOR_NAME = "MultiProposalTarget"
+OPERATOR_NAMES = ("MultiProposalTarget", "CompiledDeformablePSROIPooling", "DeformableIm2Col")
+PROPOSAL_TARGET_RULES = ("reference", "exact")
 
 
 def proposal_target_attrs(cfg):
     """MultiProposalTarget attributes from the config (the training graph's only source of them), so
     its anchors are the RPN targets' anchors. The operator encodes targets with zero means: a config
-    with non-zero TRAIN.BBOX_MEANS would train targets the checkpoint code then mis-corrects."""
+    with non-zero TRAIN.BBOX_MEANS would train targets the checkpoint code then mis-corrects.
+    TRAIN.PROPOSAL_TARGET_RULES picks the rule set, TRAIN.RPN_PRE_NMS_TOP_N = 0 sends every box to NMS."""
     if any(cfg.TRAIN.BBOX_MEANS):
         raise ValueError(f"config key TRAIN.BBOX_MEANS = {list(cfg.TRAIN.BBOX_MEANS)}: the MultiProposalTarget "
                          f"operator encodes box targets with zero means; set it to [0, 0, 0, 0]")
+    rules = cfg.TRAIN.PROPOSAL_TARGET_RULES
+    if rules not in PROPOSAL_TARGET_RULES:
+        raise ValueError(f"config key TRAIN.PROPOSAL_TARGET_RULES = {rules!r}: must be one of "
+                         f"{', '.join(PROPOSAL_TARGET_RULES)}")
+    if cfg.TRAIN.RPN_PRE_NMS_TOP_N < 0:
+        raise ValueError(f"config key TRAIN.RPN_PRE_NMS_TOP_N = {cfg.TRAIN.RPN_PRE_NMS_TOP_N}: must be >= 0 "
+                         f"(0: every proposal enters NMS)")
     return {
+        "rules": rules,
         "feature_stride": cfg.network.RPN_FEAT_STRIDE,
         "scales": tuple(cfg.network.ANCHOR_SCALES),
         "ratios": tuple(cfg.network.ANCHOR_RATIOS),
@@ -71,11 +142,12 @@ def load_library(path=LIBRARY_PATH):
     """Load the operator library once (later calls, or a second copy of this module, are no-ops)."""
     if not os.path.exists(path):
         raise ImportError(f"lib.ops: compiled operator library {path} is missing; run `make` in the repository root")
-    if hasattr(mx.nd, OPERATOR_NAME):
+    if all(hasattr(mx.nd, name) for name in OPERATOR_NAMES):
         return
     mx.library.load(os.path.abspath(path), verbose=False)
     for namespace in (mx.nd, mx.sym):
-        setattr(namespace.contrib, OPERATOR_NAME, getattr(namespace, OPERATOR_NAME))
+        for name in OPERATOR_NAMES:
+            setattr(namespace.contrib, name, getattr(namespace, name))
 
 
 load_library()

@@ -5,37 +5,29 @@ non-finite loss stops the run at the iteration where it appears, before the upda
 checkpoints are written atomically with their optimizer state.
 """
 import logging
+import os
 import time
 
 import mxnet as mx
 import numpy as np
 from tqdm import tqdm
 
-from lib.contexts import parse_contexts
+from lib.contexts import fp16_enabled, parse_contexts
 from lib.data import ChipLoader
 from lib.dataset import load_roidb
 from lib.train import checkpoint
 from lib.train.distributed import Workers, create_kvstore
 from lib.train.metrics import loss_values, make_metrics
-from lib.train.optimizer import make_optimizer_params
+from lib.train.optimizer import make_optimizer_params, master_params
 from lib.train.pretrained import initial_params
-from symbols import PROPOSAL_TARGET_GROUP, get_fixed_param_names, training_symbol
+from lib.train.progress import RunProgress
+from symbols import PROPOSAL_TARGET_GROUP, get_fixed_param_names, training_symbol, use_compiled_deformable
 
 logger = logging.getLogger(__name__)
 
 
 class TrainingDiverged(RuntimeError):
     """A loss became NaN or infinite; the last good checkpoint is left in place."""
-
-
-def use_fp16(cfg, contexts):
-    """fp16 only on GPUs: MXNet 1.9 has no float16 GEMM/convolution kernels on the CPU."""
-    if not cfg.TRAIN.fp16:
-        return False
-    if any(ctx.device_type == "cpu" for ctx in contexts):
-        raise ValueError("TRAIN.fp16 is true but the contexts are CPUs; MXNet 1.9 cannot train float16 on the CPU. "
-                         "Set --set TRAIN.fp16 false, or gpus to GPU ids.")
-    return True
 
 
 def _begin_epoch(cfg, prefix, resume):
@@ -67,7 +59,8 @@ def train(cfg, resume=False, kvstore=None):
     writes checkpoints.
     """
     contexts = parse_contexts(cfg.gpus)
-    fp16 = use_fp16(cfg, contexts)
+    fp16 = fp16_enabled(cfg, "TRAIN", contexts)
+    compiled_deformable = use_compiled_deformable(cfg, contexts)
     kvstore = create_kvstore(cfg) if kvstore is None else kvstore
     workers = Workers(kvstore)
     _seed(cfg)
@@ -79,8 +72,9 @@ def train(cfg, resume=False, kvstore=None):
     loader = ChipLoader(roidb, cfg, chips_per_device, num_ctx=len(contexts), rpn_only=rpn_only,
                         seed=cfg.default.seed, begin_epoch=begin_epoch, num_shards=workers.count,
                         shard_index=workers.rank)
-    symbol = training_symbol(cfg, dataset.num_classes, chips_per_device, rpn_only=rpn_only)
-    module = _bind_module(cfg, symbol, loader, contexts)
+    symbol = training_symbol(cfg, dataset.num_classes, chips_per_device, rpn_only=rpn_only,
+                             compiled_deformable=compiled_deformable)
+    module = bind_module(cfg, symbol, loader, contexts)
     stds, means = cfg.TRAIN.BBOX_STDS, cfg.TRAIN.BBOX_MEANS
     if begin_epoch > 0:
         arg_params, aux_params = checkpoint.load_training_checkpoint(prefix, begin_epoch, stds, means)
@@ -106,11 +100,16 @@ def train(cfg, resume=False, kvstore=None):
                 cfg.name, contexts, len(roidb), loader.num_batches, loader.batch_size, workers.count,
                 begin_epoch + 1, cfg.TRAIN.end_epoch)
     history = []
+    metrics_log = os.path.join(checkpoint.output_dir(cfg), "metrics.jsonl") if workers.rank == 0 else None
+    progress = RunProgress(metrics_log, begin_epoch, cfg.TRAIN.end_epoch, num_update)
     with loader:
         for epoch in range(begin_epoch, cfg.TRAIN.end_epoch):
             if epoch > begin_epoch:
                 loader.reset()
-            num_update += _train_epoch(cfg, module, loader, metric, epoch, workers.count)
+            progress.start_epoch(epoch, loader.num_batches)
+            updates = _train_epoch(cfg, module, loader, metric, epoch, workers.count, progress)
+            progress.end_epoch_updates(updates)
+            num_update += updates
             history.append(loss_values(metric))
             logger.info("data loader: %s (totals of this run after epoch %d)", loader.stats, epoch + 1)
             # BatchNorm writes its moving statistics outside the engine's dependency tracking on the CPU:
@@ -118,7 +117,7 @@ def train(cfg, resume=False, kvstore=None):
             mx.nd.waitall()
             workers.average_aux_states(module)
             mx.nd.waitall()
-            arg_params, aux_params = module.get_params()
+            arg_params, aux_params = master_params(module)
             workers.log_digest(epoch + 1, arg_params, aux_params)
             if workers.rank == 0:
                 checkpoint.save_checkpoint(prefix, epoch + 1, symbol, arg_params, aux_params, stds, means,
@@ -128,7 +127,9 @@ def train(cfg, resume=False, kvstore=None):
     return prefix, history
 
 
-def _bind_module(cfg, symbol, loader, contexts):
+def bind_module(cfg, symbol, loader, contexts):
+    """The training Module of ``symbol`` on ``contexts``, bound to ``loader``'s shapes (lib/gpu_check
+    binds its runs with it too, so they train the trainer's module)."""
     # The compiled proposal-target operator has a host kernel only: on GPUs it runs on the CPU. Device i
     # gets cpu(i): its own CPU worker thread (the engine runs one per CPU device id), so the devices'
     # operators never queue behind each other; with CPU contexts that is each context itself.
@@ -141,8 +142,9 @@ def _bind_module(cfg, symbol, loader, contexts):
     return module
 
 
-def _train_epoch(cfg, module, loader, metric, epoch, num_workers=1):
-    """One epoch; returns the number of updates. Speeds count the chips of all ``num_workers``."""
+def _train_epoch(cfg, module, loader, metric, epoch, num_workers, progress):
+    """One epoch; returns the number of updates. Speeds count the chips of all ``num_workers``; every
+    periodic line goes to ``progress`` (RunProgress: ETAs, metrics.jsonl) too."""
     metric.reset()
     tic = time.time()
     window_tic, window_samples = tic, 0
@@ -161,10 +163,11 @@ def _train_epoch(cfg, module, loader, metric, epoch, num_workers=1):
             now = time.time()
             speed = window_samples * num_workers / max(now - window_tic, 1e-9)
             values = loss_values(metric)
+            lr = module._optimizer.learning_rate
+            eta = progress.record(iteration + 1, lr, values, speed)
             bar.set_postfix({k: f"{v:.3f}" for k, v in values.items()})
-            logger.info("epoch[%d] batch[%d/%d] speed %.2f chips/s lr %.2e %s", epoch + 1, iteration + 1,
-                        num_batches, speed, module._optimizer.learning_rate,
-                        " ".join(f"{k}={v:.4f}" for k, v in values.items()))
+            logger.info("epoch[%d] batch[%d/%d] speed %.2f chips/s lr %.2e %s %s", epoch + 1, iteration + 1,
+                        num_batches, speed, lr, " ".join(f"{k}={v:.4f}" for k, v in values.items()), eta)
             window_tic, window_samples = now, 0
     bar.close()
     logger.info("epoch[%d] done in %.1f s", epoch + 1, time.time() - tic)

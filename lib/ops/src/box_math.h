@@ -1,9 +1,12 @@
-// Inclusive-pixel box arithmetic for the proposal-target operator.
+// Inclusive-pixel box arithmetic for the proposal-target operator, in two conventions.
 //
-// Every formula repeats, operation for operation and in the same precision, the shared Python pieces
-// (lib/boxes/coder.py in float32, lib/boxes/_cython_boxes.pyx IoU in double, lib/scales.py
-// in_valid_range in double), so that the operator and the NumPy reference built from those pieces
+// "exact" (the project's rules): every formula repeats, operation for operation and in the same
+// precision, the shared Python pieces (lib/boxes/coder.py in float32, lib/boxes/_cython_boxes.pyx IoU
+// in double, lib/scales.py in_valid_range in double), so that the operator and its NumPy reference
 // agree to the last bit wherever the C library and NumPy agree on exp/log.
+// "reference" (the published SNIPER's GPU operator): areas without the +1 while intersections keep
+// it, float32 products and quotients, comparisons against double thresholds, and the regression
+// target's gt centre at x1 + 0.5 * w; lib/ops/reference.py states the same arithmetic in NumPy.
 #ifndef SNIPER_OPS_BOX_MATH_H_
 #define SNIPER_OPS_BOX_MATH_H_
 
@@ -80,6 +83,43 @@ inline double IoU(const Box& a, double area_a, const Box& b, double area_b) {
   const double inter = iw * ih;
   const double union_area = area_a + area_b - inter;
   return union_area > 0 ? inter / union_area : 0.0;
+}
+
+// ---- reference rules ----
+
+// Area without the +1 (x2 - x1) * (y2 - y1), in float32.
+inline float AreaNoPlusOne(const Box& box) { return (box.x2 - box.x1) * (box.y2 - box.y1); }
+
+// Overlap of the reference: intersection with the +1, areas without it, all in float32. It exceeds
+// the true IoU, more so for small boxes.
+inline float InflatedOverlap(const Box& a, float area_a, const Box& b, float area_b) {
+  const float iw = std::max(0.0f, std::min(a.x2, b.x2) - std::max(a.x1, b.x1) + 1.0f);
+  const float ih = std::max(0.0f, std::min(a.y2, b.y2) - std::max(a.y1, b.y1) + 1.0f);
+  const float inter = iw * ih;
+  return inter / (area_a + area_b - inter);
+}
+
+// A bound of the chip's valid range squared (float32, as the reference multiplies it); -1 = open.
+inline bool IsOpen(float bound) { return bound == -1.0f; }
+
+// Regression target of the reference: gt centre x1 + 0.5 * w (half a pixel right of / below the
+// inclusive-pixel centre), roi centre x1 + 0.5 * (w - 1), 1e-7 added to the roi size, the scale
+// factors 1 / stds (the reference's literals 10, 10, 5, 5) applied to the centre offsets in float32 and
+// to the logarithms in double.
+inline void EncodeReference(const Box& roi, const Box& gt, const double stds[4], float out[4]) {
+  const float gw = gt.x2 - gt.x1 + 1.0f;
+  const float gh = gt.y2 - gt.y1 + 1.0f;
+  const float gcx = static_cast<float>(gt.x1 + 0.5 * gw);
+  const float gcy = static_cast<float>(gt.y1 + 0.5 * gh);
+  const float pw = roi.x2 - roi.x1 + 1.0f;
+  const float ph = roi.y2 - roi.y1 + 1.0f;
+  const float pcx = static_cast<float>(roi.x1 + 0.5 * (pw - 1.0f));
+  const float pcy = static_cast<float>(roi.y1 + 0.5 * (ph - 1.0f));
+  const double eps = 1e-7;
+  out[0] = static_cast<float>((static_cast<float>(1.0 / stds[0]) * (gcx - pcx)) / (pw + eps));
+  out[1] = static_cast<float>((static_cast<float>(1.0 / stds[1]) * (gcy - pcy)) / (ph + eps));
+  out[2] = static_cast<float>((1.0 / stds[2]) * std::log(gw / (pw + eps)));
+  out[3] = static_cast<float>((1.0 / stds[3]) * std::log(gh / (ph + eps)));
 }
 
 }  // namespace sniper

@@ -4,19 +4,20 @@
 //         valid_ranges (B, 2), all float32.
 // Outputs rois (B*R, 5), labels (B*R,), bbox_targets (B*R, 4), bbox_weights (B*R, 4) with
 //         R = rpn_post_nms_top_n; chip b owns rows b*R .. b*R + R - 1.
-// No gradient flows to the inputs: the backward writes zeros.
+// No gradient flows to the inputs: the backward writes zeros. Every attribute is required (the rule
+// set "reference" or "exact" included); lib/ops/__init__.py describes the semantics.
 //
 // The forward runs on the host. It is registered for "cpu"; with -DSNIPER_WITH_CUDA (and the CUDA
 // runtime on the include/link path) a "gpu" forward copies the inputs to the host, computes there
-// and copies the outputs back, which is what the reference operator did for GPU contexts.
+// and copies the outputs back (the reference's GPU operator, too, assigned the targets on the host).
 #include <cstdlib>
 #include <cstring>
-#include <sstream>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "mxnet/lib_api.h"
+#include "op_attrs.h"
 #include "proposal_target.h"
 
 #ifdef SNIPER_WITH_CUDA
@@ -29,7 +30,10 @@ using mxnet::ext::MXTensor;
 using mxnet::ext::OpResource;
 using mxnet::ext::MX_FAIL;
 using mxnet::ext::MX_SUCCESS;
+using sniper::ParseNumber;
+using sniper::ParseNumberList;
 using sniper::ProposalTargetParams;
+using sniper::ShapeString;
 
 namespace {
 
@@ -39,47 +43,43 @@ constexpr int kNumOutputs = 4;
 const char* const kInputNames[kNumInputs] = {"cls_prob", "bbox_pred", "im_info", "gt_boxes", "valid_ranges"};
 using Attrs = std::unordered_map<std::string, std::string>;
 
-// "(2, 4, 7)", "[2,4,7]", "2,4,7", "(8,)" or "8" -> numbers; false on anything else.
-bool ParseNumberList(const std::string& text, std::vector<double>* values) {
-  std::string body = text;
-  for (char& c : body) {
-    if (c == '(' || c == ')' || c == '[' || c == ']') c = ' ';
-  }
-  values->clear();
-  std::stringstream items(body);
-  std::string item;
-  while (std::getline(items, item, ',')) {
-    const size_t first = item.find_first_not_of(" \t");
-    if (first == std::string::npos) {
-      if (items.eof() && !values->empty()) break;  // the trailing comma of "(8,)"
-      return false;
-    }
-    const char* start = item.c_str() + first;
-    char* end = nullptr;
-    const double value = std::strtod(start, &end);
-    if (end == start || item.find_first_not_of(" \t", end - item.c_str()) != std::string::npos) return false;
-    values->push_back(value);
-  }
-  return !values->empty();
-}
-
-bool ParseNumber(const std::string& text, double* value) {
-  std::vector<double> values;
-  if (!ParseNumberList(text, &values) || values.size() != 1 || text.find(',') != std::string::npos) return false;
-  *value = values[0];
-  return true;
-}
-
 std::ostream& AttrError(const std::string& key, const std::string& value) {
   return MX_ERROR_MSG << kOpName << ": attribute " << key << "='" << value << "' ";
 }
 
+// Every attribute is required: the config (lib.ops.proposal_target_attrs) is their one source, so a
+// graph built without one fails here instead of training with a silent default.
+const char* const kAttributeNames[] = {"rules", "feature_stride", "scales", "ratios", "rpn_pre_nms_top_n",
+                                       "rpn_post_nms_top_n", "threshold", "rpn_min_size", "fg_thresh",
+                                       "bbox_stds"};
+
+std::string KnownAttributes() {
+  std::string names;
+  for (const char* name : kAttributeNames) names += std::string(names.empty() ? "" : ", ") + name;
+  return names;
+}
+
 // Attribute strings -> params; every problem names the attribute and its value.
 bool ParseParams(const Attrs& attrs, ProposalTargetParams* params) {
+  for (const char* name : kAttributeNames) {
+    if (attrs.count(name) == 0) {
+      MX_ERROR_MSG << kOpName << ": attribute " << name << " is missing (every one of " << KnownAttributes()
+                   << " must be given; lib.ops.proposal_target_attrs(cfg) gives them all)";
+      return false;
+    }
+  }
   for (const auto& kv : attrs) {
     const std::string& key = kv.first;
     const std::string& value = kv.second;
     if (key.rfind("__", 0) == 0) continue;  // MXNet's own bookkeeping (__ext_dtype__, __ctx_group__...)
+    if (key == "rules") {
+      if (value != "reference" && value != "exact") {
+        AttrError(key, value) << "must be reference or exact";
+        return false;
+      }
+      params->rules = value == "reference" ? sniper::Rules::kReference : sniper::Rules::kExact;
+      continue;
+    }
     double number = 0;
     std::vector<double> list;
     if (key == "scales" || key == "ratios" || key == "bbox_stds") {
@@ -98,7 +98,7 @@ bool ParseParams(const Attrs& attrs, ProposalTargetParams* params) {
           AttrError(key, value) << "must hold 4 numbers";
           return false;
         }
-        for (int i = 0; i < 4; ++i) params->bbox_stds[i] = static_cast<float>(list[i]);
+        for (int i = 0; i < 4; ++i) params->bbox_stds[i] = list[i];
       } else {
         (key == "scales" ? params->scales : params->ratios) = list;
       }
@@ -107,21 +107,27 @@ bool ParseParams(const Attrs& attrs, ProposalTargetParams* params) {
     const bool is_int = key == "feature_stride" || key == "rpn_pre_nms_top_n" || key == "rpn_post_nms_top_n";
     const bool is_real = key == "threshold" || key == "rpn_min_size" || key == "fg_thresh";
     if (!is_int && !is_real) {
-      MX_ERROR_MSG << kOpName << ": unknown attribute " << key << "='" << value
-                   << "' (known: feature_stride, scales, ratios, rpn_pre_nms_top_n, rpn_post_nms_top_n, "
-                      "threshold, rpn_min_size, fg_thresh, bbox_stds)";
+      MX_ERROR_MSG << kOpName << ": unknown attribute " << key << "='" << value << "' (known: " << KnownAttributes()
+                   << ")";
       return false;
     }
     if (!ParseNumber(value, &number)) {
       AttrError(key, value) << "is not a number";
       return false;
     }
+    if (key == "rpn_pre_nms_top_n") {
+      if (!(number >= 0 && number <= 1e7 && number == static_cast<int>(number))) {
+        AttrError(key, value) << "must be an integer >= 0 (0: no cap)";
+        return false;
+      }
+      params->pre_nms_top_n = static_cast<int>(number);
+      continue;
+    }
     if (is_int && !(number >= 1 && number <= 1e7 && number == static_cast<int>(number))) {
       AttrError(key, value) << "must be a positive integer";
       return false;
     }
     if (key == "feature_stride") params->feature_stride = static_cast<int>(number);
-    if (key == "rpn_pre_nms_top_n") params->pre_nms_top_n = static_cast<int>(number);
     if (key == "rpn_post_nms_top_n") params->post_nms_top_n = static_cast<int>(number);
     if ((key == "threshold" || key == "fg_thresh") && !(number >= 0 && number <= 1)) {
       AttrError(key, value) << "must lie in [0, 1]";
@@ -139,7 +145,7 @@ bool ParseParams(const Attrs& attrs, ProposalTargetParams* params) {
 }
 
 MXReturnValue parseAttrs(const Attrs& attrs, int* num_inputs, int* num_outputs) {
-  ProposalTargetParams params;
+  ProposalTargetParams params{};
   if (!ParseParams(attrs, &params)) return MX_FAIL;
   *num_inputs = kNumInputs;
   *num_outputs = kNumOutputs;
@@ -160,14 +166,6 @@ MXReturnValue inferType(const Attrs& attrs, std::vector<int>* in_types, std::vec
   return MX_SUCCESS;
 }
 
-std::string ShapeString(const std::vector<unsigned int>& shape) {
-  std::stringstream text;
-  text << "(";
-  for (size_t i = 0; i < shape.size(); ++i) text << (i ? ", " : "") << shape[i];
-  text << ")";
-  return text.str();
-}
-
 // Checks one known input shape against `expected` (0 = any size); unknown shapes (ndim 0) pass.
 bool CheckShape(int input, const std::vector<unsigned int>& shape, const std::vector<unsigned int>& expected,
                 const char* layout) {
@@ -183,7 +181,7 @@ bool CheckShape(int input, const std::vector<unsigned int>& shape, const std::ve
 
 MXReturnValue inferShape(const Attrs& attrs, std::vector<std::vector<unsigned int>>* in_shapes,
                          std::vector<std::vector<unsigned int>>* out_shapes) {
-  ProposalTargetParams params;
+  ProposalTargetParams params{};
   if (!ParseParams(attrs, &params)) return MX_FAIL;
   const auto& shapes = *in_shapes;
   unsigned int batch = 0, height = 0, width = 0;
@@ -206,6 +204,11 @@ MXReturnValue inferShape(const Attrs& attrs, std::vector<std::vector<unsigned in
       !CheckShape(4, shapes[4], {batch, 2}, "(B, 2)")) {
     return MX_FAIL;
   }
+  if (static_cast<uint64_t>(anchors) * height * width >= (1u << 26)) {  // the tie ranks' range
+    MX_ERROR_MSG << kOpName << ": " << anchors << " anchors on a " << height << " x " << width
+                 << " feature map are too many (at most 2^26 - 1 per chip)";
+    return MX_FAIL;
+  }
   if (batch == 0) return MX_SUCCESS;  // outputs stay unknown until the batch size is
   const unsigned int rows = batch * static_cast<unsigned int>(params.post_nms_top_n);
   (*out_shapes)[0] = {rows, 5};
@@ -218,7 +221,7 @@ MXReturnValue inferShape(const Attrs& attrs, std::vector<std::vector<unsigned in
 // The computation on host memory; `inputs` and `outputs` point at host copies of the tensors.
 MXReturnValue ComputeOnHost(const Attrs& attrs, const std::vector<MXTensor>& tensors_in,
                             const std::vector<const float*>& inputs, const std::vector<float*>& outputs) {
-  ProposalTargetParams params;
+  ProposalTargetParams params{};
   if (!ParseParams(attrs, &params)) return MX_FAIL;
   const std::vector<sniper::Box> anchors = sniper::BaseAnchors(params.feature_stride, params.ratios, params.scales);
   const std::vector<int64_t>& score_shape = tensors_in[0].shape;

@@ -7,19 +7,26 @@
 #include <vector>
 
 #include "box_math.h"
+#include "kernel_tie_order.h"
 
 namespace sniper {
 
+// "reference": the published SNIPER's GPU operator; "exact": the project's true-IoU rules
+// (lib/ops/__init__.py describes both).
+enum class Rules { kReference, kExact };
+
+// Every field comes from an operator attribute (the operator refuses a missing one).
 struct ProposalTargetParams {
-  int feature_stride = 16;
-  std::vector<double> scales{2, 4, 7, 10, 13, 16, 24};
-  std::vector<double> ratios{0.5, 1, 2};
-  int pre_nms_top_n = 6000;
-  int post_nms_top_n = 300;  // rois per chip
-  double nms_threshold = 0.7;
-  float min_size = 3.0f;
-  double fg_thresh = 0.5;
-  float bbox_stds[4] = {0.1f, 0.1f, 0.2f, 0.2f};
+  Rules rules;
+  int feature_stride;
+  std::vector<double> scales;
+  std::vector<double> ratios;
+  int pre_nms_top_n;   // 0: no cap
+  int post_nms_top_n;  // rois per chip
+  double nms_threshold;
+  float min_size;
+  double fg_thresh;
+  double bbox_stds[4];
 
   int num_anchors() const { return static_cast<int>(scales.size() * ratios.size()); }
 };
@@ -36,7 +43,7 @@ struct ChipInputs {
   const float* im_info;       // (3,) height, width, scale of the chip
   const float* gt_boxes;      // (num_gt, 5) x1, y1, x2, y2, class; class < 0 marks padding
   int num_gt;
-  const float* valid_range;   // (2,) lo, hi of sqrt(area) in chip pixels, -1 open
+  const float* valid_range;   // (2,) lo, hi in chip pixels, -1 open
 };
 
 // One chip's slices of the outputs, each post_nms_top_n rows.
@@ -47,13 +54,22 @@ struct ChipOutputs {
   float* bbox_weights;  // (R, 4)
 };
 
+// A decoded proposal: its anchor index, box and area (in the rules' convention).
+struct Proposal {
+  int32_t index;
+  Box box;
+  double area;
+};
+
 // Scratch buffers reused across chips of one call.
 struct ChipWorkspace {
-  std::vector<Box> boxes;
-  std::vector<float> scores;
-  std::vector<int32_t> order;
-  std::vector<double> areas;
-  std::vector<int32_t> kept;
+  std::vector<uint64_t> ranking;      // score, then the rules' preference among equal scores
+  std::vector<Box> kept;              // kept proposals in slot order
+  // The kept boxes by coordinate, for the vectorisable overlap scan; areas in the rules' precision.
+  std::vector<float> kept_x1, kept_y1, kept_x2, kept_y2, kept_area_float;
+  std::vector<double> kept_area_double;
+  std::vector<int32_t> element_at, position_of;  // the reference kernel's array positions
+  KernelTieOrder<Proposal> tie_group;            // candidates tied at one score
 };
 
 void ChipProposalTargets(const ProposalTargetParams& params, const std::vector<Box>& base_anchors,

@@ -1,0 +1,59 @@
+"""How far a training run is: the ETA of the epoch and of the run, and the machine-readable metrics log.
+
+Every periodic log line of the trainer is also appended to ``{output_dir}/metrics.jsonl`` as one JSON
+object (iteration, epoch, batch, lr, every loss, chips/s, seconds since the run started), so curves can be
+drawn (tools/plot_metrics.py) or compared without parsing logs. A resumed run appends to the same file.
+"""
+import json
+import os
+import time
+
+
+def format_duration(seconds):
+    """``1h02m`` / ``4m05s`` / ``12s``."""
+    seconds = max(0, int(round(seconds)))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+class RunProgress:
+    """Progress of the epochs ``begin_epoch + 1 .. end_epoch`` of a run; ``path`` (or None) is the
+    metrics log. Call ``start_epoch`` before an epoch and ``record`` at each periodic log line."""
+
+    def __init__(self, path, begin_epoch, end_epoch, num_update, clock=time.monotonic):
+        self.path, self.end_epoch, self.clock = path, end_epoch, clock
+        self.begin_epoch, self.num_update = begin_epoch, num_update
+        self.run_start = clock()
+        self.epoch = self.epoch_start = self.num_batches = None
+        self.seconds_per_batch = None
+        if path:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+
+    def start_epoch(self, epoch, num_batches):
+        """``epoch`` is 0-based; its updates start at ``self.num_update``."""
+        self.epoch, self.num_batches, self.epoch_start = epoch, num_batches, self.clock()
+
+    def end_epoch_updates(self, updates):
+        self.num_update += updates
+
+    def etas(self, batches_done):
+        """(seconds left in this epoch, seconds left in the run) at the speed of this epoch so far."""
+        elapsed = self.clock() - self.epoch_start
+        per_batch = elapsed / max(batches_done, 1)
+        epoch_left = per_batch * (self.num_batches - batches_done)
+        later_epochs = self.end_epoch - self.epoch - 1
+        return epoch_left, epoch_left + later_epochs * per_batch * self.num_batches
+
+    def record(self, batches_done, lr, losses, speed):
+        """Append one metrics record; return the "ETA epoch .. run .." text for the log line."""
+        epoch_left, run_left = self.etas(batches_done)
+        if self.path:
+            record = {"iteration": self.num_update + batches_done, "epoch": self.epoch + 1, "batch": batches_done,
+                      "batches": self.num_batches, "lr": lr, **losses, "chips_per_s": speed,
+                      "seconds": round(self.clock() - self.run_start, 3)}
+            with open(self.path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+        return f"ETA epoch {format_duration(epoch_left)} run {format_duration(run_left)}"

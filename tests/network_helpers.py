@@ -1,0 +1,56 @@
+"""Helpers of the network tests (test_symbols, test_mobilenetv2, test_autofocus): input shapes, inferred
+parameter shapes, the graph's nodes, and executors with small random weights."""
+import json
+
+import mxnet as mx
+import numpy as np
+
+
+def inference_shapes(batch, size):
+    return dict(data=(batch, 3, size, size), im_info=(batch, 3), im_ids=(batch,), chip_ids=(batch,))
+
+
+def train_shapes(batch, size, stride=16, anchors=21, rpn_only=False, focus=False):
+    """The training graph's inputs for ``batch`` chips of ``size``; ``focus`` adds AutoFocus's scale_label."""
+    feat = size // stride
+    shapes = dict(data=(batch, 3, size, size), im_info=(batch, 3), valid_ranges=(batch, 2), gt_boxes=(batch, 100, 5),
+                  label=(batch, anchors * feat * feat), bbox_target=(batch, 4 * anchors, feat, feat),
+                  bbox_weight=(batch, 4 * anchors, feat, feat))
+    if rpn_only:
+        for name in ("im_info", "valid_ranges", "gt_boxes"):
+            del shapes[name]
+    if focus:
+        shapes["scale_label"] = (batch, feat * feat)
+    return shapes
+
+
+def parameter_shapes(symbol, input_shapes):
+    """({argument: shape}, {auxiliary state: shape}, {output: shape}) with the inputs left out."""
+    arg_shapes, out_shapes, aux_shapes = symbol.infer_shape(**input_shapes)
+    args = {n: list(s) for n, s in zip(symbol.list_arguments(), arg_shapes) if n not in input_shapes}
+    aux = {n: list(s) for n, s in zip(symbol.list_auxiliary_states(), aux_shapes)}
+    outs = {n: list(s) for n, s in zip(symbol.list_outputs(), out_shapes)}
+    return args, aux, outs
+
+
+def graph_nodes(symbol):
+    return json.loads(symbol.tojson())["nodes"]
+
+
+def node_attrs(symbol):
+    """{node name: its attributes}."""
+    return {n["name"]: n.get("attrs", {}) for n in graph_nodes(symbol)}
+
+
+def bind_random(symbol, shapes, seed, grad_req="null", weight_std=0.05):
+    """An executor with N(0, weight_std) weights, unit gammas, zero biases/betas, unit-variance statistics
+    and data uniform in [-100, 100]; the other inputs are left for the test to set."""
+    rng = np.random.RandomState(seed)
+    executor = symbol.simple_bind(mx.cpu(), grad_req=grad_req, **shapes)
+    for name, array in executor.arg_dict.items():
+        if name not in shapes:
+            array[:] = rng.normal(0, weight_std, array.shape) if name.endswith("weight") else name.endswith("gamma")
+    for name, array in executor.aux_dict.items():
+        array[:] = name.endswith("var")
+    executor.arg_dict["data"][:] = rng.uniform(-100, 100, shapes["data"])
+    return executor, rng

@@ -1,0 +1,297 @@
+"""AutoFocus: the FocusPixel branch of the network (manifest of the reference's test network, wiring, loss
+normalisation), its config keys, the FocusPixel labels of a chip and the FocusChips of a scale, against
+hand-worked cases of the reference's rules."""
+import json
+import os
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+from conftest import ROOT, build_cfg
+from network_helpers import bind_random, graph_nodes, inference_shapes, node_attrs, parameter_shapes, train_shapes
+
+from lib.config import ConfigError, load_config
+from lib.data.focus_labels import FocusLabelParams, focus_labels, label_map
+from lib.inference.focus_chips import FocusChipParams, border_keep_mask, focus_chips
+from symbols import inference_symbol, training_symbol
+
+MANIFEST = os.path.join(ROOT, "tests", "data", "sniper_res101_autofocus_test_params.json")
+CONFIG = os.path.join(ROOT, "configs", "faster", "sniper_res101_e2e_autofocus.yml")
+TEST_INPUTS = inference_shapes(1, 512)
+
+
+# ---------------------------------------------------------------- network
+
+def test_autofocus_test_network_matches_the_reference_manifest():
+    with open(MANIFEST) as f:
+        manifest = json.load(f)
+    symbol = inference_symbol(load_config(CONFIG), 81)
+    args, aux, outs = parameter_shapes(symbol, TEST_INPUTS)
+    assert len(args) == 336 and len(aux) == 202
+    assert args == manifest["args"] and aux == manifest["aux"] and outs == manifest["outputs"]
+    assert symbol.list_outputs() == ["rois_output", "cls_prob_reshape_output", "bbox_pred_reshape_output",
+                                     "im_ids", "chip_ids", "im_info", "scale_prob_output"]
+    plain, _, _ = parameter_shapes(inference_symbol(build_cfg({"symbol": "resnet101"}), 81), TEST_INPUTS)
+    assert sorted(set(args) - set(plain)) == ["conv_new_2_bias", "conv_new_2_weight", "conv_new_3_bias",
+                                              "conv_new_3_weight", "conv_new_out_bias", "conv_new_out_weight"]
+
+
+@pytest.mark.parametrize("is_train", [False, True])
+def test_focus_branch_reads_the_head_features(is_train):
+    import lib.ops  # noqa: F401
+    cfg = build_cfg({"symbol": "resnet_tiny", "network.AUTO_FOCUS": True, "TRAIN.fp16": is_train,
+                     "TEST.fp16": False})
+    symbol = training_symbol(cfg, 5, 2) if is_train else inference_symbol(cfg, 5)
+    nodes = graph_nodes(symbol)
+    by_name = {n["name"]: n for n in nodes}
+    source = {name: nodes[by_name[name]["inputs"][0][0]]["name"] for name in
+              ("conv_new_1", "conv_new_2", "rpn_conv_3x3", "conv_new_3", "conv_new_out")}
+    features = "features_fp32" if is_train else "res4_res5"  # float32 features, after the fp16 cast back
+    assert source["conv_new_2"] == source["conv_new_1"] == source["rpn_conv_3x3"] == features
+    assert source["conv_new_3"] == "conv_new_2_relu" and source["conv_new_out"] == "conv_new_3_relu"
+    attrs = {name: by_name[name]["attrs"] for name in ("conv_new_2", "conv_new_3", "conv_new_out")}
+    assert (attrs["conv_new_2"]["kernel"], attrs["conv_new_2"]["pad"], attrs["conv_new_2"]["num_filter"]) == \
+        ("(3, 3)", "(1, 1)", "256")
+    assert (attrs["conv_new_3"]["kernel"], attrs["conv_new_3"]["num_filter"]) == ("(1, 1)", "256")
+    assert (attrs["conv_new_out"]["kernel"], attrs["conv_new_out"]["num_filter"]) == ("(1, 1)", "2")
+
+
+@pytest.mark.parametrize("fp16", [False, True])
+def test_training_graph_adds_the_focus_loss_last(fp16):
+    import lib.ops  # noqa: F401
+    cfg = build_cfg({"symbol": "resnet_tiny", "network.AUTO_FOCUS": True, "TRAIN.fp16": fp16})
+    symbol = training_symbol(cfg, 5, 2)
+    _, _, outs = parameter_shapes(symbol, train_shapes(2, 256, focus=True))
+    assert list(outs) == ["rpn_cls_prob_output", "rpn_bbox_loss_output", "cls_prob_output", "bbox_loss_output",
+                          "rcnn_label_output", "scale_prob_output"]
+    assert outs["scale_prob_output"] == [2, 2, 16 * 16]
+    attrs = node_attrs(symbol)["scale_prob"]
+    assert attrs["normalization"] == "valid" and attrs["multi_output"] == "True" and attrs["use_ignore"] == "True"
+    assert float(attrs["ignore_label"]) == -1 and float(attrs["grad_scale"]) == (100.0 if fp16 else 1.0)
+    plain = training_symbol(build_cfg({"symbol": "resnet_tiny"}), 5, 2)
+    assert "scale_label" not in plain.list_arguments() and "scale_label" in symbol.list_arguments()
+    rpn_only = training_symbol(cfg, 5, 2, rpn_only=True)  # proposal extraction has no focus branch
+    assert not any(n.startswith("conv_new") or n == "scale_label" for n in rpn_only.list_arguments())
+
+
+def test_focus_loss_is_averaged_over_the_labelled_cells_of_the_batch():
+    """d loss / d conv_new_out_bias = sum over labelled cells (p - onehot) / (number of labelled cells)."""
+    import lib.ops  # noqa: F401
+    chips, size = 2, 128
+    cfg = build_cfg({"symbol": "resnet_tiny", "network.AUTO_FOCUS": True, "TRAIN.fp16": False})
+    inputs = train_shapes(chips, size, focus=True)
+    executor, rng = bind_random(training_symbol(cfg, 5, chips), inputs, seed=0, grad_req="write")
+    executor.arg_dict["conv_new_out_weight"][:] = rng.normal(0, 1, executor.arg_dict["conv_new_out_weight"].shape)
+    executor.arg_dict["im_info"][:] = [[size, size, 1.0]] * chips
+    executor.arg_dict["valid_ranges"][:] = -1
+    executor.arg_dict["gt_boxes"][:] = -1
+    executor.arg_dict["label"][:] = -1
+    scale_label = -np.ones(inputs["scale_label"])
+    scale_label[0, [0, 5, 9]] = [1, 0, 0]
+    scale_label[1, [3, 15]] = [1, 1]
+    executor.arg_dict["scale_label"][:] = scale_label
+    prob = executor.forward(is_train=True)[5].asnumpy()  # (chips, 2, cells)
+    executor.backward()
+    onehot = np.stack([scale_label == 0, scale_label == 1], axis=1)
+    labelled = (scale_label >= 0)[:, None, :]
+    expected = ((prob - onehot) * labelled).sum(axis=(0, 2)) / labelled.sum()
+    np.testing.assert_allclose(executor.grad_dict["conv_new_out_bias"].asnumpy(), expected, rtol=1e-4, atol=1e-7)
+
+
+def test_test_network_scale_prob_is_a_channel_softmax():
+    cfg = build_cfg({"symbol": "resnet_tiny", "network.AUTO_FOCUS": True, "TEST.fp16": False})
+    internals = inference_symbol(cfg, 5).get_internals()
+    probe = mx.sym.Group([internals["conv_new_out_output"], internals["scale_prob_output"]])
+    executor, _ = bind_random(probe, dict(data=(1, 3, 64, 64)), seed=1)
+    score, prob = [o.asnumpy() for o in executor.forward()]
+    assert prob.shape == (1, 2, 4, 4)
+    np.testing.assert_allclose(prob[:, 1], 1 / (1 + np.exp(score[:, 0] - score[:, 1])), rtol=1e-4, atol=1e-6)
+
+
+# ---------------------------------------------------------------- config
+
+def test_autofocus_config_has_the_reference_settings():
+    cfg = load_config(CONFIG)
+    assert cfg.symbol == "resnet101" and cfg.network.AUTO_FOCUS and cfg.TEST.AUTO_FOCUS
+    assert (cfg.TRAIN.AUTO_FOCUS_SMALL_THRESH, cfg.TRAIN.AUTO_FOCUS_DC_LOW, cfg.TRAIN.AUTO_FOCUS_DC_HIGH) == (64, 5, 90)
+    assert cfg.TEST.SCALES == ((480, 512), (800, 1280), (1400, 2000))  # coarsest first
+    assert cfg.TEST.VALID_RANGES == ((75, -1), (32, 180), (-1, 75))
+    assert cfg.TEST.DO_PRUNING == (False, True, True)
+    assert cfg.TEST.CHIP_HYPERPARAMS == ((3, 0.02, 16), (3, 0.2, 20), (-1, -1, -1))
+    assert FocusChipParams.from_config(cfg, 0) == FocusChipParams(dilation=3, threshold=0.02, min_size=16, stride=16)
+    assert FocusChipParams.from_config(cfg, 1) == FocusChipParams(dilation=3, threshold=0.2, min_size=20, stride=16)
+    assert FocusLabelParams.from_config(cfg) == FocusLabelParams(64.0, 5.0, 90.0, stride=16, chip_size=512)
+    assert cfg.dataset.image_set == "train2014+valminusminival2014" and cfg.dataset.test_image_set == "minival2014"
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"network.AUTO_FOCUS": False}, r"TEST\.AUTO_FOCUS.*network\.AUTO_FOCUS"),
+    ({"TEST.DO_PRUNING": [False, True]}, r"TEST\.DO_PRUNING.*one entry per test scale \(3\)"),
+    ({"TEST.DO_PRUNING": [True, True, True]}, r"TEST\.DO_PRUNING.*first"),
+    ({"TEST.DO_PRUNING": [False, 1, True]}, r"TEST\.DO_PRUNING.*true/false"),
+    ({"TEST.CHIP_HYPERPARAMS": [[3, 0.02, 16], [3, 0.2]]}, r"TEST\.CHIP_HYPERPARAMS.*one entry"),
+    ({"TEST.CHIP_HYPERPARAMS": [[3, 0.02, 16], [3, "x", 20], [-1, -1, -1]]}, r"CHIP_HYPERPARAMS\[1\].*three numbers"),
+    ({"TEST.CHIP_HYPERPARAMS": [[0, 0.02, 16], [3, 0.2, 20], [-1, -1, -1]]}, r"CHIP_HYPERPARAMS\[0\].*dilation"),
+    ({"TEST.CHIP_HYPERPARAMS": [[3, 0.02, 16], [3, 1.5, 20], [-1, -1, -1]]}, r"CHIP_HYPERPARAMS\[1\].*threshold"),
+    ({"TEST.CHIP_HYPERPARAMS": [[3, 0.02, 2.5], [3, 0.2, 20], [-1, -1, -1]]}, r"CHIP_HYPERPARAMS\[0\].*minimum"),
+    ({"TRAIN.AUTO_FOCUS_DC_LOW": 70}, r"TRAIN\.AUTO_FOCUS_SMALL_THRESH"),
+    ({"TRAIN.AUTO_FOCUS_DC_HIGH": 50}, r"TRAIN\.AUTO_FOCUS_SMALL_THRESH"),
+])
+def test_autofocus_config_errors_name_the_key(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(CONFIG, list(overrides.items()))
+
+
+def test_unpruned_scales_need_no_chip_parameters():
+    cfg = load_config(CONFIG, [("TEST.DO_PRUNING", [False, True, False]),
+                               ("TEST.CHIP_HYPERPARAMS", [[3, 0.02, 16], [-1, -1, -1], [-1, -1, -1]])])
+    assert cfg.TEST.DO_PRUNING == (False, True, False)
+
+
+# ---------------------------------------------------------------- FocusPixel labels
+
+LABELS = FocusLabelParams(small_thresh=64, dontcare_low=5, dontcare_high=90, stride=16, chip_size=512)
+WHOLE = (0, 0, 512, 512)
+
+
+def marked(labels):
+    """{value: set of (row, col)} of the non-zero cells."""
+    return {value: {tuple(c) for c in np.argwhere(labels == value)} for value in (1, -1) if (labels == value).any()}
+
+
+def cells(rows, cols):
+    return {(r, c) for r in rows for c in cols}
+
+
+def test_small_object_cells_are_positive_with_inclusive_rounded_out_extents():
+    labels = focus_labels([[20, 40, 60, 70]], 1.0, WHOLE, LABELS)  # sqrt(40 * 30) = 34.6
+    assert labels.shape == (32, 32) and labels.dtype == np.float32
+    # columns floor(20/16)=1 .. ceil(60/16)=4, rows floor(40/16)=2 .. ceil(70/16)=5, ends included
+    assert marked(labels) == {1: cells(range(2, 6), range(1, 5))}
+
+
+@pytest.mark.parametrize("side, expected", [
+    (4, -1),    # at most DC_LOW: ignored
+    (5, -1),    # sqrt(area) == DC_LOW: still ignored
+    (6, 1),
+    (63, 1),
+    (64, -1),   # SMALL_THRESH <= s < DC_HIGH: ignored
+    (89, -1),
+    (90, 0),    # large: no mark
+    (200, 0),
+])
+def test_size_bands(side, expected):
+    labels = label_map([[100, 100, 100 + side, 100 + side]], LABELS)
+    first, last = 100 // 16, int(np.ceil((100 + side) / 16))
+    block = labels[first:last + 1, first:last + 1]
+    assert (block == expected).all() and (labels != 0).sum() == (block.size if expected else 0)
+
+
+def test_later_boxes_overwrite_and_large_ones_leave_cells_alone():
+    small, ambiguous, large = [32, 32, 60, 60], [20, 20, 95, 95], [0, 0, 300, 300]
+    assert marked(label_map([small, ambiguous], LABELS)) == {-1: cells(range(1, 7), range(1, 7))}
+    assert marked(label_map([ambiguous, small], LABELS)) == {
+        -1: cells(range(1, 7), range(1, 7)) - cells(range(2, 5), range(2, 5)), 1: cells(range(2, 5), range(2, 5))}
+    assert marked(label_map([small, large], LABELS)) == {1: cells(range(2, 5), range(2, 5))}
+
+
+def test_boxes_are_scaled_shifted_rounded_half_to_even_and_clipped_to_the_chip():
+    # image box (10, 10, 28.25, 40) at scale 2 in the chip starting at (8, 8): (12, 12, 48.5, 72);
+    # 48.5 rounds to 48 (half to even), so the last column is ceil(48/16) = 3, not 4
+    labels = focus_labels([[10, 10, 28.25, 40]], 2.0, (8, 8, 520, 520), LABELS)
+    assert marked(labels) == {1: cells(range(0, 6), range(0, 4))}
+    # right of the chip: clipped to the line x = 511 (s = 0), which ignores the border cells beside it
+    labels = focus_labels([[600, 100, 700, 200]], 1.0, WHOLE, LABELS)
+    assert marked(labels) == {-1: cells(range(6, 14), [31])}
+    # a box reaching the chip's last pixel: ceil(511/16) = 32 is cut at the map's last column 31
+    assert marked(focus_labels([[470, 0, 530, 30]], 1.0, WHOLE, LABELS)) == {1: cells(range(0, 3), range(29, 32))}
+
+
+def test_label_map_size_follows_the_stride():
+    params = FocusLabelParams(small_thresh=64, dontcare_low=5, dontcare_high=90, stride=32, chip_size=512)
+    labels = focus_labels([[40, 40, 80, 80]], 1.0, WHOLE, params)
+    assert labels.shape == (16, 16) and marked(labels) == {1: cells(range(1, 4), range(1, 4))}
+    assert focus_labels(np.zeros((0, 4)), 1.0, WHOLE, params).shape == (16, 16)
+
+
+# ---------------------------------------------------------------- FocusChips
+
+def one_chip(focus_map, region, scale, params):
+    chips = focus_chips(focus_map, region, scale, params)
+    assert chips.shape == (1, 4)
+    return chips[0].tolist()
+
+
+def test_a_focus_pixel_grows_to_the_minimum_chip_around_its_centre():
+    focus_map = np.zeros((10, 10))
+    focus_map[4, 3] = 0.9
+    # cell (row 4, col 3), no dilation: 2x2 cells centred at (3, 4) with integer halves -> cols 2-3, rows 3-4
+    assert one_chip(focus_map, (0, 0, 160, 160), 1.0, FocusChipParams(1, 0.5, 2, 16)) == [32, 48, 64, 80]
+    # a 3x3 dilation makes it cols 2-4, rows 3-5: already above the minimum size
+    assert one_chip(focus_map, (0, 0, 160, 160), 1.0, FocusChipParams(3, 0.5, 2, 16)) == [32, 48, 80, 96]
+    # the threshold is inclusive
+    assert one_chip(focus_map, (0, 0, 160, 160), 1.0, FocusChipParams(1, 0.9, 2, 16)) == [32, 48, 64, 80]
+    assert focus_chips(focus_map, (0, 0, 160, 160), 1.0, FocusChipParams(1, 0.91, 2, 16)).shape == (0, 4)
+
+
+def test_overlapping_grown_rectangles_merge_into_one_chip():
+    focus_map = np.zeros((10, 10))
+    focus_map[2, 2] = focus_map[2, 5] = 1
+    # 4x4 rectangles: cols 0-3 (pushed off the left edge) and 3-6 overlap -> their union, cols 0-6, rows 0-3
+    assert one_chip(focus_map, (0, 0, 160, 160), 1.0, FocusChipParams(1, 0.5, 4, 16)) == [0, 0, 112, 64]
+    focus_map[2, 5], focus_map[8, 8] = 0, 1  # far apart: two chips
+    chips = focus_chips(focus_map, (0, 0, 160, 160), 1.0, FocusChipParams(1, 0.5, 4, 16))
+    assert sorted(chips.tolist()) == [[0, 0, 64, 64], [96, 96, 160, 160]]
+
+
+def test_a_ring_gives_one_chip():
+    focus_map = np.zeros((10, 10))
+    focus_map[2:7, 2:7] = 1
+    focus_map[3:6, 3:6] = 0  # the hole's own contour is painted over by the ring's rectangle
+    assert one_chip(focus_map, (0, 0, 160, 160), 1.0, FocusChipParams(1, 0.5, 1, 16)) == [32, 32, 112, 112]
+
+
+def test_chips_stay_in_the_region_and_map_to_original_pixels():
+    focus_map = np.zeros((10, 10))  # the map covers padding: the region is 100 x 160 scaled pixels
+    focus_map[5, 6] = 1
+    # cells: region 7 x 10; cols 4-7 would overhang -> pushed to 3-6 = 48..112 px, cut at 100 and started
+    # min_size cells before it (36); rows 3-6 = 48..112. Then / scale 2 + region origin (200, 300).
+    assert one_chip(focus_map, (200, 300, 250, 380), 2.0, FocusChipParams(1, 0.5, 4, 16)) == [218, 324, 250, 356]
+
+
+def test_every_focus_pixel_is_inside_a_chip_and_chips_inside_the_region():
+    rng = np.random.RandomState(4)
+    params = FocusChipParams(dilation=3, threshold=0.8, min_size=5, stride=16)
+    for _ in range(20):
+        focus_map = rng.uniform(0, 1, (20, 24)) ** 4
+        region = (rng.uniform(0, 100), rng.uniform(0, 100))
+        scale = rng.uniform(0.5, 2.0)
+        width, height = rng.uniform(100, 24 * 16), rng.uniform(100, 20 * 16)
+        region = (*region, region[0] + width / scale, region[1] + height / scale)
+        chips = focus_chips(focus_map, region, scale, params)
+        cols, rows = int(np.ceil(width / 16)), int(np.ceil(height / 16))
+        for r, c in np.argwhere(focus_map[:rows, :cols] >= params.threshold):
+            x, y = region[0] + c * 16 / scale, region[1] + r * 16 / scale
+            assert ((chips[:, 0] <= x + 1e-9) & (x < chips[:, 2]) & (chips[:, 1] <= y + 1e-9) & (y < chips[:, 3])).any()
+        assert (chips[:, :2] >= np.array(region[:2]) - 1e-9).all()
+        assert (chips[:, 2:] <= np.array(region[2:]) + 1e-9).all()
+        sides = chips[:, 2:] - chips[:, :2]
+        assert (sides >= np.minimum(params.min_size * 16, [width, height]) / scale - 1e-6).all()
+
+
+def test_detections_cut_by_an_inner_chip_border_are_dropped():
+    width, height = 1000, 800
+    chip = (100, 0, 500, 400)  # left, right and bottom edges inside the image, top edge on its border
+    dets = np.array([
+        [105, 50, 200, 100, 0.9],  # 5 px from the left edge: cut
+        [110, 50, 200, 100, 0.9],  # 10 px: kept
+        [150, 2, 300, 100, 0.9],   # at the top, which is the image border: kept
+        [150, 50, 495, 100, 0.9],  # right edge: cut
+        [150, 50, 300, 391, 0.9],  # bottom edge, 9 px: cut
+        [150, 50, 300, 390, 0.9],  # 10 px: kept
+    ])
+    np.testing.assert_array_equal(border_keep_mask(dets, chip, width, height), [False, True, True, False, False, True])
+    assert border_keep_mask(dets, (0, 0, width, height), width, height).all()
+    assert border_keep_mask(dets, (0.4, 0, 999.6, 800), width, height).all()  # within half a pixel of the border
+    assert border_keep_mask(np.zeros((0, 5)), chip, width, height).shape == (0,)

@@ -1,0 +1,75 @@
+"""lib/cuda_kernels.py: the GPU architectures in a binary's .nv_fatbin section, read from hand-built ELF
+files, and which GPUs can run what (machine code within a major architecture, PTX at or below it)."""
+import struct
+
+import pytest
+
+from lib.cuda_kernels import KIND_PTX, KIND_SASS, architectures, fatbin_entries, runnable_code
+from lib.ops import LIBRARY_PATH
+
+ENTRY_HEADER = 64
+
+
+def fat_binary(entries):
+    """One fat binary: its 16-byte header, then per (kind, arch, payload) a 64-byte entry header with the
+    kind at 0, the header size at 4, the payload size at 8 and the architecture at 28, then the payload."""
+    body = b""
+    for kind, arch, payload in entries:
+        header = bytearray(ENTRY_HEADER)
+        struct.pack_into("<HHIQ", header, 0, kind, 0x101, ENTRY_HEADER, len(payload))
+        struct.pack_into("<I", header, 28, arch)
+        body += bytes(header) + payload
+    return struct.pack("<IHHQ", 0xBA55ED50, 1, 16, len(body)) + body
+
+
+def elf_with_sections(sections):
+    """A minimal 64-bit little-endian ELF file with the named sections (and the section-name table)."""
+    names = b"\0" + b"".join(name.encode() + b"\0" for name, _ in sections) + b".shstrtab\0"
+    contents = [data for _, data in sections] + [names]
+    offsets, data, position = [], b"", 64
+    for content in contents:
+        offsets.append(position + len(data))
+        data += content
+    table = position + len(data)
+    headers = bytes(64)  # the null section
+    name_offset = 1
+    for index, content in enumerate(contents):
+        name = (list(n for n, _ in sections) + [".shstrtab"])[index]
+        headers += struct.pack("<IIQQQQIIQQ", name_offset, 1, 0, 0, offsets[index], len(content), 0, 0, 1, 0)
+        name_offset += len(name) + 1
+    ident = b"\x7fELF" + bytes([2, 1, 1]) + bytes(9)
+    header = ident + struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, table, 0, 64, 0, 0, 64, len(contents) + 1,
+                                 len(contents))
+    return header + data + headers
+
+
+def test_architectures_of_every_fat_binary_in_the_section(tmp_path):
+    section = fat_binary([(KIND_SASS, 70, b"\x01" * 40), (KIND_SASS, 80, b"\x02" * 24)]) + bytes(8) + \
+        fat_binary([(KIND_PTX, 80, b".version 7.0\0"), (KIND_SASS, 80, b"\x03" * 8)])
+    assert fatbin_entries(section) == [(KIND_SASS, 70), (KIND_SASS, 80), (KIND_PTX, 80), (KIND_SASS, 80)]
+    path = tmp_path / "libcuda_thing.so"
+    path.write_bytes(elf_with_sections([(".text", b"\x90" * 16), (".nv_fatbin", section), (".data", bytes(4))]))
+    assert architectures(str(path)) == {"sass": [70, 80], "ptx": [80]}
+
+
+def test_a_binary_without_device_code_and_a_file_that_is_not_elf(tmp_path):
+    assert architectures(LIBRARY_PATH) == {"sass": [], "ptx": []}
+    bogus = tmp_path / "not_elf.so"
+    bogus.write_bytes(b"MZ" + bytes(100))
+    with pytest.raises(ValueError, match="not a 64-bit little-endian ELF"):
+        architectures(str(bogus))
+
+
+CU117 = {"sass": [50, 60, 70, 80, 86], "ptx": []}  # mxnet-cu117 1.9.1's libmxnet.so (docs/gpu.md)
+
+
+@pytest.mark.parametrize("archs, compute_capability, expected", [
+    (CU117, 70, "sass"), (CU117, 75, "sass"), (CU117, 86, "sass"),
+    (CU117, 89, "sass"),  # sm_86 code runs on sm_89 (same major, higher minor)
+    (CU117, 90, "none"), (CU117, 100, "none"),  # no sm_9x/sm_10x code, no PTX: nothing runs
+    ({"sass": [86], "ptx": [86]}, 90, "ptx-jit"),
+    ({"sass": [], "ptx": [90]}, 86, "none"),  # PTX of a newer architecture cannot be compiled for an older one
+    ({"sass": [86], "ptx": []}, 80, "none"),  # machine code of a higher minor does not run on a lower one
+])
+def test_which_code_a_gpu_runs(archs, compute_capability, expected):
+    assert runnable_code(archs, compute_capability) == expected

@@ -1,0 +1,141 @@
+"""Draw a COCO results JSON over the images it was computed on: ground truth and detections, a few
+images per PNG grid.
+
+    python tools/visualize_detections.py --results RESULTS.json --cfg FILE [--set KEY VALUE ...] \
+        [--image-set SET] [--thresh 0.5] [--images 16] [--per-grid 4] [--out DIR]
+    python tools/visualize_detections.py --results RESULTS.json --folder IMAGES/ [--annotations FILE.json] ...
+
+With ``--cfg`` the images, ground truth and class names are the config's test set
+(``dataset.test_image_set``, or ``--image-set``), as main_test.py wrote the results. With ``--folder``
+the image id of a file is the number in its name (COCO's convention: ``000000000139.jpg`` is image 139);
+``--annotations`` (a COCO instances file) adds ground truth and category names, else categories are
+shown by id. Ground truth is drawn in green, detections scoring at least ``--thresh`` in their class
+colour with "name score" tags; a legend names the colours. Grids go to
+``{out}/detections_{n:03d}.png``.
+"""
+import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
+import argparse
+import json
+import os
+import re
+import sys
+from collections import defaultdict
+
+import cv2
+import numpy as np
+
+from lib.config import add_config_arguments, config_from_arguments
+from lib.dataset import load_roidb, read_image
+from lib.drawing import class_palette, draw_boxes, draw_detections, grid, legend
+
+GT_COLOUR = (60, 200, 60)  # BGR
+CELL_WIDTH = 640  # each image is shown this wide
+
+
+def read_results(path):
+    """``{image id: float32 (N, 6) [x1, y1, x2, y2, score, category id]}`` from a COCO results file."""
+    try:
+        with open(path) as f:
+            results = json.load(f)
+    except (OSError, json.JSONDecodeError) as err:
+        sys.exit(f"cannot read results {path}: {err}")
+    if not isinstance(results, list):
+        sys.exit(f"{path}: a COCO results file is a list of detections")
+    rows = defaultdict(list)
+    for index, item in enumerate(results):
+        try:
+            x, y, w, h = (float(v) for v in item["bbox"])
+            rows[int(item["image_id"])].append([x, y, x + w - 1, y + h - 1, float(item["score"]),
+                                                int(item["category_id"])])
+        except (KeyError, TypeError, ValueError):
+            sys.exit(f"{path}: entry {index} is not a detection (image_id, category_id, bbox [x, y, w, h], score)")
+    return {image_id: np.array(r, np.float32) for image_id, r in rows.items()}
+
+
+def from_config(args):
+    """[(image id, path, gt boxes)], {category id: name} of the config's test set."""
+    cfg = config_from_arguments(args)
+    image_set = args.image_set or cfg.dataset.test_image_set
+    roidb, dataset = load_roidb(cfg, image_set, training=False)
+    names = {dataset.category_ids[label]: name for label, name in enumerate(dataset.classes) if label}
+    return [(entry["id"], entry["image"], entry["boxes"]) for entry in roidb], names
+
+
+def from_folder(folder, annotations):
+    """The same from a folder of images (ids from the file names) and an optional COCO instances file."""
+    gt, names = defaultdict(list), {}
+    if annotations:
+        try:
+            with open(annotations) as f:
+                data = json.load(f)
+            names = {c["id"]: c["name"] for c in data["categories"]}
+            for a in data.get("annotations", []):
+                x, y, w, h = a["bbox"]
+                gt[int(a["image_id"])].append([x, y, x + w - 1, y + h - 1])
+        except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+            sys.exit(f"cannot read annotations {annotations}: {err}")
+    images = []
+    for name in sorted(os.listdir(folder)):
+        digits = re.findall(r"\d+", os.path.splitext(name)[0])
+        if digits and os.path.splitext(name)[1].lower() in (".jpg", ".jpeg", ".png", ".bmp"):
+            image_id = int(digits[-1])
+            images.append((image_id, os.path.join(folder, name), np.array(gt[image_id], np.float32).reshape(-1, 4)))
+    return images, names
+
+
+def picture(path, gt_boxes, detections, names, palette, thresh):
+    """One image, shrunk to CELL_WIDTH, with its ground truth and detections."""
+    image = read_image(path)
+    factor = CELL_WIDTH / image.shape[1]
+    small = cv2.resize(image, (CELL_WIDTH, max(1, int(round(image.shape[0] * factor)))), interpolation=cv2.INTER_AREA)
+    small = draw_boxes(small, gt_boxes, GT_COLOUR, 2, factor)
+    scaled = detections.copy()
+    scaled[:, :4] *= factor
+    ids = sorted(names)
+    labels = {category: label for label, category in enumerate(ids)}
+    scaled[:, 5] = [labels[int(c)] for c in detections[:, 5]]
+    return draw_detections(small, scaled, [names[c] for c in ids], thresh, colours=[palette[c] for c in ids])
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--results", required=True, help="COCO results JSON (main_test.py's detections_*.json)")
+    add_config_arguments(parser, cfg_help="config whose test set the results are of", required=False)
+    parser.add_argument("--image-set", help="image set of the config (default dataset.test_image_set)")
+    parser.add_argument("--folder", help="a folder of images instead of a config (ids from the file names)")
+    parser.add_argument("--annotations", help="with --folder: COCO instances JSON for gt boxes and names")
+    parser.add_argument("--thresh", type=float, default=0.5, help="draw detections scoring at least this")
+    parser.add_argument("--images", type=int, default=16, help="how many images (those with detections first)")
+    parser.add_argument("--per-grid", type=int, default=4, help="images per PNG")
+    parser.add_argument("--out", default="output/detections", help="folder for the PNG grids")
+    args = parser.parse_args(argv)
+    if bool(args.cfg) == bool(args.folder):
+        parser.error("give either --cfg (a config's test set) or --folder (a folder of images)")
+    if args.per_grid < 1 or args.images < 1:
+        parser.error("--images and --per-grid must be at least 1")
+    detections = read_results(args.results)
+    images, names = from_config(args) if args.cfg else from_folder(args.folder, args.annotations)
+    names.update({int(c): str(int(c)) for dets in detections.values() for c in dets[:, 5] if int(c) not in names})
+    palette = dict(zip(sorted(names), class_palette(len(names))))
+    images.sort(key=lambda item: item[0] not in detections)  # images with detections first, else in order
+    chosen = images[:args.images]
+    if not chosen:
+        sys.exit("no images to draw")
+    os.makedirs(args.out, exist_ok=True)
+    key = [("ground truth", GT_COLOUR)] + [(f"{names[c]}", palette[c]) for c in sorted(names)][:8]
+    written = []
+    for start in range(0, len(chosen), args.per_grid):
+        cells = [picture(path, gt, detections.get(image_id, np.zeros((0, 6), np.float32)), names, palette,
+                         args.thresh) for image_id, path, gt in chosen[start:start + args.per_grid]]
+        sheet = grid(cells, columns=min(2, len(cells)))
+        sheet = np.concatenate([legend(sheet.shape[1], key), sheet], axis=0)
+        path = os.path.join(args.out, f"detections_{start // args.per_grid:03d}.png")
+        if not cv2.imwrite(path, sheet):
+            sys.exit(f"cannot write {path}")
+        written.append(path)
+    print(f"drew {len(chosen)} images ({sum(len(d) for d in detections.values())} detections in the results, "
+          f"threshold {args.thresh}) into {len(written)} grids: {', '.join(written)}")
+
+
+if __name__ == "__main__":
+    main()
