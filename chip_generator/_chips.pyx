@@ -13,23 +13,18 @@ import numpy as np
 
 
 cdef extern from "chips.h" namespace "sniper_chips":
-    vector[int64_t] window_offsets(int64_t extent, int64_t chip, int64_t stride) nogil
-    vector[int64_t] greedy_cover(const float* boxes, int64_t num_boxes, const int64_t* xs, int64_t nx,
-                                 const int64_t* ys, int64_t ny, int64_t win_w, int64_t win_h,
-                                 const int64_t* order) nogil
+    vector[int64_t] greedy_cover(const float* boxes, int64_t num_boxes, const int64_t* x_lo, const int64_t* x_hi,
+                                 int64_t nx, const int64_t* y_lo, const int64_t* y_hi, int64_t ny,
+                                 const int64_t* cells, int64_t num_candidates) nogil
 
 
-def candidate_offsets(int64_t extent, int64_t chip, int64_t stride):
-    """Offsets (int64) of the candidate windows along one axis: stride grid plus the flush window."""
-    return np.asarray(window_offsets(extent, chip, stride), dtype=np.int64)
-
-
-def cover(const float[:, ::1] boxes, const int64_t[::1] xs, const int64_t[::1] ys, int64_t win_w,
-          int64_t win_h, const int64_t[::1] order):
-    """Picked candidate indices (int64, pick order) of the greedy cover; candidate = i * len(ys) + j."""
+def cover(const float[:, ::1] boxes, const int64_t[::1] x_lo, const int64_t[::1] x_hi, const int64_t[::1] y_lo,
+          const int64_t[::1] y_hi, const int64_t[::1] cells):
+    """Positions in ``cells`` (int64, pick order) of the candidates the greedy cover picks; candidate t is
+    the window x interval ``cells[t] // len(y_lo)`` by y interval ``cells[t] % len(y_lo)``."""
     cdef vector[int64_t] picked
     cdef const float* box_ptr = &boxes[0, 0] if boxes.shape[0] > 0 else NULL
     with nogil:
-        picked = greedy_cover(box_ptr, boxes.shape[0], &xs[0], xs.shape[0], &ys[0], ys.shape[0], win_w, win_h,
-                              &order[0])
+        picked = greedy_cover(box_ptr, boxes.shape[0], &x_lo[0], &x_hi[0], x_lo.shape[0], &y_lo[0], &y_hi[0],
+                              y_lo.shape[0], &cells[0], cells.shape[0])
     return np.asarray(picked, dtype=np.int64)

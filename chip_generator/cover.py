@@ -1,10 +1,26 @@
-"""Positive-chip generation: the greedy cover of spec section 2 (validation + the compiled core)."""
+"""Positive-chip generation: the greedy cover of spec section 2 (candidate windows, validation, the
+compiled core).
+
+Two sets of candidate windows (config key TRAIN.CHIP_WINDOWS):
+
+* ``reference`` (the reference's cchips.cpp): the three corner windows (top-right, bottom-left,
+  bottom-right), the stride grid ``0, stride, .. < extent - chip`` in both directions, a column of
+  windows along the right edge and a row along the bottom edge. The top-right corner is ``chip + 1``
+  px tall, the bottom-left corner ``chip + 1`` px wide, the right-edge windows ``chip + 1`` px wide and
+  the bottom-edge ones ``chip + 1`` px tall (when the image is larger than a chip that way): the
+  network input keeps the first ``chip`` of them.
+* ``clipped``: the stride grid plus the window flush with the far edge, along each axis, all windows
+  ``min(chip, extent)`` px (never larger than the network input).
+"""
+import functools
 import math
 import numbers
 
 import numpy as np
 
 from chip_generator import _chips
+
+WINDOW_RULES = ("reference", "clipped")
 
 
 def _positive_int(name, value):
@@ -35,26 +51,82 @@ def validate_inputs(boxes, width, height, chip_size, stride):
     return (np.ascontiguousarray(boxes), *sizes)
 
 
-def candidate_grid(width, height, chip_size, stride):
-    """Candidate windows as (xs, ys, window width, window height); candidate k is
-    (xs[k // len(ys)], ys[k % len(ys)]), clipped to the image when the image is smaller than a chip."""
-    xs = _chips.candidate_offsets(width, chip_size, stride)
-    ys = _chips.candidate_offsets(height, chip_size, stride)
-    return xs, ys, min(chip_size, width), min(chip_size, height)
+def _check_rule(windows):
+    if windows not in WINDOW_RULES:
+        raise ValueError(f"config key TRAIN.CHIP_WINDOWS: expected one of {WINDOW_RULES}, got {windows!r}")
 
 
-def generate(boxes, width, height, chip_size, stride, rng=None):
-    """Chips (float32 (K, 4), inclusive pixels, pick order) covering every box that fits in a candidate.
+def _distinct(lo, hi, extent):
+    """The distinct intervals [lo, hi] (int64 arrays) sorted by (lo, hi), and each input's index among them."""
+    keys, inverse = np.unique(lo * (extent + 1) + hi, return_inverse=True)
+    return keys // (extent + 1), keys % (extent + 1), inverse.reshape(-1)
+
+
+def _axis(extent, chip, stride, windows):
+    """The window intervals along one axis: (lo, hi) of the distinct ones, and the index among them of the
+    stride grid's intervals and of the rule's special ones (reference: flush, lead, edge; clipped: the
+    grid already ends with the flush window)."""
+    if windows == "clipped":
+        grid = np.zeros(1, np.int64) if extent <= chip else \
+            np.append(np.arange(0, extent - chip, stride, dtype=np.int64), extent - chip)
+        lo, hi, index = _distinct(grid, grid + min(chip, extent) - 1, extent)
+        return lo, hi, index, ()
+    grid = np.arange(0, extent - chip, stride, dtype=np.int64)  # empty when the extent is not above a chip
+    special_lo = np.array([max(extent - chip, 0), 0, max(extent - chip - 1, 0)], np.int64)
+    special_hi = np.array([extent - 1, min(chip, extent - 1), extent - 1], np.int64)
+    lo, hi, index = _distinct(np.concatenate([grid, special_lo]), np.concatenate([grid + chip - 1, special_hi]),
+                              extent)
+    return lo, hi, index[:len(grid)], index[len(grid):]
+
+
+@functools.lru_cache(maxsize=4096)  # images of a dataset come in few sizes; the arrays are read-only
+def _candidates(width, height, chip_size, stride, windows):
+    """(x_lo, x_hi, y_lo, y_hi, cells): the distinct intervals along each axis (sorted, both ends
+    non-decreasing: no interval lies strictly inside one that starts earlier, for either rule) and the
+    candidate windows as cells ``ix * len(y_lo) + iy`` in enumeration order, each once."""
+    x_lo, x_hi, gx, special_x = _axis(width, chip_size, stride, windows)
+    y_lo, y_hi, gy, special_y = _axis(height, chip_size, stride, windows)
+    ny = len(y_lo)
+    grid = (gx[:, None] * ny + gy[None, :]).reshape(-1)
+    if windows == "clipped":
+        cells = grid
+    else:
+        (flush_x, lead_x, edge_x), (flush_y, lead_y, edge_y) = special_x, special_y
+        corners = np.array([flush_x * ny + lead_y, lead_x * ny + flush_y, flush_x * ny + flush_y], np.int64)
+        cells = np.concatenate([corners, grid, edge_x * ny + gy, gx * ny + edge_y])
+        _, first = np.unique(cells, return_index=True)
+        cells = cells[np.sort(first)]
+    arrays = (x_lo, x_hi, y_lo, y_hi, cells.astype(np.int64))
+    for array in arrays:
+        array.setflags(write=False)
+    return arrays
+
+
+def _windows_of(x_lo, x_hi, y_lo, y_hi, cells):
+    ix, iy = cells // len(y_lo), cells % len(y_lo)
+    return np.stack([x_lo[ix], y_lo[iy], x_hi[ix], y_hi[iy]], axis=1)
+
+
+def candidate_windows(width, height, chip_size, stride, windows):
+    """The candidate windows (int64 (K, 4), inclusive pixels) of rule ``windows`` for an image of
+    ``width`` x ``height`` px, in enumeration order (the order ``generate``'s shuffle permutes), each
+    window once (its first occurrence)."""
+    _check_rule(windows)
+    return _windows_of(*_candidates(int(width), int(height), int(chip_size), int(stride), windows))
+
+
+def generate(boxes, width, height, chip_size, stride, rng=None, windows="reference"):
+    """Chips (float32 (K, 4), inclusive pixels, pick order) covering every box that fits in a candidate
+    window of rule ``windows`` (module docstring).
 
     `rng` (a seed or np.random.Generator) shuffles the candidates so ties break randomly; a fixed
     seed gives the same chips. Boxes with w, h <= chip_size - stride inside the image always fit.
     """
     boxes, width, height, chip_size, stride = validate_inputs(boxes, width, height, chip_size, stride)
+    _check_rule(windows)
     if len(boxes) == 0:
         return np.zeros((0, 4), dtype=np.float32)
-    xs, ys, win_w, win_h = candidate_grid(width, height, chip_size, stride)
-    order = np.random.default_rng(rng).permutation(len(xs) * len(ys)).astype(np.int64, copy=False)
-    picked = _chips.cover(boxes, xs, ys, win_w, win_h, order)
-    x1 = xs[picked // len(ys)]
-    y1 = ys[picked % len(ys)]
-    return np.stack([x1, y1, x1 + win_w - 1, y1 + win_h - 1], axis=1).astype(np.float32)
+    x_lo, x_hi, y_lo, y_hi, cells = _candidates(width, height, chip_size, stride, windows)  # validated ints
+    order = np.random.default_rng(rng).permutation(len(cells)).astype(np.int64, copy=False)
+    picked = _chips.cover(boxes, x_lo, x_hi, y_lo, y_hi, np.ascontiguousarray(cells[order]))
+    return _windows_of(x_lo, x_hi, y_lo, y_hi, cells[order[picked]]).astype(np.float32)

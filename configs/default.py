@@ -57,6 +57,12 @@ DEFAULTS = {
         "root_path": "data",  # roidb caches go to {root_path}/cache
         "NUM_CLASSES": 0,  # 0: derived from the annotation file (background included)
         "proposal": "",  # proposals file for negative chip mining ("" disables it)
+        # Training boxes truncated to whole pixels (every coordinate toward zero). reference: true (its COCO
+        # loader stores boxes as uint16); other: false keeps the annotation's fractional pixels.
+        "INTEGER_BOXES": True,
+        # NMS threshold (IoU > it suppresses) applied to each image's pooled proposals when they are loaded for
+        # negative chip mining. reference: 0.7; other: 0 keeps every proposal.
+        "PROPOSAL_NMS": 0.7,
         # dataset "synthetic" only: training / validation image counts and the generator's seed.
         "synthetic_train": 200,
         "synthetic_val": 50,
@@ -91,7 +97,29 @@ DEFAULTS = {
         "VALID_RANGES": [[-1, 80], [32, 150], [120, -1]],  # sqrt(area) in original pixels, -1 open
         "CHIP_SIZE": 512,
         "CHIP_STRIDE": [56, 60],  # one value, or [lo, hi) drawn uniformly once per epoch
-        "NEG_CHIP_MIN_PROPOSALS": [25, 10, 10],  # a negative chip needs more proposals than this
+        "NEG_CHIP_MIN_PROPOSALS": [25, 10, 10],  # a negative chip needs more boxes counted in it than this
+        # Chip mining rules (chip_generator/mining.py, docs/reference_differences.md).
+        # Which boxes are valid at a scale. reference: sizes x2 - x1 (no +1, truncated), sqrt(w*h) in
+        # [lo, hi) for generating chips (finest: no lo, >= 2 px; coarsest: no hi), and for assigning boxes
+        # to chips without the lower bound and with the 2 px rule at every scale but the coarsest;
+        # other: strict, one rule for both: lo <= sqrt((w+1)(h+1)) <= hi (spec section 1).
+        "VALIDITY_RULES": "reference",
+        # The boxes a chip trains on as valid. reference: assigned (each valid box is valid in the one chip
+        # of its scale containing most of it, the others show it as ignored); other: visible (every box
+        # valid at the scale that the chip shows).
+        "CHIP_VALID_BOXES": "assigned",
+        # Negative chips. reference: the boxes (gts and proposals) valid at the scale but assigned to no
+        # positive chip are covered, each counted once (in the chip containing most of it); other:
+        # contained, proposals in the valid range inside no positive chip, counted in every chip holding them.
+        "NEG_CHIP_RULES": "reference",
+        # Candidate windows of the greedy cover. reference: corners, stride grid and edge windows, some of
+        # them chip + 1 px wide or tall (cut to the chip by the network input); other: clipped, the stride
+        # grid plus the flush window, never larger than a chip.
+        "CHIP_WINDOWS": "reference",
+        # Chip pixels. reference: truncate, the original-image crop int(x1 / s) : int(x2 / s) (inclusive end
+        # used as exclusive) resized by the factor s, and scaled images of int(W * s) px; other: round, the
+        # source window rounded to whole pixels resized to the chip size, and round(W * s) px.
+        "CHIP_CROP": "truncate",
         "MAX_GT_PER_CHIP": 100,
         # RPN targets
         "RPN_BATCH_SIZE": 256,
@@ -100,6 +128,11 @@ DEFAULTS = {
         "RPN_NEGATIVE_OVERLAP": 0.4,
         "RPN_INVALID_OVERLAP": 0.3,
         "RPN_ALLOWED_BORDER": 32,
+        # What the border is measured from. reference: chip, the full CHIP_SIZE square (anchors over the
+        # zero padding of a small chip are trained as negatives); other: content, the chip's image content.
+        "RPN_ANCHOR_BORDER": "chip",
+        # gt boxes rounded to whole chip pixels after scaling. reference: true; other: false.
+        "RPN_ROUND_GT": True,
         "RPN_MIN_GT_SIZE": 10,  # px after scaling
         # Proposal target (the MultiProposalTarget operator, lib/ops). Rules: "reference" reproduces the
         # published SNIPER's GPU operator (areas without the +1 in every overlap, so the effective fg
@@ -121,6 +154,13 @@ DEFAULTS = {
         "AUTO_FOCUS_DC_HIGH": 90,
         "BBOX_STDS": [0.1, 0.1, 0.2, 0.2],
         "BBOX_MEANS": [0.0, 0.0, 0.0, 0.0],
+        # The R-CNN box loss is divided by 188 x this many chips. reference: 16 (hard-coded, whatever the
+        # batch); other: 0, the chips per device.
+        "RCNN_BBOX_LOSS_CHIPS": 16,
+        # Initialisation of the layers the pretrained backbone lacks (lib/train/pretrained.py). reference:
+        # N(0, 0.01) weights for every new layer, zero biases and zero deformable offsets; other: msra, He
+        # Gaussian for the R-CNN FC layers and N(0, 0.001) for the box regressor.
+        "NEW_LAYER_INIT": "reference",
     },
     "TEST": {
         "BATCH_IMAGES": 1,  # images per device and scale

@@ -245,9 +245,28 @@ def _check(condition, key, value, requirement):
         raise ConfigError(f"config key {key} = {value!r}: {requirement}")
 
 
+# Keys choosing between the reference's behaviour and a variant (configs/default.py, docs/reference_differences.md):
+# their allowed values, the reference's first.
+VARIANT_KEYS = {
+    "network.CHANNEL_ORDER": ("RGB", "BGR"),
+    "TRAIN.VALIDITY_RULES": ("reference", "strict"),
+    "TRAIN.CHIP_VALID_BOXES": ("assigned", "visible"),
+    "TRAIN.NEG_CHIP_RULES": ("reference", "contained"),
+    "TRAIN.CHIP_WINDOWS": ("reference", "clipped"),
+    "TRAIN.CHIP_CROP": ("truncate", "round"),
+    "TRAIN.RPN_ANCHOR_BORDER": ("chip", "content"),
+    "TRAIN.NEW_LAYER_INIT": ("reference", "msra"),
+    "TRAIN.PROPOSAL_TARGET_RULES": ("reference", "exact"),
+}
+
+
 def validate(cfg):
     """Cross-key and range checks that types alone cannot catch, each naming its key."""
     from lib.scales import ScaleError, pyramid
+
+    for key, choices in VARIANT_KEYS.items():
+        section, name = key.split(".")
+        _check(cfg[section][name] in choices, key, cfg[section][name], f"must be one of {', '.join(choices)}")
 
     levels = {}
     for section in ("TRAIN", "TEST"):
@@ -279,6 +298,10 @@ def validate(cfg):
         _check(cfg[section][key] >= 1, f"{section}.{key}", cfg[section][key], "must be at least 1")
     _check(train.NUM_PROCESS >= 0, "TRAIN.NUM_PROCESS", train.NUM_PROCESS, "must be >= 0 (0: build chips in the "
            "main process)")
+    _check(train.RCNN_BBOX_LOSS_CHIPS >= 0, "TRAIN.RCNN_BBOX_LOSS_CHIPS", train.RCNN_BBOX_LOSS_CHIPS,
+           "must be >= 0 (0: the chips per device)")
+    _check(0 <= cfg.dataset.PROPOSAL_NMS <= 1, "dataset.PROPOSAL_NMS", cfg.dataset.PROPOSAL_NMS,
+           "must be in [0, 1] (0: no NMS)")
     _check(0 <= train.begin_epoch < train.end_epoch, "TRAIN.end_epoch", train.end_epoch,
            f"must be greater than TRAIN.begin_epoch ({train.begin_epoch})")
     _validate_auto_focus(cfg, len(levels["TEST"]))

@@ -32,7 +32,8 @@ def epoch_pixel_budget(roidb, cfg, rng):
         sampled = sample_epoch_chips(chips, rng, params.max_neg_chips)
         for level, chip, negative, _ in sampled:
             totals["negative" if negative else "positive"][level] += 1
-            totals["content_pixels"] += int((chip[2] - chip[0] + 1) * (chip[3] - chip[1] + 1))
+            size = params.chip_size  # a window 1 px larger than a chip is cut to it
+            totals["content_pixels"] += int(min(chip[2] - chip[0] + 1, size) * min(chip[3] - chip[1] + 1, size))
         totals["chip_pixels"] += len(sampled) * params.chip_size ** 2
         scale = baseline.image_scale(entry["height"], entry["width"])
         totals["baseline_pixels"] += int(round(entry["height"] * scale)) * int(round(entry["width"] * scale))

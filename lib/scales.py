@@ -95,6 +95,13 @@ def pyramid(section, name):
     return tuple(ScaleLevel(spec, valid_range) for spec, valid_range in zip(scales, ranges))
 
 
+def scaled_image_size(height, width, im_scale, truncate):
+    """(height, width) in pixels of an image resized by ``im_scale``: truncated (``int(W * s)``, as the
+    reference sizes the image its chips are cut from) or rounded; at least 1 px."""
+    to_int = int if truncate else round
+    return max(int(to_int(height * im_scale)), 1), max(int(to_int(width * im_scale)), 1)
+
+
 def box_sqrt_area(boxes):
     """sqrt(area) of inclusive-pixel boxes (N,4)."""
     boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)

@@ -54,7 +54,7 @@ POOLED_SIZE = 7
 TRANS_STD = 0.1
 OFFSET_LR_MULT = 0.01
 RPN_BBOX_LOSS_WEIGHT = 3.0  # RPN smooth-L1 is scaled by 3 / (chips * RPN_BATCH_SIZE)
-RCNN_BBOX_NORMALISER = 188.0  # R-CNN smooth-L1 is scaled by 1 / (188 * chips), 1 / (188 * 16) published
+RCNN_BBOX_NORMALISER = 188.0  # R-CNN smooth-L1 is scaled by 1 / (188 * TRAIN.RCNN_BBOX_LOSS_CHIPS or chips)
 # The proposal-target operator (and its gt/im_info/valid_ranges inputs) form this context group: its
 # library registers a CPU kernel only, so GPU training binds with group2ctxs={group: [mx.cpu(i), ...]}.
 PROPOSAL_TARGET_GROUP = "proposal_target"
@@ -143,8 +143,9 @@ def _training_outputs(cfg, features, rpn, num_classes, chips_per_device, rpn_onl
         cls_normalisation = dict(normalization="null", grad_scale=loss_scale / rois_per_batch)
     cls_prob = mx.sym.SoftmaxOutput(cls_score, label=rcnn_label, use_ignore=True, ignore_label=-1, name="cls_prob",
                                     **cls_normalisation)
+    normaliser_chips = cfg.TRAIN.RCNN_BBOX_LOSS_CHIPS or chips_per_device  # the reference: 16 at any batch
     bbox_loss = _smooth_l1_loss(bbox_pred, rcnn_bbox_target, rcnn_bbox_weight,
-                                loss_scale / (RCNN_BBOX_NORMALISER * chips_per_device), "bbox_loss")
+                                loss_scale / (RCNN_BBOX_NORMALISER * normaliser_chips), "bbox_loss")
     outputs = [rpn_cls_prob, rpn_bbox_loss, cls_prob, bbox_loss, mx.sym.BlockGrad(rcnn_label, name="rcnn_label")]
     if cfg.network.AUTO_FOCUS:
         # (B, 2, H, W) -> (B, 2, H*W) against scale_label (B, H*W), cells in row-major order

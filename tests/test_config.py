@@ -5,8 +5,8 @@ import pickle
 
 import pytest
 
-from lib.config import (ConfigError, FrozenConfigError, add_config_arguments, config_from_arguments, dump_config,
-                        load_config, parse_cli_overrides, with_overrides)
+from lib.config import (VARIANT_KEYS, ConfigError, FrozenConfigError, add_config_arguments, config_from_arguments,
+                        dump_config, load_config, parse_cli_overrides, with_overrides)
 from lib.scales import ScaleError, in_valid_range, parse_scales, pyramid
 
 
@@ -115,10 +115,24 @@ def test_renamed_key_is_refused_naming_the_new_one(tmp_path):
     ("TRAIN.lr", "-0.1"), ("TRAIN.lr", "nan"), ("TRAIN.lr", "0"), ("TRAIN.momentum", "1"), ("TRAIN.momentum", "-0.1"),
     ("default.frequent", "0"), ("TRAIN.BATCH_IMAGES", "0"), ("TEST.BATCH_IMAGES", "0"), ("TRAIN.NUM_PROCESS", "-1"),
     ("TRAIN.wd", "-1"), ("TRAIN.fp16_loss_scale", "0"), ("TRAIN.end_epoch", "0"),
+    ("TRAIN.RCNN_BBOX_LOSS_CHIPS", "-1"), ("dataset.PROPOSAL_NMS", "1.5"),
 ])
 def test_out_of_range_values_name_the_key(key, value):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         load_config(None, [(key, value)])
+
+
+def test_variant_keys_default_to_the_reference_and_refuse_unknown_values():
+    cfg = load_config(None)
+    for key, choices in VARIANT_KEYS.items():
+        section, name = key.split(".")
+        assert cfg[section][name] == choices[0]  # the reference's behaviour is the default
+        for value in choices:
+            assert load_config(None, [(key, value)])[section][name] == value
+        with pytest.raises(ConfigError, match=key.replace(".", r"\.") + r".*must be one of"):
+            load_config(None, [(key, "bogus")])
+    assert (cfg.dataset.INTEGER_BOXES, cfg.dataset.PROPOSAL_NMS, cfg.TRAIN.RPN_ROUND_GT,
+            cfg.TRAIN.RCNN_BBOX_LOSS_CHIPS) == (True, 0.7, True, 16)
 
 
 def test_synthetic_is_a_dataset_kind_and_other_data_needs_only_the_dataset_keys(tmp_path):

@@ -287,6 +287,23 @@ def test_flip_boxes_twice_is_identity_and_matches_mirrored_pixels():
     assert (x1, x2) == (cols[0], cols[-1]) and (y1, y2) == (1, 2)
 
 
+@pytest.mark.parametrize("integer", [True, False])
+def test_training_boxes_are_truncated_to_whole_pixels_before_mirroring(tmp_path, integer):
+    # [10.7, 5.2, w 20.2, h 15.3] -> inclusive (10.7, 5.2, 29.9, 19.5); the reference stores uint16:
+    # (10, 5, 29, 19), mirrored in a 100 px image from those: (70, 5, 89, 19)
+    write_coco(str(tmp_path / "data"), "train", [image_record(1)], [ann(1, 1, [10.7, 5.2, 20.2, 15.3])])
+    roidb, _ = load_roidb(dataset_cfg(tmp_path, **{"dataset.INTEGER_BOXES": integer}), "train")
+    if integer:
+        expected, mirrored = [[10, 5, 29, 19]], [[70, 5, 89, 19]]
+    else:
+        expected, mirrored = [[10.7, 5.2, 29.9, 19.5]], [[69.1, 5.2, 88.3, 19.5]]
+    np.testing.assert_allclose(by_id(roidb)[1]["boxes"], expected, rtol=1e-6)
+    np.testing.assert_allclose(by_id(roidb, flipped=True)[1]["boxes"], mirrored, rtol=1e-6)
+    assert all(e["boxes"].dtype == np.float32 for e in roidb)
+    test_roidb, _ = load_roidb(dataset_cfg(tmp_path), "train", training=False)  # evaluation keeps the annotation
+    np.testing.assert_allclose(test_roidb[0]["boxes"], [[10.7, 5.2, 29.9, 19.5]], rtol=1e-6)
+
+
 # ---------------------------------------------------------------- cache
 
 
@@ -345,6 +362,22 @@ def test_proposals_attached_mirrored_and_missing_ids_counted(tmp_path, caplog):
 
     test_roidb, _ = load_roidb(dataset_cfg(tmp_path, **{"dataset.proposal": path}), "train", training=False)
     assert "proposals" not in test_roidb[0]
+
+
+@pytest.mark.parametrize("thresh", [0.7, 0.0])
+def test_pooled_proposals_go_through_nms_before_mirroring(tmp_path, thresh):
+    write_coco(str(tmp_path / "data"), "train", [image_record(1)], [ann(1, 1, [10, 20, 30, 40])])
+    # (0, 0, 19, 19) vs (0, 0, 19, 21): IoU 400 / 440 = 0.91 > 0.7, the lower score goes; (0, 0, 19, 27):
+    # IoU with the first 400 / 560 = 0.71 > 0.7 too; (50, 50, 69, 69) overlaps nothing
+    proposals = {1: np.array([[0, 0, 19, 21, 0.5], [0, 0, 19, 19, 0.9], [50, 50, 69, 69, 0.1],
+                              [0, 0, 19, 27, 0.3]], np.float32)}
+    path = tmp_path / "proposals.pkl"
+    path.write_bytes(pickle.dumps(proposals))
+    roidb, _ = load_roidb(dataset_cfg(tmp_path, **{"dataset.proposal": path, "dataset.PROPOSAL_NMS": thresh}),
+                          "train")
+    kept = [[0, 0, 19, 19], [50, 50, 69, 69]] if thresh else proposals[1][:, :4]
+    np.testing.assert_array_equal(by_id(roidb)[1]["proposals"], kept)
+    np.testing.assert_array_equal(by_id(roidb, flipped=True)[1]["proposals"], flip_boxes(kept, 100))
 
 
 @pytest.mark.parametrize("content, error, message", [

@@ -24,7 +24,7 @@ WRAPPER = os.path.join(ROOT, "scripts", "train_neg_props_and_sniper.sh")
 
 
 # -- the loader's negative chip flags ------------------------------------------------------------------
-def test_mined_chips_are_flagged_negative_exactly_for_the_background_chip():
+def test_mined_chips_are_flagged_negative_exactly_for_the_background_chips():
     rng = np.random.default_rng(3)
     gt = np.array([[600, 440, 629, 469]], np.float32)  # bottom-right corner, finest scale only
     x1, y1 = 10 + rng.uniform(0, 60, 30), 10 + rng.uniform(0, 60, 30)
@@ -33,20 +33,23 @@ def test_mined_chips_are_flagged_negative_exactly_for_the_background_chip():
              "gt_classes": np.ones(1, np.int32), "proposals": proposals}
     params = MiningParams.from_config(load_config(None, [("TRAIN.CHIP_STRIDE", "56")]))
     table = mine_images([entry], params, 56, seed=0, epoch=0, indices=[0])
-    assert table.negative.dtype == bool and table.negative.sum() == 1
-    chip = table.boxes[table.negative][0]
-    scaled = proposals * 3.0  # the finest scale, factor 3
-    assert table.scale_index[table.negative][0] == 0
-    assert ((scaled[:, :2] >= chip[:2]) & (scaled[:, 2:] <= chip[2:])).all()
+    # the reference's pools: the finest scale, and the intermediate one, whose pool has no lower size
+    # bound (the gt and the proposals, sqrt 20 < 32, there on no positive chip: 31 > 10)
+    assert table.negative.dtype == bool and table.negative.sum() == 2
+    negatives = table.boxes[table.negative]
+    assert sorted(table.scale_index[table.negative].tolist()) == [0, 1]
+    for chip, level in zip(negatives, table.scale_index[table.negative]):
+        scaled = proposals * np.float32((3.0, 1.667)[level])
+        assert ((scaled[:, :2] >= chip[:2]) & (scaled[:, 2:] <= chip[2:])).all()
     positives = table.boxes[~table.negative]
     assert len(positives) >= 1 and any(((gt[0, :2] * 3 >= p[:2]) & (gt[0, 2:] * 3 <= p[2:])).all() for p in positives)
     without = MiningParams.from_config(load_config(None, [("TRAIN.USE_NEG_CHIPS", "false")]))
     assert not mine_images([entry], without, 56, 0, 0, [0]).negative.any()
 
     plan = EpochPlan(table, 56, batch_size=2, seed=0, epoch=0, shuffle=True)
-    assert plan.num_negative == 1
-    flags = [plan.chip(i).negative for i in range(plan.num_chips)]
-    assert sum(flags) == 1 and plan.chip(flags.index(True)).box == tuple(float(v) for v in chip)
+    assert plan.num_negative == 2
+    flagged = sorted(plan.chip(i).box for i in range(plan.num_chips) if plan.chip(i).negative)
+    assert flagged == sorted(tuple(float(v) for v in chip) for chip in negatives)
 
 
 # -- the pipeline ----------------------------------------------------------------------------------------
@@ -169,11 +172,11 @@ def test_bad_rpn_epochs_is_a_clear_error():
         NegChipPipeline(TINY, [], rpn_epochs=0)
 
 
-def test_rpn_stage_steps_its_lr_at_the_main_schedules_fractions():
-    # main run: 8 epochs stepping at 4 and 6 -> a 2-epoch RPN steps at 1 and 1.5
-    pipeline = NegChipPipeline(TINY, [("TRAIN.end_epoch", "8"), ("TRAIN.lr_step", "4,6")], rpn_epochs=2)
-    assert pipeline.rpn_cfg.TRAIN.lr_step == "1,1.5"
-    assert pipeline.sniper_cfg.TRAIN.lr_step == "4,6"
+def test_rpn_stage_keeps_the_main_lr_step_as_the_reference():
+    # the reference's RPN stage runs the main config for 2 epochs: its 5.33-epoch step never comes
+    pipeline = NegChipPipeline(TINY, [("TRAIN.end_epoch", "7"), ("TRAIN.lr_step", "5.33")], rpn_epochs=2)
+    assert pipeline.rpn_cfg.TRAIN.lr_step == pipeline.sniper_cfg.TRAIN.lr_step == "5.33"
+    assert pipeline.rpn_cfg.TRAIN.end_epoch == 2
     explicit = NegChipPipeline(TINY, [("TRAIN.end_epoch", "8")], rpn_epochs=2,
                                rpn_overrides=[("TRAIN.lr_step", "0.5")])
     assert explicit.rpn_cfg.TRAIN.lr_step == "0.5"

@@ -15,6 +15,7 @@ from gluoncv.model_zoo import get_model
 from conftest import build_cfg
 
 from lib import gluoncv_resnet
+from lib.config import with_overrides
 from lib.train.checkpoint import params_path
 from lib.train.pretrained import PretrainedError, initial_params
 from symbols import is_imagenet_parameter, training_symbol
@@ -63,7 +64,7 @@ def test_resnet101_v2_maps_one_to_one_onto_the_published_backbone():
     with open(MANIFEST) as f:
         manifest = json.load(f)
     net = randomised_gluon_resnet("resnet101_v2", seed=1)
-    args, aux = gluoncv_resnet.convert(net, pixel_means())
+    args, aux = gluoncv_resnet.convert(net, pixel_means(), "RGB")
     assert {n: list(v.shape) for n, v in args.items()} == \
         {n: manifest["args"][n] for n in backbone_params(manifest["args"])}
     assert {n: list(v.shape) for n, v in aux.items()} == manifest["aux"]
@@ -71,14 +72,22 @@ def test_resnet101_v2_maps_one_to_one_onto_the_published_backbone():
     assert all(v.dtype == np.float32 for v in list(args.values()) + list(aux.values()))
 
 
-def test_converted_backbone_computes_the_gluoncv_forward(gluon_resnet50):
-    """res4 and res5 equal GluonCV's stage 3 and stage 4 outputs on the same image, the latter with
-    GluonCV's stage 4 switched to stride 1 / dilation 2 (what zero deformable offsets compute)."""
+@pytest.fixture(scope="module")
+def dilated_gluon_resnet50(gluon_resnet50):
+    """GluonCV's stage 4 switched to stride 1 / dilation 2 (what zero deformable offsets compute)."""
     net = gluon_resnet50
     for unit in net.features[8]:
         unit.conv2._kwargs.update(stride=(1, 1), dilate=(2, 2), pad=(2, 2))
         if unit.downsample is not None:
             unit.downsample._kwargs.update(stride=(1, 1))
+    return net
+
+
+@pytest.mark.parametrize("channel_order", ["RGB", "BGR"])
+def test_converted_backbone_computes_the_gluoncv_forward(dilated_gluon_resnet50, channel_order):
+    """res4 and res5 equal GluonCV's stage 3 and stage 4 outputs on the same image fed in the network's
+    channel order (RGB as the reference, or BGR)."""
+    net = dilated_gluon_resnet50
     image_rgb = np.random.RandomState(2).uniform(0, 255, (2, 3, 96, 80))
     gluon_input = (image_rgb / 255.0 - IMAGENET_MEAN[:, None, None]) / IMAGENET_STD[:, None, None]
     x = mx.nd.array(gluon_input)
@@ -87,11 +96,14 @@ def test_converted_backbone_computes_the_gluoncv_forward(gluon_resnet50):
     gluon_res4 = x.asnumpy()
     gluon_res5 = net.features[8](x).asnumpy()
 
-    arg_params, aux_params = gluoncv_resnet.convert(net, pixel_means())
+    arg_params, aux_params = gluoncv_resnet.convert(net, pixel_means(), channel_order)
     batch_norm = BatchNormPolicy(0.995, training=False, eps=BN_EPS)
     res4, res5 = resnet_body(mx.sym.var("data"), RESNETS["resnet50"], batch_norm)
     symbol = mx.sym.Group([res4, res5])
-    our_input = image_rgb[:, ::-1] - pixel_means()[:, None, None]  # BGR minus the project's means
+    image_bgr = image_rgb[:, ::-1]
+    our_input = image_bgr - pixel_means()[:, None, None]  # BGR minus the BGR-listed means
+    if channel_order == "RGB":
+        our_input = our_input[:, ::-1]
     executor = symbol.simple_bind(mx.cpu(), grad_req="null", data=our_input.shape)
     for name, array in executor.arg_dict.items():
         if name == "data":
@@ -121,7 +133,7 @@ def test_converter_cli_writes_a_checkpoint_the_trainer_loads(gluon_resnet50, tmp
     cfg = pretrained_cfg("resnet50", pretrained=str(tmp_path / "r50"), epoch=2)
     symbol = training_symbol(cfg, None, chips_per_device=2, rpn_only=True)
     args, aux = initial_params(cfg, symbol, rpn_only_shapes(64))
-    expected_args, expected_aux = gluoncv_resnet.convert(gluon_resnet50, pixel_means())
+    expected_args, expected_aux = gluoncv_resnet.convert(gluon_resnet50, pixel_means(), "RGB")
     for name, value in list(expected_args.items()) + list(expected_aux.items()):
         loaded = args[name] if name in args else aux[name]
         np.testing.assert_array_equal(loaded.asnumpy(), value.asnumpy(), err_msg=name)
@@ -165,9 +177,11 @@ def write_checkpoint(directory, stored, epoch=3):
     return prefix
 
 
-def test_backbone_is_loaded_and_new_layers_initialised_per_rule(tiny_network, tmp_path):
+@pytest.mark.parametrize("rule", ["reference", "msra"])
+def test_backbone_is_loaded_and_new_layers_initialised_per_rule(tiny_network, tmp_path, rule):
     symbol, shapes, arg_shapes, aux_shapes, stored = tiny_network
-    cfg = pretrained_cfg(pretrained=write_checkpoint(tmp_path, stored), epoch=3)
+    cfg = with_overrides(pretrained_cfg(pretrained=write_checkpoint(tmp_path, stored), epoch=3),
+                         {"TRAIN.NEW_LAYER_INIT": rule})
     mx.random.seed(0)
     args, aux = initial_params(cfg, symbol, shapes)
     assert {n: v.shape for n, v in args.items()} == arg_shapes
@@ -183,8 +197,11 @@ def test_backbone_is_loaded_and_new_layers_initialised_per_rule(tiny_network, tm
         if "offset" in name or name.endswith("bias"):
             assert not value.any(), name
     weight_stds = {"rpn_conv_3x3_weight": 0.01, "rpn_cls_score_weight": 0.01, "rpn_bbox_pred_weight": 0.01,
-                   "conv_new_1_weight": 0.01, "cls_score_weight": 0.01, "bbox_pred_weight": 0.001,
-                   "fc_new_1_weight": np.sqrt(2.0 / (16 * 7 * 7)), "fc_new_2_weight": np.sqrt(2.0 / 128)}
+                   "conv_new_1_weight": 0.01, "cls_score_weight": 0.01, "bbox_pred_weight": 0.01,
+                   "fc_new_1_weight": 0.01, "fc_new_2_weight": 0.01}  # the reference: N(0, 0.01) for all
+    if rule == "msra":
+        weight_stds.update(bbox_pred_weight=0.001, fc_new_1_weight=np.sqrt(2.0 / (16 * 7 * 7)),
+                           fc_new_2_weight=np.sqrt(2.0 / 128))
     assert sorted(weight_stds) == sorted(n for n in new if n.endswith("weight") and "offset" not in n)
     for name, std in weight_stds.items():
         assert abs(new[name].mean()) < 0.2 * std and new[name].std() == pytest.approx(std, rel=0.15), name

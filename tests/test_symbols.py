@@ -10,6 +10,7 @@ import pytest
 from conftest import build_cfg
 from network_helpers import bind_random, graph_nodes, inference_shapes, parameter_shapes, train_shapes
 
+from lib.config import with_overrides
 from symbols import get_fixed_param_names, inference_symbol, training_symbol
 
 MANIFEST = os.path.join(os.path.dirname(__file__), "data", "sniper_res101_test_params.json")
@@ -99,7 +100,11 @@ def test_loss_gradient_scales(fp16):
     assert float(attrs["rpn_cls_prob"]["grad_scale"]) == loss_scale
     assert float(attrs["cls_prob"]["grad_scale"]) == loss_scale
     assert float(attrs["rpn_bbox_loss"]["grad_scale"]) == pytest.approx(3.0 / (4 * 256) * loss_scale)
-    assert float(attrs["bbox_loss"]["grad_scale"]) == pytest.approx(1.0 / (188 * 4) * loss_scale)
+    # the reference's R-CNN box-loss normaliser is for 16 chips whatever the batch (TRAIN.RCNN_BBOX_LOSS_CHIPS)
+    assert float(attrs["bbox_loss"]["grad_scale"]) == pytest.approx(1.0 / (188 * 16) * loss_scale)
+    per_device = with_overrides(cfg, {"TRAIN.RCNN_BBOX_LOSS_CHIPS": 0})
+    attrs_per_device = {n["name"]: n.get("attrs", {}) for n in graph_nodes(network(per_device, is_train=True, chips=4))}
+    assert float(attrs_per_device["bbox_loss"]["grad_scale"]) == pytest.approx(1.0 / (188 * 4) * loss_scale)
     for name in ("rpn_cls_prob", "cls_prob"):
         assert attrs[name]["normalization"] == "valid" and attrs[name]["use_ignore"] == "True"
         assert float(attrs[name]["ignore_label"]) == -1

@@ -39,7 +39,9 @@ def main(argv=None):
     parser.add_argument("--epoch", type=int, default=0, help="output checkpoint epoch (network.pretrained_epoch)")
     parser.add_argument("--params", help="GluonCV .params file; default: GluonCV's pretrained download")
     parser.add_argument("--pixel-means", type=float, nargs=3, default=DEFAULTS["network"]["PIXEL_MEANS"],
-                        help="BGR means the training pipeline subtracts (network.PIXEL_MEANS)")
+                        help="BGR-listed means the training pipeline subtracts (network.PIXEL_MEANS)")
+    parser.add_argument("--channel-order", choices=("RGB", "BGR"), default=DEFAULTS["network"]["CHANNEL_ORDER"],
+                        help="channel order the network is fed (network.CHANNEL_ORDER)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if args.params:
@@ -49,7 +51,7 @@ def main(argv=None):
         net.load_parameters(args.params)
     else:
         net = get_model(args.model, pretrained=True)
-    arg_params, aux_params = convert(net, args.pixel_means)
+    arg_params, aux_params = convert(net, args.pixel_means, args.channel_order)
     path = save(args.prefix, args.epoch, arg_params, aux_params)
     logger.info("wrote %d arguments and %d auxiliary states to %s (GluonCV's final batch-norm and classifier "
                 "are not part of the detection backbone)", len(arg_params), len(aux_params), path)

@@ -1,6 +1,7 @@
 """Draws chips of a ChipLoader batch into a PNG, to check by eye what the network is fed.
 
-Per chip: the image (mean added back), the content border (blue; the rest is padding), the chip's
+Per chip: the image (mean added back), the extent the network is told (``im_info``, blue: the whole
+input, or the scaled image at the coarsest scale), the chip's
 boxes as the loader labelled them (green: valid at this scale, red: invalid, i.e. the RPN ignores
 anchors around it), the boxes and centres of positive RPN anchors (yellow), and the valid range as
 text with two squares of side lo and hi (top right). The text also counts the boxes on which the
@@ -24,7 +25,6 @@ import numpy as np
 
 from lib.config import add_config_arguments, config_from_arguments
 from lib.data import ChipLoader
-from lib.data.chip_boxes import chip_gt_boxes
 from lib.data.chip_worker import ChipWorker
 from lib.dataset import load_roidb
 from lib.scales import in_valid_range
@@ -68,8 +68,7 @@ def batch_picture(batch, batch_index, loader, roidb, cfg, count):
     for i in range(min(count, loader.batch_size - batch.pad)):
         chip = loader.chip_ref(batch_index, i)
         entry = roidb[chip.image_index]
-        boxes, _, valid = chip_gt_boxes(entry["boxes"], entry["gt_classes"], chip.valid_mask(len(entry["boxes"])),
-                                        chip.im_scale, chip.box, worker.min_gt_size)
+        boxes, _, valid = worker.chip_boxes(entry, chip)
         valid_range = data["valid_ranges"][i] if "valid_ranges" in data else None
         pictures.append(chip_picture(data["data"][i], data["im_info"][i], boxes, valid, valid_range,
                                      data["label"][i], worker.targeter, means))

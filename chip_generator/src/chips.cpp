@@ -7,24 +7,23 @@ namespace sniper_chips {
 
 namespace {
 
-// The candidates containing one box: index rectangle [i0, i1] x [j0, j1] of the candidate grid.
+// The cells containing one box: index rectangle [i0, i1] x [j0, j1] of the interval grid.
 struct CandidateRect {
     int64_t i0, i1, j0, j1;
 };
 
-// Indices of the sorted offsets `offs` whose window [off, off + win - 1] contains [lo, hi]:
-// off <= lo and off >= hi - win + 1. Empty (first > last) when none.
-void containing_range(const int64_t* offs, int64_t count, int64_t win, double lo, double hi, int64_t* first,
-                      int64_t* last) {
-    const double min_off = hi - static_cast<double>(win) + 1.0;
-    const int64_t* begin = std::lower_bound(offs, offs + count, min_off, [](int64_t off, double v) {
-        return static_cast<double>(off) < v;
+// Indices of the intervals [lo[i], hi[i]] (both ends sorted) containing [box_lo, box_hi]:
+// lo[i] <= box_lo (a prefix) and hi[i] >= box_hi (a suffix). Empty (first > last) when none.
+void containing_range(const int64_t* lo, const int64_t* hi, int64_t count, double box_lo, double box_hi,
+                      int64_t* first, int64_t* last) {
+    const int64_t* begin = std::lower_bound(hi, hi + count, box_hi, [](int64_t end, double v) {
+        return static_cast<double>(end) < v;
     });
-    const int64_t* end = std::upper_bound(offs, offs + count, lo, [](double v, int64_t off) {
-        return v < static_cast<double>(off);
+    const int64_t* end = std::upper_bound(lo, lo + count, box_lo, [](double v, int64_t start) {
+        return v < static_cast<double>(start);
     });
-    *first = begin - offs;
-    *last = (end - offs) - 1;
+    *first = begin - hi;
+    *last = (end - lo) - 1;
 }
 
 // 2-D difference array over an nx x ny grid: add rectangles in O(1), then read all cells in O(nx * ny).
@@ -69,22 +68,9 @@ class RectAccumulator {
 
 }  // namespace
 
-std::vector<int64_t> window_offsets(int64_t extent, int64_t chip, int64_t stride) {
-    std::vector<int64_t> offsets;
-    if (extent <= chip) {
-        offsets.push_back(0);
-        return offsets;
-    }
-    const int64_t last = extent - chip;
-    for (int64_t off = 0; off < last; off += stride) offsets.push_back(off);
-    offsets.push_back(last);
-    return offsets;
-}
-
-std::vector<int64_t> greedy_cover(const float* boxes, int64_t num_boxes, const int64_t* xs, int64_t nx,
-                                  const int64_t* ys, int64_t ny, int64_t win_w, int64_t win_h,
-                                  const int64_t* order) {
-    const int64_t num_candidates = nx * ny;
+std::vector<int64_t> greedy_cover(const float* boxes, int64_t num_boxes, const int64_t* x_lo, const int64_t* x_hi,
+                                  int64_t nx, const int64_t* y_lo, const int64_t* y_hi, int64_t ny,
+                                  const int64_t* cells, int64_t num_candidates) {
 
     // Boxes that fit in at least one candidate, with the rectangle of candidates containing them.
     std::vector<CandidateRect> live;
@@ -93,13 +79,13 @@ std::vector<int64_t> greedy_cover(const float* boxes, int64_t num_boxes, const i
     for (int64_t b = 0; b < num_boxes; ++b) {
         const float* box = boxes + 4 * b;
         CandidateRect r{0, 0, 0, 0};
-        containing_range(xs, nx, win_w, box[0], box[2], &r.i0, &r.i1);
-        containing_range(ys, ny, win_h, box[1], box[3], &r.j0, &r.j1);
+        containing_range(x_lo, x_hi, nx, box[0], box[2], &r.i0, &r.i1);
+        containing_range(y_lo, y_hi, ny, box[1], box[3], &r.j0, &r.j1);
         if (r.i0 > r.i1 || r.j0 > r.j1) continue;
         live.push_back(r);
         accumulator.add(r, 1);
     }
-    std::vector<int32_t> counts(num_candidates, 0);
+    std::vector<int32_t> counts(nx * ny, 0);
     accumulator.flush_into(&counts);
 
     std::vector<int64_t> picked;
@@ -107,15 +93,15 @@ std::vector<int64_t> greedy_cover(const float* boxes, int64_t num_boxes, const i
         int64_t best = -1;
         int32_t best_count = 0;
         for (int64_t t = 0; t < num_candidates; ++t) {
-            const int64_t k = order[t];
-            if (counts[k] > best_count) {
-                best_count = counts[k];
-                best = k;
+            const int32_t count = counts[cells[t]];
+            if (count > best_count) {
+                best_count = count;
+                best = t;
             }
         }
         if (best < 0) break;
         picked.push_back(best);
-        const int64_t bi = best / ny, bj = best % ny;
+        const int64_t bi = cells[best] / ny, bj = cells[best] % ny;
         // Boxes contained in the pick are covered: drop them and their rectangles from the counts.
         auto still_live = std::partition(live.begin(), live.end(), [bi, bj](const CandidateRect& r) {
             return !(r.i0 <= bi && bi <= r.i1 && r.j0 <= bj && bj <= r.j1);

@@ -6,21 +6,21 @@
 
 namespace sniper_chips {
 
-// Left (or top) offsets of the candidate windows along one image axis of `extent` pixels: a grid
-// with step `stride`, plus the window flush with the far edge so every pixel is reachable. A single
-// offset 0 when the image is not larger than a chip.
-std::vector<int64_t> window_offsets(int64_t extent, int64_t chip, int64_t stride);
-
-// Greedy set cover of `num_boxes` inclusive boxes (x1, y1, x2, y2 rows of `boxes`) by the candidate
-// windows at offsets xs[i] x ys[j] (both sorted) of size win_w x win_h, candidate index i * ny + j. Each step picks the
-// candidate fully containing the most not-yet-covered boxes; ties go to the candidate that comes
-// first in `order` (a permutation of the candidate indices). Returns the picked candidate indices in
-// pick order; stops when no candidate contains an uncovered box.
+// Candidate windows are cells of a grid of x intervals by y intervals (inclusive pixels). Along each
+// axis the intervals are sorted with both ends non-decreasing: lo[0] <= lo[1] <= ... and hi[0] <=
+// hi[1] <= ..., so the intervals containing a box side form one contiguous run (a rectangle of cells
+// for a box). The candidates are a subset of the cells, `cells[t] = ix * ny + iy`, listed in the order
+// in which ties are broken.
 //
-// Cost: O(N log K) set-up, then O(K + live boxes) per pick, since the candidates containing a box
-// form a rectangle of the candidate grid and the counts are updated with 2-D difference arrays.
-std::vector<int64_t> greedy_cover(const float* boxes, int64_t num_boxes, const int64_t* xs, int64_t nx,
-                                  const int64_t* ys, int64_t ny, int64_t win_w, int64_t win_h,
-                                  const int64_t* order);
+// Greedy set cover of `num_boxes` inclusive boxes (x1, y1, x2, y2 rows of `boxes`): each step picks
+// the candidate fully containing the most not-yet-covered boxes, the first one in `cells` order among
+// equals. Returns the positions t of the picked candidates in pick order; stops when no candidate
+// contains an uncovered box.
+//
+// Cost: O(N log K) set-up, then O(cells + live boxes) per pick: the counts of all cells are kept with
+// 2-D difference arrays over the interval grid.
+std::vector<int64_t> greedy_cover(const float* boxes, int64_t num_boxes, const int64_t* x_lo, const int64_t* x_hi,
+                                  int64_t nx, const int64_t* y_lo, const int64_t* y_hi, int64_t ny,
+                                  const int64_t* cells, int64_t num_candidates);
 
 }  // namespace sniper_chips

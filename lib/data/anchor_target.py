@@ -63,13 +63,14 @@ class AnchorTargeter:
         return (4 * self.num_anchors, self.feat_size, self.feat_size)
 
     def inside_anchors(self, height, width):
-        """Indices of anchors at most ``allowed_border`` px outside the chip content (height x width)."""
+        """Indices of anchors at most ``allowed_border`` px outside the top-left height x width px."""
         border, a = self.params.allowed_border, self.anchors
         keep = (a[:, 0] >= -border) & (a[:, 1] >= -border) & (a[:, 2] < width + border) & (a[:, 3] < height + border)
         return np.flatnonzero(keep)
 
     def __call__(self, valid_boxes, invalid_boxes, height, width, rng, out=None):
-        """Targets for a chip whose content is ``height`` x ``width`` px (the rest is padding).
+        """Targets for a chip; anchors are kept within ``allowed_border`` of its top-left ``height`` x
+        ``width`` px (the whole input as the reference has it, or the chip's content: TRAIN.RPN_ANCHOR_BORDER).
 
         ``valid_boxes`` / ``invalid_boxes``: float32 (N, 4) in chip pixels, already filtered by size.
         ``rng`` draws the 256-anchor sample. ``out``: optional (label, bbox_target, bbox_weight) arrays

@@ -1,54 +1,62 @@
 """The ground-truth boxes a chip shows, in chip pixels, and its valid range in chip pixels.
 
-Every box of the image that is visible in the chip is cropped to it; boxes whose visible part is
-narrower or shorter than RPN_MIN_GT_SIZE scaled pixels (spec section 4: 10 px) are dropped, both
-from the RPN targets and from ``gt_boxes``. A box is valid when the scale's valid range (and the
-mining rule for that scale) accepts the whole box in original pixels; the others are kept as
-invalid boxes: the RPN ignores anchors around them and the network sees them among ``gt_boxes``.
+Every box of the image is moved into the chip (``(box - chip origin) * scale``, the origin in original
+pixels, in float32 as the reference computes it), optionally rounded to whole pixels
+(TRAIN.RPN_ROUND_GT) and clipped to the network input; boxes outside the chip, or narrower or shorter
+than RPN_MIN_GT_SIZE px (spec section 4: 10 px, +1 widths) after clipping, are dropped, both from the
+RPN targets and from ``gt_boxes``. A box is valid when the miner says so (chip_generator.mining: the
+boxes the chip is assigned); the others are kept as invalid boxes: the RPN ignores anchors around them
+and the network sees them among ``gt_boxes``, in image order, without a flag.
 """
 import numpy as np
 
 
-def crop_to_chip(boxes, im_scale, chip):
-    """Boxes (N, 4) in original pixels -> (N, 4) scaled and cropped to ``chip``, in chip pixels.
-
-    A box outside the chip gets x2 < x1 or y2 < y1 (visible extent below 1 px).
-    """
-    scaled = np.asarray(boxes, np.float32).reshape(-1, 4) * np.float32(im_scale)
-    x1, y1, x2, y2 = (np.float32(v) for v in chip)
-    cropped = np.empty_like(scaled)
-    cropped[:, 0] = np.maximum(scaled[:, 0], x1) - x1
-    cropped[:, 1] = np.maximum(scaled[:, 1], y1) - y1
-    cropped[:, 2] = np.minimum(scaled[:, 2], x2) - x1
-    cropped[:, 3] = np.minimum(scaled[:, 3], y2) - y1
-    return cropped
+def boxes_in_chip(boxes, im_scale, chip, round_boxes):
+    """Boxes (N, 4) in original pixels -> float32 (N, 4) in the pixels of ``chip`` (scaled-image
+    pixels), unclipped, rounded to whole pixels (half to even) with ``round_boxes``."""
+    origin = np.float32(chip[0] / im_scale), np.float32(chip[1] / im_scale)
+    moved = (np.asarray(boxes, np.float32).reshape(-1, 4) - np.array(origin * 2, np.float32)) * np.float32(im_scale)
+    return np.round(moved) if round_boxes else moved
 
 
-def chip_gt_boxes(boxes, gt_classes, valid, im_scale, chip, min_size):
+def chip_gt_boxes(boxes, gt_classes, valid, im_scale, chip, min_size, input_size, round_boxes):
     """``(boxes (K, 4) chip pixels, classes (K,), valid (K,) bool)`` of the boxes the chip shows.
 
-    ``valid``: (N,) mask over the image's boxes for this scale. Kept boxes have a visible width and
-    height of at least ``max(min_size, 1)`` pixels (inclusive), and stay in image order.
+    ``valid``: (N,) mask over the image's boxes, the miner's decision for this chip. Boxes are clipped
+    to the ``input_size`` square of the network input; kept boxes overlap the chip and have a clipped
+    width and height of at least ``max(min_size, 1)`` px (inclusive), and stay in image order. A kept
+    box identical to a kept valid one is valid too (a duplicate annotation must not cancel the anchors
+    of the box it duplicates).
     """
-    cropped = crop_to_chip(boxes, im_scale, chip)
+    moved = boxes_in_chip(boxes, im_scale, chip, round_boxes)
+    chip_w, chip_h = chip[2] - chip[0] + 1, chip[3] - chip[1] + 1
+    limit = np.float32(input_size - 1)
+    inside = (moved[:, 2] >= 0) & (moved[:, 3] >= 0) & (moved[:, 0] <= min(chip_w, input_size) - 1) & \
+        (moved[:, 1] <= min(chip_h, input_size) - 1)
+    clipped = np.clip(moved, 0, limit)
     min_extent = max(float(min_size), 1.0)
-    keep = ((cropped[:, 2] - cropped[:, 0] + 1 >= min_extent) & (cropped[:, 3] - cropped[:, 1] + 1 >= min_extent))
-    return cropped[keep], np.asarray(gt_classes).reshape(-1)[keep], np.asarray(valid, bool).reshape(-1)[keep]
+    keep = inside & (clipped[:, 2] - clipped[:, 0] + 1 >= min_extent) & \
+        (clipped[:, 3] - clipped[:, 1] + 1 >= min_extent)
+    kept, kept_valid = clipped[keep], np.asarray(valid, bool).reshape(-1)[keep]
+    if kept_valid.any() and not kept_valid.all():
+        kept_valid = kept_valid | (kept[:, None, :] == kept[kept_valid][None, :, :]).all(axis=2).any(axis=1)
+    return kept, np.asarray(gt_classes).reshape(-1)[keep], kept_valid
 
 
-def scaled_valid_range(valid_range, im_scale):
-    """(lo, hi) in original pixels -> chip pixels; -1 (open end) stays -1."""
-    return tuple(-1.0 if bound == -1 else float(bound) * im_scale for bound in valid_range)
+def chip_valid_range(valid_range, im_scale, input_size):
+    """(lo, hi) in original pixels, -1 open -> chip pixels with the open ends 0 and ``input_size``, as the
+    reference hands them to the network."""
+    lo, hi = valid_range
+    return (0.0 if lo == -1 else float(lo) * im_scale, float(input_size) if hi == -1 else float(hi) * im_scale)
 
 
-def pack_gt_boxes(boxes, classes, valid, out):
-    """Fill ``out`` (max_gt, 5) with rows (x1, y1, x2, y2, class), -1 padding; valid boxes first.
+def pack_gt_boxes(boxes, classes, out):
+    """Fill ``out`` (max_gt, 5) with rows (x1, y1, x2, y2, class) in the given order, -1 padding.
 
     Returns the number of boxes that did not fit (0 normally; MAX_GT_PER_CHIP is 100).
     """
-    order = np.argsort(~np.asarray(valid, bool), kind="stable")
-    count = min(len(order), len(out))
+    count = min(len(boxes), len(out))
     out[...] = -1
-    out[:count, :4] = boxes[order[:count]]
-    out[:count, 4] = classes[order[:count]]
-    return len(order) - count
+    out[:count, :4] = boxes[:count]
+    out[:count, 4] = np.asarray(classes)[:count]
+    return len(boxes) - count

@@ -1,9 +1,16 @@
 """The pixels of one training chip: crop, resize, flip, mean subtraction, CHW float32, zero padding.
 
 The chip is given in the scaled image (flipped when the roidb entry is), but the scaled image is never
-built: the matching region of the original image is cropped at whole source pixels and resized to
-the chip content, then mirrored if needed. Compared with resizing the whole image first this shifts
-content by under one scaled pixel and costs a fraction of the work (a 3x image is 9x the pixels).
+built: the matching region of the original image is cropped and resized, as the reference does
+(TRAIN.CHIP_CROP):
+
+* ``truncate`` (the reference): the chip in original pixels, ``x1 / s .. x2 / s``, is cut from the
+  (mirrored) image as ``[int(x1 / s), int(x2 / s))`` (the inclusive end used as an exclusive one) and
+  resized by the factor ``s`` (``cv2.resize`` with ``fx = fy = s``: its own output size and sampling);
+  the content is then misaligned with the boxes by up to ``s`` scaled pixels and loses a source column.
+* ``round``: the source window is rounded to whole pixels and resized to exactly the chip's size;
+  content shifts by under one scaled pixel.
+Either way the content fills the top-left corner of the network input and is cut where it is larger.
 """
 import cv2
 
@@ -11,7 +18,8 @@ from lib.data.pixels import network_pixels
 
 
 def source_region(chip, im_scale, image_width, flipped):
-    """(left, top, right, bottom) of the original-image pixels (right/bottom exclusive) under ``chip``.
+    """(left, top, right, bottom) of the original-image pixels (right/bottom exclusive) under ``chip``
+    for the ``round`` crop.
 
     ``chip`` is (x1, y1, x2, y2), inclusive scaled-image pixels of the possibly mirrored image.
     """
@@ -25,25 +33,37 @@ def source_region(chip, im_scale, image_width, flipped):
     return left, top, right, bottom
 
 
-def render_chip(image, chip, im_scale, flipped, pixel_means, channel_order, out):
-    """Write the chip of ``image`` (BGR uint8, original, unflipped) into ``out`` (3, H, W) float32;
-    the chip must fit ``out``'s own height and width (non-square inputs work as well as square ones).
-
-    The content fills the top-left ``height x width`` corner (the chip's size) in the network's
-    ``channel_order`` minus ``pixel_means`` (lib.data.pixels); the padding is 0, i.e. the mean colour.
-    Returns (height, width).
-    """
+def _rounded_crop(image, chip, im_scale, flipped):
     x1, y1, x2, y2 = (int(round(float(v))) for v in chip)
-    height, width = y2 - y1 + 1, x2 - x1 + 1
-    if not (0 < height <= out.shape[1] and 0 < width <= out.shape[2]):
-        raise ValueError(f"chip {list(chip)} does not fit the {out.shape[1]} x {out.shape[2]} network input")
     left, top, right, bottom = source_region(chip, im_scale, image.shape[1], flipped)
     left, top = min(max(left, 0), image.shape[1] - 1), min(max(top, 0), image.shape[0] - 1)
     crop = image[top:max(bottom, top + 1), left:max(right, left + 1)]
-    resized = cv2.resize(crop, (width, height), interpolation=cv2.INTER_LINEAR)
-    if flipped:
-        resized = cv2.flip(resized, 1)
-    network_pixels(resized, pixel_means, channel_order, out)
+    resized = cv2.resize(crop, (x2 - x1 + 1, y2 - y1 + 1), interpolation=cv2.INTER_LINEAR)
+    return cv2.flip(resized, 1) if flipped else resized
+
+
+def _truncated_crop(image, chip, im_scale, flipped):
+    width = image.shape[1]
+    left, top, right, bottom = (int(float(v) / im_scale) for v in chip)
+    right, bottom = max(right, left + 1), max(bottom, top + 1)
+    if flipped:  # columns [left, right) of the mirrored image
+        crop = cv2.flip(image[top:bottom, max(width - right, 0):width - left], 1)
+    else:
+        crop = image[top:bottom, left:right]
+    return cv2.resize(crop, None, None, fx=im_scale, fy=im_scale, interpolation=cv2.INTER_LINEAR)
+
+
+def render_chip(image, chip, im_scale, flipped, pixel_means, channel_order, crop, out):
+    """Write the chip of ``image`` (BGR uint8, original, unflipped) into ``out`` (3, H, W) float32 with
+    the ``crop`` rule (module docstring); non-square inputs work as well as square ones.
+
+    The content fills the top-left corner, at most ``out``'s height and width, in the network's
+    ``channel_order`` minus ``pixel_means`` (lib.data.pixels); the padding is 0, i.e. the mean colour.
+    Returns the (height, width) of the content.
+    """
+    resized = (_truncated_crop if crop == "truncate" else _rounded_crop)(image, chip, im_scale, flipped)
+    height, width = min(resized.shape[0], out.shape[1]), min(resized.shape[1], out.shape[2])
+    network_pixels(resized[:height, :width], pixel_means, channel_order, out)
     out[:, height:, :] = 0
     out[:, :height, width:] = 0
     return height, width

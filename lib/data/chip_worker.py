@@ -13,10 +13,11 @@ import numpy as np
 from chip_generator.mining import MiningParams
 from lib.data.anchor_target import AnchorTargeter, AnchorTargetParams
 from lib.data.batch_ring import Field
-from lib.data.chip_boxes import chip_gt_boxes, pack_gt_boxes, scaled_valid_range
+from lib.data.chip_boxes import chip_gt_boxes, chip_valid_range, pack_gt_boxes
 from lib.data.chip_image import render_chip
 from lib.data.epoch_plan import mine_images
 from lib.dataset.image_io import read_image
+from lib.scales import scaled_image_size
 
 
 def batch_fields(cfg, targeter, rpn_only):
@@ -46,7 +47,10 @@ class ChipWorker:
         self.targeter = AnchorTargeter(AnchorTargetParams.from_config(cfg))
         self.pixel_means = np.asarray(cfg.network.PIXEL_MEANS, np.float32)
         self.channel_order = cfg.network.CHANNEL_ORDER
+        self.crop = cfg.TRAIN.CHIP_CROP
         self.min_gt_size = float(cfg.TRAIN.RPN_MIN_GT_SIZE)
+        self.round_gt = bool(cfg.TRAIN.RPN_ROUND_GT)
+        self.border_of_content = cfg.TRAIN.RPN_ANCHOR_BORDER == "content"
 
     @staticmethod
     @contextlib.contextmanager
@@ -87,21 +91,34 @@ class ChipWorker:
         decoded = time.perf_counter()
 
         arrays = self.ring.slot(slot)
-        height, width = render_chip(image, chip.box, chip.im_scale, entry["flipped"], self.pixel_means,
-                                    self.channel_order, arrays["data"][position])
+        content = render_chip(image, chip.box, chip.im_scale, entry["flipped"], self.pixel_means,
+                              self.channel_order, self.crop, arrays["data"][position])
         rendered = time.perf_counter()
 
-        boxes, classes, valid = chip_gt_boxes(entry["boxes"], entry["gt_classes"], chip.valid_mask(len(entry["boxes"])),
-                                              chip.im_scale, chip.box, self.min_gt_size)
+        boxes, classes, valid = self.chip_boxes(entry, chip)
+        size = self.mining.chip_size
+        border_of = content if self.border_of_content else (size, size)  # TRAIN.RPN_ANCHOR_BORDER
         rng = np.random.default_rng(seed)
-        self.targeter(boxes[valid], boxes[~valid], height, width, rng,
+        self.targeter(boxes[valid], boxes[~valid], *border_of, rng,
                       out=(arrays["label"][position], arrays["bbox_target"][position],
                            arrays["bbox_weight"][position]))
         dropped = 0
         if not self.rpn_only:
-            arrays["im_info"][position] = (height, width, chip.im_scale)
+            arrays["im_info"][position] = (*self.input_extent(entry, chip), chip.im_scale)
             valid_range = self.mining.levels[chip.scale_index].valid_range
-            arrays["valid_ranges"][position] = scaled_valid_range(valid_range, chip.im_scale)
-            dropped = pack_gt_boxes(boxes, classes, valid, arrays["gt_boxes"][position])
+            arrays["valid_ranges"][position] = chip_valid_range(valid_range, chip.im_scale, size)
+            dropped = pack_gt_boxes(boxes, classes, arrays["gt_boxes"][position])
         done = time.perf_counter()
         return ("chip", tag, position, (decoded - start, rendered - decoded, done - rendered), dropped)
+
+    def chip_boxes(self, entry, chip):
+        """(boxes in chip pixels, classes, valid) of the entry's boxes ``chip`` shows (lib.data.chip_boxes)."""
+        return chip_gt_boxes(entry["boxes"], entry["gt_classes"], chip.valid_mask(len(entry["boxes"])), chip.im_scale,
+                             chip.box, self.min_gt_size, self.mining.chip_size, self.round_gt)
+
+    def input_extent(self, entry, chip):
+        """(height, width) the network is told a chip has (``im_info``; the proposals are clipped to it): the
+        whole input, or at the coarsest scale the whole scaled image, as the reference has it."""
+        if chip.scale_index == len(self.mining.levels) - 1:
+            return scaled_image_size(entry["height"], entry["width"], chip.im_scale, self.mining.truncate_image_size)
+        return self.mining.chip_size, self.mining.chip_size

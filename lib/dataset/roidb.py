@@ -18,6 +18,7 @@ from tqdm import tqdm
 from lib.atomic import write_pickle
 from lib.dataset.coco import CocoDataset
 from lib.dataset.pascal_voc import PascalVocDataset
+from lib.dataset.reference_rules import suppress_pooled_proposals, truncate_to_whole_pixels
 from lib.dataset.synthetic import ensure_synthetic_dataset
 
 logger = logging.getLogger(__name__)
@@ -66,8 +67,10 @@ def load_roidb(cfg, image_set, training=True):
         logger.info("roidb of %s %r: %d entries, cached to %s", dataset.kind, image_set, len(roidb), cache_path)
     check_num_classes(cfg, dataset)
     check_image_files(roidb)
+    if training and cfg.dataset.INTEGER_BOXES:
+        roidb = truncate_to_whole_pixels(roidb)
     if training and cfg.TRAIN.USE_NEG_CHIPS and cfg.dataset.proposal:
-        attach_proposals(roidb, cfg.dataset.proposal)
+        attach_proposals(roidb, cfg.dataset.proposal, cfg.dataset.PROPOSAL_NMS)
     return roidb, dataset
 
 
@@ -124,11 +127,12 @@ def check_image_files(roidb):
             f"are missing, e.g. {listed}")
 
 
-def attach_proposals(roidb, path):
+def attach_proposals(roidb, path, nms_thresh=0.0):
     """Set ``entry["proposals"]`` (P, 4) from a pickle of ``{image_id: (P, 5) [box, score]}``.
 
-    Boxes are in original, unflipped pixels; flipped entries get mirrored copies. Images absent from
-    the file get an empty (0, 4) array and are counted in one log line.
+    Boxes are in original, unflipped pixels; flipped entries get mirrored copies. Each image's proposals
+    first go through NMS at ``nms_thresh`` (dataset.PROPOSAL_NMS; 0 or a file without scores: none).
+    Images absent from the file get an empty (0, 4) array and are counted in one log line.
     """
     try:
         with open(path, "rb") as f:
@@ -142,7 +146,7 @@ def attach_proposals(roidb, path):
     if not isinstance(proposals, dict):
         raise ValueError(f"proposal file {path}: expected a dict {{image_id: (P, 5) array}}, "
                          f"got {type(proposals).__name__}")
-    missing = []
+    missing, pooled = [], {}
     for entry in roidb:
         image_proposals = proposals.get(entry["id"])
         if image_proposals is None:
@@ -154,6 +158,10 @@ def attach_proposals(roidb, path):
         if boxes.ndim != 2 or boxes.shape[1] not in (4, 5):
             raise ValueError(f"proposal file {path}: image id {entry['id']} has proposals of shape {boxes.shape}, "
                              f"expected (P, 5)")
+        if nms_thresh and boxes.shape[1] == 5:  # once per image, the mirrored entry mirrors the result
+            if entry["id"] not in pooled:
+                pooled[entry["id"]] = suppress_pooled_proposals(boxes, nms_thresh)
+            boxes = pooled[entry["id"]]
         entry["proposals"] = flip_boxes(boxes[:, :4], entry["width"]) if entry["flipped"] else boxes[:, :4].copy()
     if missing:
         logger.warning("proposal file %s has no proposals for %d of %d images (e.g. image ids %s); they get none",

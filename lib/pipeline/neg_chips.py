@@ -14,9 +14,9 @@ Stages, every one a set of config overrides of a config file + overrides (``{out
 
 A stage whose output exists is skipped (a warning says so when the output is older than its input:
 delete it to redo the stage), so a run that was stopped continues where it was; an unfinished training
-stage resumes from its last complete epoch. ``rpn_overrides`` apply to stages 1 and 2 only. The RPN's
-learning rate steps at the same fractions of its schedule as the main run's (5.33 of 7 epochs -> 1.523
-of 2) unless ``rpn_overrides`` set TRAIN.lr_step. The command line is tools/train_neg_chips.py
+stage resumes from its last complete epoch. ``rpn_overrides`` apply to stages 1 and 2 only. The RPN
+keeps the main run's TRAIN.lr_step, as the reference's script does (its 5.33-epoch step is never reached
+in 2 epochs: no decay) unless ``rpn_overrides`` set one. The command line is tools/train_neg_chips.py
 (scripts/train_neg_props_and_sniper.sh); tools/ablation_synthetic.py runs the stages too.
 """
 import json
@@ -34,13 +34,6 @@ DEFAULT_RPN_EPOCHS = 2  # the paper's short RPN schedule
 
 def _is_newer(path, than):
     return os.path.getmtime(path) >= os.path.getmtime(than)
-
-
-def scaled_lr_steps(lr_step, end_epoch, epochs):
-    """``TRAIN.lr_step`` ("5.33" or "4,6") of an ``end_epoch``-long schedule moved to the same fractions of
-    an ``epochs``-long one, so the short RPN schedule steps its learning rate as the main run does."""
-    steps = [float(part) for part in str(lr_step).split(",") if part.strip()]
-    return ",".join(f"{step * epochs / end_epoch:.4g}" for step in steps)
 
 
 def run_stage(name, output, inputs, run, what, done=os.path.isfile):
@@ -110,8 +103,7 @@ class NegChipPipeline:
         overrides, rpn_overrides = list(overrides), list(rpn_overrides)
         base = load_config(cfg_file, overrides)
         rpn_prefix = base.TRAIN.model_prefix + RPN_PREFIX_SUFFIX
-        rpn_lr_step = [("TRAIN.lr_step", scaled_lr_steps(base.TRAIN.lr_step, base.TRAIN.end_epoch, rpn_epochs))]
-        self.rpn_cfg = load_config(cfg_file, overrides + rpn_lr_step + rpn_overrides + [
+        self.rpn_cfg = load_config(cfg_file, overrides + rpn_overrides + [
             ("TRAIN.ONLY_PROPOSAL", "true"), ("TRAIN.USE_NEG_CHIPS", "false"), ("dataset.proposal", ""),
             ("TRAIN.model_prefix", rpn_prefix), ("TRAIN.begin_epoch", "0"), ("TRAIN.end_epoch", str(rpn_epochs))])
         self.rpn_checkpoint = params_path(checkpoint_prefix(self.rpn_cfg), rpn_epochs)

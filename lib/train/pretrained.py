@@ -5,13 +5,15 @@ symbolic ResNet naming of symbols/resnet.py; only names the training symbol has 
 classifier's final ``bn1``/``fc1`` are ignored). GluonCV ``resnet{50,101}_v2`` weights are converted
 to that naming by tools/convert_gluoncv_resnet.py.
 
-New layers (everything the checkpoint does not provide):
+New layers (everything the checkpoint does not provide), TRAIN.NEW_LAYER_INIT:
 
 * deformable offsets (``*offset*``): zeros, so deformable layers start as their regular counterparts;
-* RPN layers, R-CNN reduction and classifier: weights N(0, 0.01);
-* R-CNN box regressor: weights N(0, 0.001) (targets are divided by stds 0.1/0.2, so small outputs);
-* everything else (the R-CNN FC layers, and the whole backbone with TRAIN.FROM_SCRATCH): MSRA/He
-  Gaussian (Xavier, fan-in, magnitude 2), suited to ReLU layers;
+* ``reference`` (as the reference): every other new layer (RPN, R-CNN reduction, FC layers, classifier,
+  box regressor) has weights N(0, 0.01);
+* ``msra``: RPN layers, R-CNN reduction and classifier N(0, 0.01), the box regressor N(0, 0.001)
+  (targets are divided by stds 0.1/0.2, so small outputs), the R-CNN FC layers MSRA/He Gaussian;
+* anything else (the whole backbone with TRAIN.FROM_SCRATCH): MSRA/He Gaussian (Xavier, fan-in,
+  magnitude 2), suited to ReLU layers;
 * biases and batch-norm beta/moving means zero, gammas and moving variances one (MXNet's rules).
 """
 import logging
@@ -24,10 +26,13 @@ from symbols import is_imagenet_parameter
 
 logger = logging.getLogger(__name__)
 
-NEW_LAYER_INIT = mx.init.Mixed(
-    [r".*offset", r"rpn_|conv_new_1_|cls_score_", r"bbox_pred_", r".*"],
-    [mx.init.Zero(), mx.init.Normal(0.01), mx.init.Normal(0.001),
-     mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2)])
+_MSRA = mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2)
+NEW_LAYER_INITS = {
+    "reference": mx.init.Mixed([r".*offset", r"rpn_|conv_new_1_|fc_new_|cls_score_|bbox_pred_", r".*"],
+                               [mx.init.Zero(), mx.init.Normal(0.01), _MSRA]),
+    "msra": mx.init.Mixed([r".*offset", r"rpn_|conv_new_1_|cls_score_", r"bbox_pred_", r".*"],
+                          [mx.init.Zero(), mx.init.Normal(0.01), mx.init.Normal(0.001), _MSRA]),
+}
 
 
 class PretrainedError(RuntimeError):
@@ -56,8 +61,9 @@ def initial_params(cfg, symbol, input_shapes):
         stored_args, stored_aux = _load_checkpoint(path)
         _check_backbone_present(wanted_args, wanted_aux, stored_args, stored_aux, path)
     attrs = symbol.attr_dict()
-    arg_params = _fill(wanted_args, stored_args, attrs, path)
-    aux_params = _fill(wanted_aux, stored_aux, attrs, path)
+    init = NEW_LAYER_INITS[cfg.TRAIN.NEW_LAYER_INIT]
+    arg_params = _fill(wanted_args, stored_args, attrs, path, init)
+    aux_params = _fill(wanted_aux, stored_aux, attrs, path, init)
     if path is not None:
         unused = sorted(set(stored_args) - set(wanted_args)) + sorted(set(stored_aux) - set(wanted_aux))
         logger.info("loaded %d parameters from %s; initialised %d new ones; ignored %d unused (%s)",
@@ -90,7 +96,7 @@ def _check_backbone_present(wanted_args, wanted_aux, stored_args, stored_aux, pa
                               f"symbol) with the classic MXNet naming?")
 
 
-def _fill(wanted, stored, attrs, path):
+def _fill(wanted, stored, attrs, path, init):
     params = {}
     for name, shape in wanted.items():
         if name in stored:
@@ -101,5 +107,5 @@ def _fill(wanted, stored, attrs, path):
         else:
             params[name] = mx.nd.zeros(shape, dtype="float32")
             # attrs carry the operators' own rules (batch-norm moving statistics), as in Module
-            NEW_LAYER_INIT(mx.init.InitDesc(name, attrs.get(name, {})), params[name])
+            init(mx.init.InitDesc(name, attrs.get(name, {})), params[name])
     return params
