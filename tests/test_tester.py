@@ -351,8 +351,10 @@ def test_extracted_proposals_load_back_for_chip_mining(tiny):
         assert np.all(boxes[:, :2] >= 0) and np.all(boxes[:, 2] <= width - 1) and np.all(boxes[:, 3] <= height - 1)
         assert np.all(np.diff(boxes[:, 4]) <= 0)
         assert len(np.unique(boxes, axis=0)) == len(boxes)
-    # what negative chip mining reads: flipped entries get the mirrored proposals
-    roidb, _ = load_roidb(with_overrides(cfg, {"dataset.proposal": path, "TRAIN.FLIP": True}), "train", training=True)
+    # what negative chip mining reads: flipped entries get the mirrored proposals (without the load-time NMS,
+    # tested with the roidb, the file's proposals themselves)
+    roidb, _ = load_roidb(with_overrides(cfg, {"dataset.proposal": path, "TRAIN.FLIP": True,
+                                               "dataset.PROPOSAL_NMS": 0}), "train", training=True)
     for entry in roidb:
         boxes = proposals.get(entry["id"], np.zeros((0, 5), np.float32))[:, :4]
         expected = flip_boxes(boxes, entry["width"]) if entry["flipped"] else boxes
