@@ -32,8 +32,11 @@ def test_cpu_smoke_runs_every_check_that_needs_no_gpu(tmp_path):
     assert report["gradients"]["max_relative_difference"] <= gpu_report.GRADIENT_TOLERANCE
     assert report["gradients"]["devices"] == ["cpu(0)", "cpu(1)"]
     rows = report["inference"]["fp32"]["rows"]
-    # every scale of the tiny config's pyramid plus the merged detection, per batch size
-    assert len(rows) == 4 * len(runs.PLANS["cpu-smoke"]["inference_batches"])
+    # every scale of the tiny config's pyramid plus the merged detection without and with host workers,
+    # per batch size
+    assert len(rows) == 5 * len(runs.PLANS["cpu-smoke"]["inference_batches"])
+    assert [row["spec"] for row in rows if row["scale"] == "all"] == [
+        "merged, 0 host workers", "merged, 1 host workers"] * len(runs.PLANS["cpu-smoke"]["inference_batches"])
     assert all(row["end_to_end_images_per_second"] > 0 for row in rows)
     assert re.search(r"^\| check +\| status +\| detail +\|$", result.stdout, re.M)
     assert re.search(r"^\| train_fp32 +\| pass +\| summed loss", result.stdout, re.M)
