@@ -28,7 +28,7 @@ DEFAULTS = {
         # Channel order the network is fed (images are decoded BGR): RGB as the reference and its
         # checkpoints; BGR feeds the channels as decoded.
         "CHANNEL_ORDER": "RGB",
-        "IMAGE_STRIDE": 0,
+        "IMAGE_STRIDE": 0,  # > 0: test canvases rounded up to a multiple of it (0: exactly the largest image)
         "RPN_FEAT_STRIDE": 16,  # the body's feature stride: 16 for the ResNets, 32 for MobileNetV2
         "RCNN_FEAT_STRIDE": 16,
         "FIXED_PARAMS": ["conv0", "bn0", "stage1"],  # name prefixes kept frozen
@@ -163,15 +163,25 @@ DEFAULTS = {
         "NEW_LAYER_INIT": "reference",
     },
     "TEST": {
-        "BATCH_IMAGES": 1,  # images per device and scale
         # float16 body between conv0 and the heads, as in training (GPU only; the reference tested in float16)
         "fp16": True,
+        # Images per device sharing a canvas, one count per scale (or one for all): with N devices a
+        # batch of N x count images shares one canvas, as in the reference.
+        "BATCH_IMAGES": [2, 2, 4],
+        # The test set is cut into this many contiguous parts, each ordered by area and batched on its
+        # own (the reference's CONCURRENT_JOBS); it decides which images share a canvas.
+        "BATCH_PARTS": 2,
+        "NUM_PROCESS": 2,  # worker processes preparing images and merging detections (0: in the main process)
         "SCALES": [[1400, 2000], [800, 1280], [480, 512]],
         "VALID_RANGES": [[-1, 90], [32, 180], [75, -1]],
-        "RPN_PRE_NMS_TOP_N": 6000,
+        # "reference": the proposal rules the reference ran (lib/inference/proposal_layer.py, on the host);
+        # "stock": MXNet's MultiProposal (on the device, but it drops the anchors of each image's last
+        # partial feature row and column and pads by repeats).
+        "PROPOSAL_LAYER": "reference",
+        "RPN_PRE_NMS_TOP_N": 12000,  # what the reference's operator used (its config said 6000, unread)
         "RPN_POST_NMS_TOP_N": 300,
         "RPN_NMS_THRESH": 0.7,
-        "RPN_MIN_SIZE": 3,
+        "RPN_MIN_SIZE": 3,  # in scaled-image pixels, both sides
         "NMS": 0.45,
         "SOFT_NMS": True,
         "SOFT_NMS_SIGMA": 0.55,
@@ -188,5 +198,8 @@ DEFAULTS = {
         "AUTO_FOCUS": False,
         "DO_PRUNING": [],
         "CHIP_HYPERPARAMS": [],
+        # Clip extracted proposals to the image: the reference does not (after the division by the scale
+        # a box may end a fraction of a pixel beyond it)
+        "CLIP_PROPOSALS": False,
     },
 }

@@ -257,6 +257,7 @@ VARIANT_KEYS = {
     "TRAIN.RPN_ANCHOR_BORDER": ("chip", "content"),
     "TRAIN.NEW_LAYER_INIT": ("reference", "msra"),
     "TRAIN.PROPOSAL_TARGET_RULES": ("reference", "exact"),
+    "TEST.PROPOSAL_LAYER": ("reference", "stock"),
 }
 
 
@@ -293,9 +294,10 @@ def validate(cfg):
     _check(math.isfinite(train.fp16_loss_scale) and train.fp16_loss_scale > 0, "TRAIN.fp16_loss_scale",
            train.fp16_loss_scale, "must be a positive number")
     _check(cfg.default.frequent >= 1, "default.frequent", cfg.default.frequent, "must be at least 1")
-    for section, key in (("TRAIN", "BATCH_IMAGES"), ("TEST", "BATCH_IMAGES"), ("TRAIN", "CHIP_SIZE"),
-                         ("TRAIN", "RPN_POST_NMS_TOP_N"), ("TEST", "RPN_POST_NMS_TOP_N")):
+    for section, key in (("TRAIN", "BATCH_IMAGES"), ("TRAIN", "CHIP_SIZE"), ("TRAIN", "RPN_POST_NMS_TOP_N"),
+                         ("TEST", "RPN_POST_NMS_TOP_N"), ("TEST", "RPN_PRE_NMS_TOP_N"), ("TEST", "BATCH_PARTS")):
         _check(cfg[section][key] >= 1, f"{section}.{key}", cfg[section][key], "must be at least 1")
+    _validate_test(cfg.TEST)
     _check(train.NUM_PROCESS >= 0, "TRAIN.NUM_PROCESS", train.NUM_PROCESS, "must be >= 0 (0: build chips in the "
            "main process)")
     _check(train.RCNN_BBOX_LOSS_CHIPS >= 0, "TRAIN.RCNN_BBOX_LOSS_CHIPS", train.RCNN_BBOX_LOSS_CHIPS,
@@ -340,6 +342,15 @@ def _validate_auto_focus(cfg, num_test_scales):
             _check(0 < threshold <= 1, key, params, "the FocusPixel threshold must be in (0, 1]")
             _check(float(min_size).is_integer() and min_size >= 1, key, params,
                    "the minimum chip size must be an integer >= 1 (feature cells)")
+
+
+def _validate_test(test):
+    per_scale = isinstance(test.BATCH_IMAGES, (list, tuple))
+    counts = test.BATCH_IMAGES if per_scale else [test.BATCH_IMAGES]
+    _check(all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in counts)
+           and (not per_scale or len(counts) == len(test.SCALES)), "TEST.BATCH_IMAGES", test.BATCH_IMAGES,
+           f"must be a positive integer or one per test scale ({len(test.SCALES)})")
+    _check(test.NUM_PROCESS >= 0, "TEST.NUM_PROCESS", test.NUM_PROCESS, "must be >= 0 (0: in the main process)")
 
 
 def dump_config(cfg):

@@ -4,8 +4,9 @@ section 6), and optionally AutoFocus's FocusPixel branch.
 One builder makes the training, test and RPN-only graphs, so they share every parameter name. What
 a run derives (the class count from the dataset, the chips per device from the trainer) comes in as
 arguments; everything else comes from the frozen config.
-Training uses the batch-wide MultiProposalTarget operator of lib/ops; testing uses MXNet's stock
-MultiProposal. Output names are part of the contract with lib/train (metrics) and lib/inference.
+Training uses the batch-wide MultiProposalTarget operator of lib/ops; testing uses the reference's
+proposal rules (lib/inference/proposal_layer.py) or MXNet's stock MultiProposal. Output names are part
+of the contract with lib/train (metrics) and lib/inference.
 
 AutoFocus (network.AUTO_FOCUS; Najibi, Singh, Davis, ICCV 2019): the FocusPixel branch reads the same
 features as both heads (3x3 conv 256, 1x1 conv 256, 1x1 conv 2, ReLUs between) and predicts, per
@@ -158,25 +159,40 @@ def _training_outputs(cfg, features, rpn, num_classes, chips_per_device, rpn_onl
 
 def _test_outputs(cfg, features, rpn, num_classes, rpn_only, compiled_deformable):
     im_info, im_ids, chip_ids = mx.sym.var("im_info"), mx.sym.var("im_ids"), mx.sym.var("chip_ids")
-    test, network = cfg.TEST, cfg.network
-    proposals = mx.sym.contrib.MultiProposal(
-        cls_prob=rpn.cls_prob_map, bbox_pred=rpn.bbox_pred, im_info=im_info, name="rois",
-        feature_stride=network.RPN_FEAT_STRIDE, scales=tuple(network.ANCHOR_SCALES),
-        ratios=tuple(network.ANCHOR_RATIOS), rpn_pre_nms_top_n=test.RPN_PRE_NMS_TOP_N,
-        rpn_post_nms_top_n=test.RPN_POST_NMS_TOP_N, threshold=test.RPN_NMS_THRESH,
-        rpn_min_size=test.RPN_MIN_SIZE, output_score=rpn_only)
+    test = cfg.TEST
+    proposals = _test_proposals(cfg, rpn, im_info, rpn_only)
     if rpn_only:
         return mx.sym.Group([proposals[0], proposals[1], im_ids, chip_ids, im_info])
     num_classes = _checked_num_classes(num_classes)
-    cls_score, bbox_pred = _rcnn_head(cfg, features, proposals, HEADS[cfg.symbol], num_classes, compiled_deformable)
+    cls_score, bbox_pred = _rcnn_head(cfg, features, proposals[0], HEADS[cfg.symbol], num_classes,
+                                      compiled_deformable)
     cls_prob = mx.sym.softmax(cls_score, axis=-1, name="cls_prob")
     per_image = test.RPN_POST_NMS_TOP_N
     cls_prob = mx.sym.Reshape(cls_prob, shape=(-1, per_image, num_classes), name="cls_prob_reshape")
     bbox_pred = mx.sym.Reshape(bbox_pred, shape=(-1, per_image, 4), name="bbox_pred_reshape")
-    outputs = [proposals, cls_prob, bbox_pred, im_ids, chip_ids, im_info]
-    if network.AUTO_FOCUS:
+    outputs = [proposals[0], cls_prob, bbox_pred, im_ids, chip_ids, im_info]
+    if cfg.network.AUTO_FOCUS:
         outputs.append(mx.sym.SoftmaxActivation(_focus_branch(features), mode="channel", name="scale_prob"))
     return mx.sym.Group(outputs)
+
+
+def _test_proposals(cfg, rpn, im_info, rpn_only):
+    """The test RPN proposal layer named ``rois``: the reference's rules (lib.inference.proposal_layer,
+    a host operator) or MXNet's stock MultiProposal (``TEST.PROPOSAL_LAYER``). Either reads the minimum
+    size in the pixels of ``im_info``'s extent: the detector hands it scale 1."""
+    test, network = cfg.TEST, cfg.network
+    settings = dict(scales=tuple(network.ANCHOR_SCALES), ratios=tuple(network.ANCHOR_RATIOS))
+    if test.PROPOSAL_LAYER == "reference":
+        from lib.inference.proposal_layer import proposal_symbol
+
+        return proposal_symbol(rpn.cls_prob_map, rpn.bbox_pred, im_info, "rois", network.RPN_FEAT_STRIDE,
+                               pre_nms_top_n=test.RPN_PRE_NMS_TOP_N, post_nms_top_n=test.RPN_POST_NMS_TOP_N,
+                               nms_thresh=test.RPN_NMS_THRESH, min_size=test.RPN_MIN_SIZE, **settings)
+    return mx.sym.contrib.MultiProposal(
+        cls_prob=rpn.cls_prob_map, bbox_pred=rpn.bbox_pred, im_info=im_info, name="rois",
+        feature_stride=network.RPN_FEAT_STRIDE, rpn_pre_nms_top_n=test.RPN_PRE_NMS_TOP_N,
+        rpn_post_nms_top_n=test.RPN_POST_NMS_TOP_N, threshold=test.RPN_NMS_THRESH,
+        rpn_min_size=test.RPN_MIN_SIZE, output_score=rpn_only, **settings)
 
 
 def _focus_branch(features):

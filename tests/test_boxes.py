@@ -138,6 +138,9 @@ def test_decode_hand_case_per_class_and_clamp():
     assert np.all(np.isfinite(decode(box, np.full((1, 4), 1e4, np.float32))))
     wide = decode(box, np.float32([[0, 0, math.log(100), 0]]), max_log_scale=np.inf)  # no clamp: 10 px x 100
     np.testing.assert_allclose(wide[0], [4.5 - 999 / 2, 0, 4.5 + 999 / 2, 9], rtol=1e-5)
+    # no cap: dw = 100 in float64 scales the width by e**100 (the reference's test decoding)
+    wide = decode(box.astype(np.float64), deltas[:, 8:].astype(np.float64), max_log_scale=None)
+    np.testing.assert_allclose(wide[0, [0, 2]], [4.5 - (10 * math.exp(100) - 1) / 2, 4.5 + (10 * math.exp(100) - 1) / 2])
 
 
 def test_encode_decode_round_trip_with_stds():
@@ -185,6 +188,9 @@ def test_nms_hand_case():
     np.testing.assert_array_equal(nms(dets, 0.4), [1, 2])
     np.testing.assert_array_equal(nms(dets, 0.7), [1, 3, 2, 0])
     assert nms(dets, 0.5).dtype == np.int64
+    # max_kept stops the scan: the first two kept of the full run, suppression of later rows unchanged
+    np.testing.assert_array_equal(nms(dets, 0.7, max_kept=2), [1, 3])
+    np.testing.assert_array_equal(nms(dets, 0.4, max_kept=0), np.zeros(0, np.int64))
 
 
 def test_nms_ties_keep_lower_index_and_identical_boxes_suppress():

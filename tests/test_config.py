@@ -6,7 +6,7 @@ import pickle
 import pytest
 
 from lib.config import (VARIANT_KEYS, ConfigError, FrozenConfigError, add_config_arguments, config_from_arguments,
-                        dump_config, load_config, parse_cli_overrides, with_overrides)
+                        dump_config, load_config, parse_cli_overrides, plain, with_overrides)
 from lib.scales import ScaleError, in_valid_range, parse_scales, pyramid
 
 
@@ -114,6 +114,7 @@ def test_renamed_key_is_refused_naming_the_new_one(tmp_path):
 @pytest.mark.parametrize("key, value", [
     ("TRAIN.lr", "-0.1"), ("TRAIN.lr", "nan"), ("TRAIN.lr", "0"), ("TRAIN.momentum", "1"), ("TRAIN.momentum", "-0.1"),
     ("default.frequent", "0"), ("TRAIN.BATCH_IMAGES", "0"), ("TEST.BATCH_IMAGES", "0"), ("TRAIN.NUM_PROCESS", "-1"),
+    ("TEST.NUM_PROCESS", "-1"), ("TEST.BATCH_PARTS", "0"), ("TEST.RPN_PRE_NMS_TOP_N", "0"),
     ("TRAIN.wd", "-1"), ("TRAIN.fp16_loss_scale", "0"), ("TRAIN.end_epoch", "0"),
     ("TRAIN.RCNN_BBOX_LOSS_CHIPS", "-1"), ("dataset.PROPOSAL_NMS", "1.5"),
 ])
@@ -175,6 +176,35 @@ def test_published_coco_settings():
     assert (cfg.TRAIN.lr, cfg.TRAIN.warmup_lr, cfg.TRAIN.warmup_step, cfg.TRAIN.end_epoch) == (0.015, 0.0005, 1000, 7)
     assert cfg.network.ANCHOR_SCALES == (2, 4, 7, 10, 13, 16, 24) and cfg.network.NUM_ANCHORS == 21
     assert cfg.TRAIN.BBOX_STDS == (0.1, 0.1, 0.2, 0.2)
+    # the reference's effective test settings (its operator's 12000 / 3 px, not the yml's unread 6000 / 0)
+    test = cfg.TEST
+    assert (test.BATCH_IMAGES, test.BATCH_PARTS, test.PROPOSAL_LAYER) == ((2, 2, 4), 2, "reference")
+    assert (test.RPN_PRE_NMS_TOP_N, test.RPN_POST_NMS_TOP_N, test.RPN_NMS_THRESH, test.RPN_MIN_SIZE) == (12000, 300, 0.7, 3)
+    assert (test.SOFT_NMS, test.SOFT_NMS_SIGMA, test.SCORE_THRESH, test.MAX_PER_IMAGE) == (True, 0.55, 0.001, 200)
+    assert (cfg.dataset.image_set, cfg.dataset.test_image_set) == ("train2014+val2014", "test-dev2015")
+
+
+def test_minival_config_is_the_published_one_on_the_minival_split():
+    published = plain(load_config("configs/faster/sniper_res101_e2e.yml"))
+    minival = plain(load_config("configs/faster/sniper_res101_e2e_minival.yml"))
+    split = {key: minival["dataset"].pop(key) for key in ("image_set", "test_image_set", "proposal")}
+    assert split == {"image_set": "train2014+valminusminival2014", "test_image_set": "minival2014",
+                     "proposal": "data/proposals/coco_train2014+valminusminival2014.pkl"}
+    for key in split:
+        published["dataset"].pop(key)
+    published.pop("name"), minival.pop("name")
+    assert minival == published
+
+
+@pytest.mark.parametrize("value, error", [
+    ("[2, 2]", "one per test scale"), ("[2, 0, 4]", "one per test scale"), ("[2, 2.5, 4]", "integer"),
+])
+def test_test_batch_images_are_one_count_or_one_per_scale(value, error):
+    assert load_config(None, [("TEST.BATCH_IMAGES", "3")]).TEST.BATCH_IMAGES == 3
+    with pytest.raises(ConfigError, match="TEST.BATCH_IMAGES"):
+        load_config(None, [("TEST.BATCH_IMAGES", value)])
+    with pytest.raises(ConfigError, match="TEST.PROPOSAL_LAYER"):
+        load_config(None, [("TEST.PROPOSAL_LAYER", "fork")])
 
 
 def test_factor_form_scales():

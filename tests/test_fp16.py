@@ -2,7 +2,6 @@
 test graphs of ResNet-101 and resnet_tiny (type inference and simple_bind, nothing runs in float16), the
 SGD step on float16 weights with float32 master copies against NumPy, and checkpoints of float32 masters."""
 import json
-import re
 
 import mxnet as mx
 import numpy as np
@@ -95,8 +94,8 @@ def inferred_types(symbol, inputs):
     internals = symbol.get_internals()
     _, out_types, _ = internals.infer_type(**{name: "float32" for name in inputs})
     types = {}
-    for name, dtype in zip(internals.list_outputs(), out_types):
-        types.setdefault(re.sub(r"_output\d*$", "", name), set()).add(dtype)
+    for index, dtype in enumerate(out_types):
+        types.setdefault(internals[index].name, set()).add(dtype)  # the node's name, for every output of it
     assert all(len(dtypes) == 1 for dtypes in types.values())
     return {name: dtypes.pop() for name, dtypes in types.items()}
 

@@ -13,10 +13,12 @@ import pytest
 from lib.boxes import bbox_overlaps
 from lib.config import load_config, with_overrides
 from lib.dataset import flip_boxes, load_roidb
-from lib.scales import pyramid
+from lib.scales import ScaleSpec, pyramid
 from lib.inference import tester
-from lib.inference.detector import DATA_NAMES, Detector, checkpoint_file, unique_rows
-from lib.inference.merge import merge_scales, scale_candidates, suppress
+from lib.inference.batching import extraction_order, part_bounds, plan_level, reference_order
+from lib.inference.detector import DATA_NAMES, Detector, checkpoint_file, to_original, unique_rows
+from lib.inference.pipeline import RoidbImages, prepare_image
+from lib.inference.merge import in_test_range, merge_scales, scale_candidates, suppress
 from lib.train.checkpoint import checkpoint_prefix, save_checkpoint
 from symbols import inference_symbol
 
@@ -43,8 +45,20 @@ def test_candidates_keep_boxes_in_the_scale_range_and_above_threshold():
     large = scale_candidates(boxes, scores, (32, -1), 0.001)
     np.testing.assert_allclose(large, [[*square(0, 0, 50), 0.002, 1], [*square(0, 0, 50), 0.7, 2],
                                        [*square(0, 0, 100), 0.3, 1], [*square(0, 0, 100), 0.5, 2]], rtol=1e-6)
-    # range ends are inclusive: sqrt(area) exactly 50 is in [50, 50]
-    assert len(scale_candidates(boxes, scores, (50, 50), 0.001)) == 2
+    # a score exactly at the threshold is dropped (> 1e-3, as the reference)
+    assert len(scale_candidates(boxes[:1], np.array([[0, 0.001, 0.0011]], np.float32), (-1, -1), 0.001)) == 1
+
+
+def test_valid_range_is_the_no_plus_one_area_above_lo_squared_and_at_most_hi_squared():
+    # areas (x2 - x1) * (y2 - y1): 32*32 = 1024, 32*33 = 1056, 50*50 = 2500, 50*51 = 2550
+    boxes = np.array([[0, 0, 32, 32], [0, 0, 32, 33], [5, 5, 55, 55], [5, 5, 55, 56]], np.float64)
+    np.testing.assert_array_equal(in_test_range(boxes, (32, 50)), [False, True, True, False])
+    np.testing.assert_array_equal(in_test_range(boxes, (-1, 50)), [True, True, True, False])
+    np.testing.assert_array_equal(in_test_range(boxes, (32, -1)), [False, True, True, True])
+    np.testing.assert_array_equal(in_test_range(boxes, (0, 0)), [True] * 4)  # <= 0 is open, as -1
+    # the +1 sqrt-area rule would take [0, 0, 32, 32] (33 px a side) at lo 32: this one does not
+    one_pixel_more = np.array([[0, 0, 31.5, 32.5]])  # 31.5 * 32.5 = 1023.75 <= 1024
+    assert not in_test_range(one_pixel_more, (32, -1))[0]
 
 
 def test_merge_drops_out_of_range_scales_and_suppresses_duplicates():
@@ -81,9 +95,91 @@ def test_suppress_caps_detections_per_image_by_score():
     assert suppress(np.zeros((0, 6)), test_cfg).shape == (0, 6)
 
 
+def test_cap_keeps_every_detection_scoring_at_least_the_cap_th_best():
+    scores = [0.9, 0.5, 0.1, 0.5, 0.5]  # disjoint boxes, so nothing decays
+    candidates = np.array([[*square(100 * i, 0, 20), s, 1] for i, s in enumerate(scores)], np.float32)
+    for cap, kept in ((1, [0.9]), (2, [0.9, 0.5, 0.5, 0.5]), (4, [0.9, 0.5, 0.5, 0.5]), (5, scores), (-1, scores)):
+        result = suppress(candidates, settings_of_test(MAX_PER_IMAGE=cap))
+        np.testing.assert_allclose(result[:, 4], sorted(kept, reverse=True))
+    # the three tied 0.5 rows stay in their original order
+    np.testing.assert_array_equal(suppress(candidates, settings_of_test(MAX_PER_IMAGE=2))[1:, 0], [100, 300, 400])
+
+
 def test_scale_count_must_match_valid_ranges():
     with pytest.raises(ValueError, match="2 scales of detections for 3 valid ranges"):
         merge_scales([(np.zeros((0, 4)), np.zeros((0, 2)))] * 2, DEFAULT_RANGES, settings_of_test())
+
+
+# ---------------------------------------------------------------------------------------------------
+# Batches, canvases, resizing and the mapping back to original pixels, as the reference does them.
+
+def test_images_are_ordered_by_area_landscape_first_and_groups_padded_with_their_last_entries():
+    # (height, width): index 3 (250 px) < 2 (300) < 0 (400) < 1 (600) < 4 (800); 2 and 4 are portrait
+    sizes = [(10, 40), (20, 30), (30, 10), (5, 50), (40, 20)]
+    widths, heights = [w for _, w in sizes], [h for h, _ in sizes]
+    np.testing.assert_array_equal(reference_order(widths, heights, 2), [3, 0, 1, 1, 2, 4])
+    np.testing.assert_array_equal(reference_order(widths, heights, 4), [3, 0, 1, 1, 2, 4, 2, 4])
+    np.testing.assert_array_equal(reference_order(widths, heights, 1), [3, 0, 1, 2, 4])
+    spec = ScaleSpec(factor=1.0)
+    assert [b.images for b in plan_level(sizes, spec, 2, parts=1)] == [(3, 0), (1,), (2, 4)]
+    assert [b.images for b in plan_level(sizes, spec, 4, parts=1)] == [(3, 0, 1), (2, 4)]
+    # two parts (the reference's CONCURRENT_JOBS): [0, 1, 2] and [3, 4], each ordered on its own
+    assert part_bounds(5, 2) == [(0, 3), (3, 5)] and part_bounds(1, 2) == [(0, 1)]
+    assert [b.images for b in plan_level(sizes, spec, 2, parts=2)] == [(0, 1), (2,), (3,), (4,)]
+
+
+def test_an_image_repeated_by_the_padding_takes_its_last_batch_whose_canvas_counts_every_member():
+    # five landscape images of growing area, four per batch: [0, 1, 2, 3] then [4, 2, 3, 4]
+    sizes = [(10, 20), (10, 30), (20, 24), (12, 60), (11, 70)]  # areas 200, 300, 480, 720, 770
+    batches = plan_level(sizes, ScaleSpec(factor=1.0), 4, parts=1)
+    assert [b.images for b in batches] == [(0, 1), (4, 2, 3)]
+    assert [b.canvas for b in batches] == [(20, 60), (20, 70)]  # image 2's height in both
+
+
+def test_proposal_extraction_batches_in_set_order_on_full_resolution_canvases():
+    # landscape 0, 2, 4 padded with their first (0), then portrait 1, 3; canvases 480 x 512 (landscape)
+    # and 512 x 480 (portrait) whatever the images; image 0 takes its second, last batch
+    sizes = [(10, 40), (30, 10), (20, 30), (40, 20), (5, 50)]
+    np.testing.assert_array_equal(extraction_order([w for _, w in sizes], [h for h, _ in sizes], 2), [0, 2, 4, 0, 1, 3])
+    batches = plan_level(sizes, ScaleSpec(short=480, long=512), 2, parts=1, extraction=True)
+    assert [(b.images, b.canvas) for b in batches] == [((2,), (480, 512)), ((4, 0), (480, 512)), ((1, 3), (512, 480))]
+    # factor scales have no full resolution: the detection canvas
+    (first, *_) = plan_level(sizes, ScaleSpec(factor=2.0), 2, parts=1, extraction=True)
+    assert first.canvas == (40, 80)  # images 0 (10 x 40 -> 20 x 80) and 2 (20 x 30 -> 40 x 60)
+
+
+def test_canvas_is_the_largest_ceiled_scaled_image_of_the_batch():
+    # factor 1.5: (10, 21) -> 15 x 31.5, (11, 20) -> 16.5 x 30; cv2 makes them 15 x 32 and 16 x 30
+    # (round half to even), the canvas is ceil(16.5) x ceil(31.5) = 17 x 32, one row more than either
+    sizes = [(10, 21), (11, 20)]
+    (batch,) = plan_level(sizes, ScaleSpec(factor=1.5), 2, parts=1)
+    assert batch.canvas == (17, 32) and batch.scales == (1.5, 1.5)
+    assert plan_level(sizes, ScaleSpec(factor=1.5), 2, parts=1, canvas_multiple=16)[0].canvas == (32, 32)
+    resized = [cv2.resize(np.zeros(size, np.uint8), None, fx=1.5, fy=1.5).shape for size in sizes]
+    assert resized == [(15, 32), (16, 30)]
+
+
+def test_images_are_resized_with_the_scale_factors_not_an_explicit_size():
+    image = np.random.default_rng(4).integers(0, 255, (5, 7, 3), dtype=np.uint8)
+    out = np.full((3, 9, 12), 7.0, np.float32)
+    means = (103.939, 116.779, 123.68)
+    assert prepare_image(image, 1.5, means, "RGB", out) == (8, 10)  # round(7.5) = 8, round(10.5) = 10
+    by_factor = cv2.resize(image, None, fx=1.5, fy=1.5, interpolation=cv2.INTER_LINEAR).astype(np.float64)
+    by_size = cv2.resize(image, (10, 8), interpolation=cv2.INTER_LINEAR).astype(np.float64)
+    assert not np.array_equal(by_factor, by_size)  # the two sample differently
+    for channel in range(3):  # RGB: channel c is BGR channel 2 - c minus its mean, in double as the reference
+        expected = (by_factor[:, :, 2 - channel] - means[2 - channel]).astype(np.float32)
+        np.testing.assert_array_equal(out[channel, :8, :10], expected)
+    in_float32 = by_factor[:, :, 2].astype(np.float32) - np.float32(means[2])
+    assert not np.array_equal(in_float32, out[0, :8, :10])  # float32 arithmetic is an ulp off somewhere
+    assert not out[:, 8:, :].any() and not out[:, :, 10:].any()  # the rest of the canvas is zero
+
+
+def test_boxes_are_clipped_in_the_scaled_image_then_divided_by_the_scale():
+    # a 60 x 80 image at scale 1.6 is 96 x 128: x2 = 130 clips to 127, i.e. 79.375 original pixels
+    # (clipping after the division would give 79)
+    boxes = to_original(np.array([[-5, 2, 130, 50]], np.float32), 1.6, (96, 128))
+    np.testing.assert_allclose(boxes, [[0, 1.25, 79.375, 31.25]])
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -154,29 +250,36 @@ def tiny_images():
 
 class OracleDetector(Detector):
     """The tester's Detector with the network replaced by an oracle: the proposal layer returns each
-    image's gt boxes (scaled, repeated to a fixed count as MultiProposal pads), the regressor zero deltas,
-    the classifier the gt class. Everything after the network (decoding, mapping back to original pixels,
-    merging, results, evaluation) is the real code, so AP must come out 1."""
+    image's gt boxes (scaled, repeated to a fixed count as the proposal layer pads), the regressor zero
+    deltas, the classifier the gt class. It recognises an image by its resized size (``im_info``).
+    Everything around the network (batching, canvases, decoding, mapping back to original pixels,
+    merging, results, evaluation) is the real code."""
 
     def __init__(self, cfg, images=IMAGES, rois_per_image=12):
-        self.cfg, self.rpn_only, self.batch_size, self.source = cfg, False, 2, "oracle"
-        self.levels = pyramid(cfg.TEST, "TEST")
-        self.contexts = [mx.cpu()]
+        self._configure(cfg, [mx.cpu()], False, "oracle")
         self.rois_per_image = rois_per_image
-        self.gts = {(h, w): objects for records in images.values() for _, _, h, w, objects in records}
+        self.classes = NUM_CLASSES if cfg.dataset.dataset == "coco" else 21
+        self.gts = {}
+        for records in images.values():
+            for name, _, h, w, objects in records:
+                for level in self.levels if name != "broken.jpg" else ():
+                    s = level.spec.image_scale(h, w)
+                    resized = cv2.resize(np.zeros((h, w), np.uint8), None, fx=s, fy=s).shape
+                    assert self.gts.setdefault(resized, (objects, s)) == (objects, s), "ambiguous test images"
+        self.canvases = []
 
-    def _forward(self, images, scale_spec):
-        scales = [scale_spec.image_scale(*image.shape[:2]) for image in images]
-        n, classes = self.rois_per_image, NUM_CLASSES if self.cfg.dataset.dataset == "coco" else 21
-        rois = np.zeros((self.batch_size, n, 5), np.float32)
-        scores = np.zeros((self.batch_size, n, classes), np.float32)
-        for slot, (image, s) in enumerate(zip(images, scales)):
-            objects = self.gts[image.shape[:2]]
+    def forward(self, data, im_info):
+        self.canvases.append(data.shape)
+        n = self.rois_per_image
+        rois = np.zeros((len(data), n, 5), np.float32)
+        scores = np.zeros((len(data), n, self.classes), np.float32)
+        for slot, (height, width, _) in enumerate(im_info):
+            objects, s = self.gts.get((int(height), int(width)), ([((0, 0, 1, 1), 0)], 1.0))  # padding slots
             rows = np.resize(np.arange(len(objects)), n)
             rois[slot, :, 1:] = np.array([box for box, _ in objects], np.float32)[rows] * s
             scores[slot, np.arange(n), np.array([label for _, label in objects])[rows]] = 1
         return {"rois_output": rois.reshape(-1, 5), "cls_prob_reshape_output": scores,
-                "bbox_pred_reshape_output": np.zeros((self.batch_size, n, 4), np.float32)}, scales
+                "bbox_pred_reshape_output": np.zeros((len(data), n, 4), np.float32)}
 
 
 def test_unique_rows_keeps_first_occurrences_in_order():
@@ -283,8 +386,9 @@ def test_oracle_boxes_survive_only_at_scales_whose_range_fits(tiny):
                                    "TEST.VALID_RANGES": [[-1, 20], [20, 30], [30, -1]]})  # 20x24, 36x46 boxes of a
     detector = OracleDetector(cfg)
     image = np.zeros((60, 80, 3), np.uint8)
-    per_scale = [detector.scale_detections([image], level.spec)[0] for level in detector.levels]
+    per_scale = detector.scale_results([image])[0]
     small, large = [10, 12, 29, 35], [40, 5, 75, 50]
+    assert len(per_scale) == 3
     for boxes, _ in per_scale:  # every scale decodes both gts exactly, in original pixels
         assert bbox_overlaps(boxes, np.array([small, large], np.float32)).max(axis=0) == pytest.approx(1, abs=1e-5)
     merged = detector.detect([image])[0]
@@ -304,8 +408,9 @@ def test_saved_checkpoint_gives_the_same_detections(tiny):
     assert all(len(e) > 0 for e in expected)
     for e, got in zip(expected, loaded):
         np.testing.assert_array_equal(e, got)
-    for dets, image in zip(expected, images):  # original pixels, inside the image, valid labels
-        assert np.all(dets[:, :4] >= 0) and np.all(dets[:, [2, 3]] <= [image.shape[1] - 1, image.shape[0] - 1])
+    for dets, image in zip(expected, images):  # original pixels, valid labels, inside the image: clipped
+        # to (w_s - 1, h_s - 1) in the scaled image and divided by s, below (w, h) as round(w s) < w s + 1
+        assert np.all(dets[:, :4] >= 0) and np.all(dets[:, [2, 3]] < [image.shape[1], image.shape[0]])
         assert set(np.unique(dets[:, 5])) <= {1, 2}
         assert len(dets) <= cfg.TEST.MAX_PER_IMAGE
 
@@ -313,11 +418,16 @@ def test_saved_checkpoint_gives_the_same_detections(tiny):
 def test_two_cpu_contexts_give_the_same_detections_as_one(tiny):
     cfg, arg_params, aux_params = tiny
     # one size, so that batching does not change the canvas (and with it the proposals); 3 images: the
-    # second batch of two has a padding slot
+    # batch of the two contexts gets a padding slot
     images = [image[:9, :9] for image in tiny_images()]
     single = Detector(cfg, NUM_CLASSES, arg_params, aux_params).detect(images)
     detector = Detector(with_overrides(cfg, {"gpus": "cpu:2"}), NUM_CLASSES, arg_params, aux_params)
-    assert detector.batch_size == 2
+    # TEST.BATCH_PARTS 2 cuts the set into [0, 1] and [2]; TEST.BATCH_IMAGES (2, 2, 4) per device would
+    # take 4 to 8 images a batch: each part is one batch at every scale, padded to an even count so that
+    # each context gets an image
+    batches = detector.plan([image.shape[:2] for image in images])
+    assert [b.images for b in batches] == [(0, 1)] * 3 + [(2,)] * 3
+    assert {detector.forward_shape(b)[0] for b in batches} == {2}
     for s, m in zip(single, detector.detect(images)):
         np.testing.assert_allclose(s, m, rtol=1e-4, atol=1e-3)
 
@@ -348,9 +458,17 @@ def test_extracted_proposals_load_back_for_chip_mining(tiny):
         height, width = sizes[image_id]
         assert boxes.dtype == np.float32 and boxes.shape[1] == 5
         assert 0 < len(boxes) <= 3 * cfg.TEST.NUM_PROPOSALS
-        assert np.all(boxes[:, :2] >= 0) and np.all(boxes[:, 2] <= width - 1) and np.all(boxes[:, 3] <= height - 1)
-        assert np.all(np.diff(boxes[:, 4]) <= 0)
+        # clipped to the scaled image, then divided by the scale: inside [0, w) x [0, h), not [0, w - 1]
+        assert np.all(boxes[:, :2] >= 0) and np.all(boxes[:, 2] < width) and np.all(boxes[:, 3] < height)
+        assert np.any(boxes[:, 2] > width - 1)
+        assert np.sum(np.diff(boxes[:, 4]) > 0) <= 2  # best first within each of the 3 scales, stacked
         assert len(np.unique(boxes, axis=0)) == len(boxes)
+    clip = with_overrides(cfg, {"TEST.CLIP_PROPOSALS": True, "TEST.PROPOSAL_SAVE_PATH": path + ".clipped"})
+    with open(tester.extract_proposals(clip, detector=Detector(clip, None, arg_params, aux_params, rpn_only=True)),
+              "rb") as f:
+        for image_id, boxes in pickle.load(f).items():
+            height, width = sizes[image_id]
+            np.testing.assert_array_equal(boxes[:, :4], np.minimum(proposals[image_id][:, :4], [width - 1, height - 1] * 2))
     # what negative chip mining reads: flipped entries get the mirrored proposals (without the load-time NMS,
     # tested with the roidb, the file's proposals themselves)
     roidb, _ = load_roidb(with_overrides(cfg, {"dataset.proposal": path, "TRAIN.FLIP": True,
@@ -359,3 +477,27 @@ def test_extracted_proposals_load_back_for_chip_mining(tiny):
         boxes = proposals.get(entry["id"], np.zeros((0, 5), np.float32))[:, :4]
         expected = flip_boxes(boxes, entry["width"]) if entry["flipped"] else boxes
         np.testing.assert_allclose(entry["proposals"], expected)
+
+
+def test_worker_processes_give_exactly_the_in_process_detections(tiny):
+    cfg, arg_params, aux_params = tiny
+    detector = Detector(cfg, NUM_CLASSES, arg_params, aux_params)
+    roidb, _ = load_roidb(cfg, "val", training=False)
+    in_process, skipped = tester.run_images(roidb, detector, 0, "in process")
+    pipelined, skipped_too = tester.run_images(roidb, detector, 2, "pipelined")
+    assert sorted(in_process) == sorted(pipelined) == [0, 1, 2]
+    assert [e["image"] for e in skipped] == [e["image"] for e in skipped_too] == [roidb[3]["image"]]
+    assert all(len(dets) for dets in in_process.values())
+    for index, dets in in_process.items():
+        np.testing.assert_array_equal(dets, pipelined[index])
+    # the same as detecting the decoded images directly
+    images = [cv2.imread(roidb[i]["image"]) for i in range(3)]
+    for index, dets in enumerate(detector.detect(images)):
+        np.testing.assert_array_equal(dets, in_process[index])
+
+
+def test_an_image_whose_file_is_not_its_annotated_size_is_refused(tiny, tmp_path):
+    path = str(tmp_path / "x.png")
+    cv2.imwrite(path, np.zeros((20, 30, 3), np.uint8))
+    with pytest.raises(IOError, match="x.png is 30x20, but the annotations say 31x20"):
+        RoidbImages([{"image": path, "height": 20, "width": 31}]).read(0)

@@ -42,3 +42,13 @@ def test_a_bad_value_and_a_missing_cfg_option():
     assert result.stderr.count("\n") == 1
     result = run_tool("pixel_budget.py")
     assert result.returncode == 2 and "the following arguments are required: --cfg" in result.stderr
+
+
+def test_inference_benchmark_with_a_null_forward_reports_each_worker_count(tmp_path):
+    result = run_tool("benchmark_inference.py", "--cfg", TINY, "--null-forward", "--images", "3", "--runs", "1",
+                      "--image_size", "60", "80", "--workers", "0", "1", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    rows = [line for line in result.stdout.splitlines() if line.startswith("|")]
+    assert rows[0].split("|")[1].strip() == "TEST.NUM_PROCESS"
+    assert [row.split("|")[1].strip() for row in rows[2:]] == ["0", "1"]
+    assert all(float(row.split("|")[2]) > 0 for row in rows[2:])

@@ -1,28 +1,42 @@
-"""Inference speed: SNIPER single-scale and multi-scale testing vs GluonCV's Faster R-CNN ResNet-101.
+"""Inference speed: the test pipeline's host side with a null forward; SNIPER single- and multi-scale testing
+vs GluonCV's Faster R-CNN ResNet-101.
 
     python tools/benchmark_inference.py --cfg FILE [--set KEY VALUE ...] [--images 2] [--runs 3]
+    python tools/benchmark_inference.py --cfg FILE --null-forward [--images 48] [--workers 0 2] [--runs 3]
 
-Times ``Detector.detect`` (network, decoding, merging) on the configured contexts for one test scale
-(``--single_scale``, an index into TEST.SCALES) and for all of TEST.SCALES, after a warm-up pass, as the
-median of ``--runs`` runs over ``--images`` random images of ``--image_size``. GluonCV's
-``faster_rcnn_resnet101_v1d_coco`` (built with pretrained=False, pretrained_base=False: no download)
-runs in the same process on the first context at the same input sizes, one image per call. Weights
-are the checkpoint's when it exists, else random: speed does not depend on them, except that random
-weights give the most detections to merge. Peak memory is the largest RSS of the process sampled up
-to the end of each row: MXNet keeps freed memory in its pool, so it only grows from row to row (the
-SNIPER rows run first, and the GluonCV rows include SNIPER's pool).
+``--null-forward`` measures everything around the network: ``--images`` JPEG files of ``--image_size`` are
+written to a temporary folder and tested as a dataset (lib.inference.pipeline: decoding, the resizes of
+every TEST.SCALES level, mean subtraction onto the batch canvases, the per-image merge), with the network
+replaced by a no-op returning fixed-shape outputs shaped like a trained network's (300 rois per image and
+scale, each with one likely class and two unlikely ones above the score threshold, so that the merge has
+realistic work). Each ``--workers`` count (TEST.NUM_PROCESS; 0 = in the main process) runs once per round,
+side by side, for ``--runs`` rounds; the table gives the median images/s.
+
+Otherwise the tool times ``Detector.detect`` (network, decoding, merging) on the configured contexts for
+one test scale (``--single_scale``, an index into TEST.SCALES) and for all of TEST.SCALES, after a warm-up
+pass, as the median of ``--runs`` runs over ``--images`` random images of ``--image_size``. GluonCV's
+``faster_rcnn_resnet101_v1d_coco`` (built with pretrained=False, pretrained_base=False: no download) runs in
+the same process on the first context at the same input sizes, one image per call. Weights are the
+checkpoint's when it exists, else random: speed does not depend on them, except that random weights give
+the most detections to merge. Peak memory is the largest RSS of the process sampled up to the end of each
+row: MXNet keeps freed memory in its pool, so it only grows from row to row (the SNIPER rows run first, and
+the GluonCV rows include SNIPER's pool).
 """
 import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
 import argparse
 import os
+import statistics
+import tempfile
 
+import cv2
 import mxnet as mx
 import numpy as np
 
 from lib.benchmarking import PeakMemory, markdown_table, measure
-from lib.config import add_config_arguments, config_from_arguments, with_overrides
+from lib.config import add_config_arguments, config_from_arguments
 from lib.inference.detector import DATA_NAMES, Detector, checkpoint_file
-from lib.scales import pyramid
+from lib.inference.pipeline import RoidbImages
+from lib.scales import ScaleLevel, pyramid
 from symbols import inference_symbol
 
 
@@ -51,6 +65,76 @@ def load_detector(cfg, num_classes):
     return Detector(cfg, num_classes, *module.get_params()), "random weights"
 
 
+class NullForwardDetector(Detector):
+    """The Detector with its network replaced by a no-op: per image ``rois`` boxes spread over the image
+    extent ``im_info`` gives, class scores with one likely and two unlikely foreground classes per roi,
+    zero box deltas. Outputs depend only on the forward's shape and ``im_info``."""
+
+    def __init__(self, cfg, num_classes):
+        self._configure(cfg, [mx.cpu()], False, "null forward")
+        rois, rng = cfg.TEST.RPN_POST_NMS_TOP_N, np.random.default_rng(0)
+        centres, sides = rng.uniform(0, 1, (rois, 2)), np.exp(rng.uniform(np.log(0.02), np.log(0.8), (rois, 2)))
+        self.unit_boxes = np.clip(np.hstack([centres - sides / 2, centres + sides / 2]), 0, 1).astype(np.float32)
+        self.scores = np.full((rois, num_classes), 1e-5, np.float32)
+        for roi in range(rois):
+            likely, *unlikely = rng.choice(np.arange(1, num_classes), 3, replace=False)
+            self.scores[roi, likely] = rng.uniform(0.05, 0.9)
+            self.scores[roi, unlikely] = rng.uniform(0.002, 0.01, 2)
+        self.scores[:, 0] = 1 - self.scores[:, 1:].sum(axis=1)
+
+    def forward(self, data, im_info):
+        size = len(data)
+        extent = np.tile(im_info[:, None, 1::-1] - 1, (1, 1, 2))  # (w - 1, h - 1, w - 1, h - 1) per image
+        boxes = self.unit_boxes[None] * extent
+        rois = np.concatenate([np.repeat(np.arange(size, dtype=np.float32), len(self.unit_boxes))[:, None],
+                               boxes.reshape(-1, 4)], axis=1)
+        return {"rois_output": rois, "cls_prob_reshape_output": np.broadcast_to(self.scores, (size,) + self.scores.shape),
+                "bbox_pred_reshape_output": np.zeros((size, len(self.unit_boxes), 4), np.float32)}
+
+
+def test_images(folder, count, height, width):
+    """``count`` JPEG files of smooth random content (decoding like photographs, not like noise), as roidb
+    entries."""
+    rng = np.random.default_rng(1)
+    entries = []
+    for index in range(count):
+        small = rng.integers(0, 255, (height // 16, width // 16, 3), dtype=np.uint8)
+        image = cv2.resize(small, (width, height), interpolation=cv2.INTER_CUBIC)
+        path = os.path.join(folder, f"{index:05d}.jpg")
+        cv2.imwrite(path, image, [cv2.IMWRITE_JPEG_QUALITY, 90])
+        entries.append({"image": path, "id": index, "height": height, "width": width})
+    return entries
+
+
+def all_cpu_seconds():
+    """CPU time of this process and of its ended, waited-for children (the pipeline's workers)."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+def null_forward_rows(cfg, num_classes, args):
+    detector = NullForwardDetector(cfg, num_classes)
+    seconds = {workers: [] for workers in args.workers}
+    cpu = {workers: [] for workers in args.workers}
+    with tempfile.TemporaryDirectory() as folder:
+        source = RoidbImages(test_images(folder, args.images, *args.image_size))
+
+        def run(workers):
+            start = all_cpu_seconds()
+            results = sum(1 for _, result in detector.run(source, num_workers=workers) if not isinstance(result, Exception))
+            if results != args.images:
+                raise RuntimeError(f"{args.images - results} of {args.images} images failed")
+            cpu[workers].append(all_cpu_seconds() - start)
+
+        for _ in range(args.runs):  # side by side: every setting once per round
+            for workers in args.workers:
+                seconds[workers].append(measure(lambda: run(workers), repeat=1, warmup=0).median)
+    return [(workers, args.images / statistics.median(seconds[workers]),
+             min(args.images / s for s in seconds[workers]), max(args.images / s for s in seconds[workers]),
+             1000 * statistics.median(cpu[workers]) / args.images)
+            for workers in args.workers]
+
+
 def gluoncv_runner(images, specs, context):
     """Run GluonCV's Faster R-CNN on every image at every scale's input size, one image per call."""
     from gluoncv import model_zoo
@@ -74,39 +158,60 @@ def gluoncv_runner(images, specs, context):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_arguments(parser)
-    parser.add_argument("--images", type=int, default=2, help="images per run")
+    parser.add_argument("--images", type=int, default=None, help="images per run (default 2, null forward 48)")
     parser.add_argument("--runs", type=int, default=3, help="timed runs (median reported)")
     parser.add_argument("--image_size", type=int, nargs=2, default=[480, 640], metavar=("H", "W"))
     parser.add_argument("--single_scale", type=int, default=1, help="index into TEST.SCALES for single-scale")
     parser.add_argument("--num_classes", type=int, default=81, help="when dataset.NUM_CLASSES is 0")
     parser.add_argument("--no_gluoncv", action="store_true", help="skip the GluonCV baseline")
+    parser.add_argument("--null-forward", dest="null_forward", action="store_true",
+                        help="the host pipeline alone, the network replaced by a no-op")
+    parser.add_argument("--workers", type=int, nargs="+", default=None,
+                        help="null forward: TEST.NUM_PROCESS values to compare (default: 0 and the config's)")
     args = parser.parse_args(argv)
     cfg = config_from_arguments(args)  # a bad file, key or value stops here
-    single = with_overrides(cfg, {"TEST.SCALES": [cfg.TEST.SCALES[args.single_scale]], "TEST.VALID_RANGES": [[-1, -1]]})
-    detector, weights = load_detector(cfg, cfg.dataset.NUM_CLASSES or args.num_classes)
+    num_classes = cfg.dataset.NUM_CLASSES or args.num_classes
+    cores = f"{os.cpu_count()} CPU cores (affinity {len(os.sched_getaffinity(0))})"
+    if args.null_forward:
+        args.images = args.images or 48
+        args.workers = args.workers or sorted({0, cfg.TEST.NUM_PROCESS})
+        rows = null_forward_rows(cfg, num_classes, args)
+        print(f"\nnull forward: {args.images} JPEG images of {args.image_size[0]}x{args.image_size[1]} per run at "
+              f"TEST.SCALES {cfg.TEST.SCALES}, TEST.BATCH_IMAGES {cfg.TEST.BATCH_IMAGES}, {args.runs} rounds side by "
+              f"side, {cores}")
+        print(markdown_table(["TEST.NUM_PROCESS", "images/s (median)", "min", "max", "CPU ms/image (all processes)"],
+                             rows, [None, ".1f", ".1f", ".1f", ".1f"]))
+        print(f"load average while measuring: {os.getloadavg()[0]:.1f}")
+        return
+    args.images = args.images or 2
+    detector, weights = load_detector(cfg, num_classes)
     rng = np.random.default_rng(0)
     images = [rng.integers(0, 255, (*args.image_size, 3), dtype=np.uint8) for _ in range(args.images)]
-    runs = (("single-scale", single), ("multi-scale", cfg))
+    single = detector.levels[args.single_scale]
+    runs = (("single-scale", (ScaleLevel(single.spec, (-1, -1)),)), ("multi-scale", pyramid(cfg.TEST, "TEST")))
     rows = []
-    for name, run_cfg in runs:
-        levels = pyramid(run_cfg.TEST, "TEST")  # same network, other scales
+    for name, levels in runs:
         seconds, peak = timed(lambda: detector.detect(images, levels), args.runs)
-        rows.append((f"SNIPER {cfg.symbol}", name, run_cfg.TEST.SCALES, detector.contexts, seconds, peak))
+        rows.append((f"SNIPER {cfg.symbol}", name, [level.spec for level in levels], detector.contexts, seconds, peak))
     if not args.no_gluoncv:
-        for name, run_cfg in runs:
-            specs = [level.spec for level in pyramid(run_cfg.TEST, "TEST")]
-            run = gluoncv_runner(images, specs, detector.contexts[0])
+        for name, levels in runs:
+            run = gluoncv_runner(images, [level.spec for level in levels], detector.contexts[0])
             seconds, peak = timed(run, args.runs)
-            rows.append(("GluonCV faster_rcnn_resnet101_v1d_coco", name, run_cfg.TEST.SCALES,
+            rows.append(("GluonCV faster_rcnn_resnet101_v1d_coco", name, [level.spec for level in levels],
                          detector.contexts[:1], seconds, peak))
 
     print(f"\n{args.images} images of {args.image_size[0]}x{args.image_size[1]} per run, median of {args.runs} "
-          f"runs after warm-up, {os.cpu_count()} CPU cores, MXNet {mx.__version__}; SNIPER weights: {weights}")
+          f"runs after warm-up, {cores}, MXNet {mx.__version__}; SNIPER weights: {weights}")
     print(markdown_table(
         ["model", "test", "scales", "contexts", "images/s", "ms/image", "peak RSS MB"],
-        [(model, name, str(scales), ",".join(map(str, contexts)), args.images / seconds, 1000 * seconds / args.images,
-          peak / 2 ** 20) for model, name, scales, contexts, seconds, peak in rows],
+        [(model, name, ", ".join(_spec_text(spec) for spec in specs), ",".join(map(str, contexts)),
+          args.images / seconds, 1000 * seconds / args.images, peak / 2 ** 20)
+         for model, name, specs, contexts, seconds, peak in rows],
         [None, None, None, None, ".3f", ".1f", ".0f"]))
+
+
+def _spec_text(spec):
+    return f"x{spec.factor:g}" if spec.factor > 0 else f"({spec.short:g}, {spec.long:g})"
 
 
 if __name__ == "__main__":

@@ -60,7 +60,9 @@ def encode(rois, gts, stds=(1.0, 1.0, 1.0, 1.0)):
 def decode(boxes, deltas, stds=(1.0, 1.0, 1.0, 1.0), max_log_scale=MAX_LOG_SCALE):
     """Apply (N, 4k) deltas (k classes, or k=1 class-agnostic) to (N, 4) boxes: (N, 4k) boxes.
 
-    dw, dh above ``max_log_scale`` are cut to it (``np.inf``: no cut, as the reference proposal target)."""
+    ``max_log_scale`` caps dw/dh; None (or ``np.inf``) applies them as they are (the reference's proposal
+    target and test decoding: in float64, a wild delta gives a huge box that clipping turns into an
+    image-wide one)."""
     boxes = _check_boxes("decode", "boxes", boxes)
     deltas = _check_boxes("decode", "deltas", deltas, multiple_of_4=True)
     if boxes.shape[0] != deltas.shape[0]:
@@ -71,8 +73,10 @@ def decode(boxes, deltas, stds=(1.0, 1.0, 1.0, 1.0), max_log_scale=MAX_LOG_SCALE
     w, h, cx, cy = (column[:, None] for column in _widths_heights_centres(boxes))
     centre_x = deltas[:, 0::4] * w + cx
     centre_y = deltas[:, 1::4] * h + cy
-    half_w = 0.5 * (np.exp(np.minimum(deltas[:, 2::4], max_log_scale)) * w - 1.0)
-    half_h = 0.5 * (np.exp(np.minimum(deltas[:, 3::4], max_log_scale)) * h - 1.0)
+    limit = np.inf if max_log_scale is None else max_log_scale
+    with np.errstate(over="ignore"):
+        half_w = 0.5 * (np.exp(np.minimum(deltas[:, 2::4], limit)) * w - 1.0)
+        half_h = 0.5 * (np.exp(np.minimum(deltas[:, 3::4], limit)) * h - 1.0)
     decoded = np.empty_like(deltas)
     decoded[:, 0::4] = centre_x - half_w
     decoded[:, 1::4] = centre_y - half_h

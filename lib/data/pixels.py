@@ -19,10 +19,12 @@ def channel_sources(channel_order):
 
 def network_pixels(image, pixel_means, channel_order, out):
     """Write ``image`` (BGR uint8 (h, w, 3)) into ``out`` (3, >= h, >= w) float32, top-left corner, in
-    the network's channel order minus the (BGR-ordered) ``pixel_means``; the rest of ``out`` is left
-    as it is."""
+    the network's channel order minus the (BGR-ordered) ``pixel_means`` (the config's floats: a float32
+    copy of them is not the same number); the rest of ``out`` is left as it is."""
     height, width = image.shape[:2]
     for channel, source in enumerate(channel_sources(channel_order)):
-        np.subtract(image[:, :, source], np.float32(pixel_means[source]), out=out[channel, :height, :width],
+        # in double, rounded once to float32, as the reference computes it (a float32 mean differs by an
+        # ulp, which a deep network turns into visibly different boxes)
+        np.subtract(image[:, :, source], np.float64(pixel_means[source]), out=out[channel, :height, :width],
                     casting="unsafe")
     return out

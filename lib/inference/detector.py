@@ -1,21 +1,25 @@
 """A test network bound for inference: whole images in, detections or proposals in original pixels out.
 
-Every scale of the pyramid runs as its own batched forward pass (``TEST.BATCH_IMAGES`` images per
-device). Images of any size and aspect share a batch: each is resized by its scale factor, mean
-subtracted and placed in the top-left corner of a zero (mean colour) canvas as large as the batch's
-largest image, rounded up to the feature stride; ``im_info`` tells the proposal layer the real extent.
-The Module reshapes itself whenever a batch's canvas differs from the previous one.
+Images are tested as the reference tested them (spec section 8): at every scale of the pyramid, batches
+of ``TEST.BATCH_IMAGES[scale]`` images per device share one canvas, exactly as large as the batch's
+largest scaled image (lib.inference.batching); each image is resized with ``cv2.resize``'s factors,
+mean subtracted in the network's channel order and placed in the top-left corner, ``im_info`` giving the
+proposal layer its extent (and scale 1, so that the minimum proposal size is in scaled pixels). A box is
+decoded in the scaled image, clipped to it, then divided by the scale. The Module reshapes itself
+whenever a batch's canvas differs from the previous one. Preparing images and merging run in worker
+processes around the network (lib.inference.pipeline) when ``num_workers`` > 0.
 """
+import functools
 import logging
 
-import cv2
 import mxnet as mx
 import numpy as np
 
 from lib.boxes import clip_boxes, decode
 from lib.contexts import fp16_enabled, parse_contexts
-from lib.data.pixels import network_pixels
+from lib.inference.batching import images_per_device, plan
 from lib.inference.merge import merge_scales
+from lib.inference.pipeline import ArrayImages, run_pipeline
 from lib.scales import pyramid
 from lib.train.checkpoint import checkpoint_prefix, load_params, params_path
 from symbols import inference_symbol, use_compiled_deformable
@@ -32,15 +36,6 @@ def checkpoint_file(cfg):
     return params_path(checkpoint_prefix(cfg), cfg.TEST.TEST_EPOCH)
 
 
-def network_input(image, scale, pixel_means, channel_order):
-    """BGR uint8 (H, W, 3) -> float32 (3, h, w) resized by ``scale``, in the network's channel order
-    minus the means (lib.data.pixels)."""
-    height, width = image.shape[:2]
-    size = (max(1, int(round(width * scale))), max(1, int(round(height * scale))))
-    resized = cv2.resize(image, size, interpolation=cv2.INTER_LINEAR)
-    return network_pixels(resized, pixel_means, channel_order, np.empty((3,) + resized.shape[:2], np.float32))
-
-
 def unique_rows(rois):
     """Indices of the first occurrence of each distinct row, in order (the proposal layer pads its
     output to a fixed count by repeating boxes; a repeat would be a duplicate detection)."""
@@ -48,10 +43,18 @@ def unique_rows(rois):
     return np.sort(first)
 
 
-def to_original(boxes, scale, height, width):
-    """Boxes in scaled-image pixels -> original pixels (the training side multiplies by the scale),
-    clipped to the ``height`` x ``width`` image."""
-    return clip_boxes(np.asarray(boxes, np.float32) / np.float32(scale), height, width)
+def to_original(boxes, scale, resized):
+    """Boxes in scaled-image pixels -> original pixels as the reference maps them: clipped to the
+    ``resized`` (height, width) scaled image, then divided by the scale (float64, as it computes)."""
+    return clip_boxes(np.asarray(boxes, np.float64), *resized) / np.float32(scale)
+
+
+def pool_proposals(per_level, num_proposals):
+    """The first ``num_proposals`` of every level's ``(boxes, scores)`` (the proposal layer's order, best
+    first), stacked level after level as the reference stacks them, float32 (P, 5) ``[x1, y1, x2, y2,
+    score]``."""
+    return np.concatenate([np.hstack([boxes[:num_proposals], scores[:num_proposals, None]])
+                           for boxes, scores in per_level]).astype(np.float32)
 
 
 class Detector:
@@ -62,23 +65,27 @@ class Detector:
 
     def __init__(self, cfg, num_classes, arg_params, aux_params, contexts=None, rpn_only=False,
                  source="parameters"):
-        self.cfg = cfg
-        self.rpn_only = rpn_only
-        self.source = source
-        self.levels = pyramid(cfg.TEST, "TEST")
-        self.contexts = contexts if contexts is not None else parse_contexts(cfg.gpus)
-        self.fp16 = fp16_enabled(cfg, "TEST", self.contexts)  # the body only: inputs and outputs stay float32
-        self.batch_size = cfg.TEST.BATCH_IMAGES * len(self.contexts)
-        self.stride = max(cfg.network.IMAGE_STRIDE, cfg.network.RPN_FEAT_STRIDE)
+        self._configure(cfg, contexts, rpn_only, source)
         if rpn_only and cfg.TEST.NUM_PROPOSALS > cfg.TEST.RPN_POST_NMS_TOP_N:
             logger.warning("TEST.NUM_PROPOSALS %d > TEST.RPN_POST_NMS_TOP_N %d: at most %d proposals per scale",
                            cfg.TEST.NUM_PROPOSALS, cfg.TEST.RPN_POST_NMS_TOP_N, cfg.TEST.RPN_POST_NMS_TOP_N)
         symbol = inference_symbol(cfg, num_classes, rpn_only=rpn_only,
                                   compiled_deformable=use_compiled_deformable(cfg, self.contexts))
-        self._check_params(symbol, arg_params, aux_params, source)
+        stride = cfg.network.RPN_FEAT_STRIDE
+        self._check_params(symbol, arg_params, aux_params, source, stride)
         self.module = mx.mod.Module(symbol, data_names=DATA_NAMES, label_names=None, context=self.contexts)
-        self.module.bind(self._data_shapes(self.stride, self.stride), for_training=False)
+        self.module.bind(self._data_shapes(len(self.contexts), stride, stride), for_training=False)
         self.module.set_params(arg_params, aux_params, allow_missing=False, allow_extra=True)
+
+    def _configure(self, cfg, contexts, rpn_only, source):
+        """Everything but the network (a stand-in network, e.g. for tests or benchmarks, calls only this)."""
+        self.cfg = cfg
+        self.rpn_only = rpn_only
+        self.source = source
+        self.levels = pyramid(cfg.TEST, "TEST")
+        self.images_per_device = images_per_device(cfg.TEST, len(self.levels))
+        self.contexts = contexts if contexts is not None else parse_contexts(cfg.gpus)
+        self.fp16 = fp16_enabled(cfg, "TEST", self.contexts)  # the body only: inputs and outputs stay float32
 
     @classmethod
     def from_checkpoint(cls, cfg, num_classes, path=None, contexts=None, rpn_only=False):
@@ -87,9 +94,9 @@ class Detector:
         logger.info("loaded %s", path)
         return cls(cfg, num_classes, arg_params, aux_params, contexts=contexts, rpn_only=rpn_only, source=path)
 
-    def _check_params(self, symbol, arg_params, aux_params, source):
+    def _check_params(self, symbol, arg_params, aux_params, source, stride):
         """Every parameter of the network present with the right shape, or an error naming it."""
-        shapes = {d.name: d.shape for d in self._data_shapes(self.stride, self.stride)}
+        shapes = {d.name: d.shape for d in self._data_shapes(1, stride, stride)}
         arg_shapes, _, aux_shapes = symbol.infer_shape(**shapes)
         needed = dict(zip(symbol.list_arguments(), arg_shapes))
         needed.update(zip(symbol.list_auxiliary_states(), aux_shapes))
@@ -103,78 +110,98 @@ class Detector:
                 raise ValueError(f"{source}: parameter {name} has shape {tuple(given[name].shape)}, the test "
                                  f"network of this config needs {tuple(shape)} (symbol, dataset.NUM_CLASSES?)")
 
-    def _data_shapes(self, height, width):
-        b = self.batch_size
-        return [mx.io.DataDesc("data", (b, 3, height, width)), mx.io.DataDesc("im_info", (b, 3)),
-                mx.io.DataDesc("im_ids", (b,)), mx.io.DataDesc("chip_ids", (b,))]
+    @staticmethod
+    def _data_shapes(batch, height, width):
+        return [mx.io.DataDesc("data", (batch, 3, height, width)), mx.io.DataDesc("im_info", (batch, 3)),
+                mx.io.DataDesc("im_ids", (batch,)), mx.io.DataDesc("chip_ids", (batch,))]
 
-    def _forward(self, images, scale_spec):
-        """One batch (at most ``batch_size`` images) at one scale: ``(outputs by name, scales)``."""
-        scales = [scale_spec.image_scale(*image.shape[:2]) for image in images]
-        network = self.cfg.network
-        inputs = [network_input(image, s, network.PIXEL_MEANS, network.CHANNEL_ORDER) for image, s in zip(images, scales)]
-        height = -(-max(x.shape[1] for x in inputs) // self.stride) * self.stride
-        width = -(-max(x.shape[2] for x in inputs) // self.stride) * self.stride
-        data = np.zeros((self.batch_size, 3, height, width), np.float32)
-        # padding slots (a short last batch) get an empty canvas of the full size
-        im_info = np.tile(np.array([[height, width, 1.0]], np.float32), (self.batch_size, 1))
-        for slot, (x, s) in enumerate(zip(inputs, scales)):
-            data[slot, :, :x.shape[1], :x.shape[2]] = x
-            im_info[slot] = (x.shape[1], x.shape[2], s)
-        ids = np.arange(self.batch_size, dtype=np.float32)
+    def _batch_counts(self, levels):
+        """Images per device of each of ``levels``: the config's count of the same scale, else 1."""
+        counts = dict(zip((level.spec for level in self.levels), self.images_per_device))
+        return [counts.get(level.spec, 1) * len(self.contexts) for level in levels]
+
+    def plan(self, sizes, levels=None):
+        """The TestBatches for images of ``sizes`` ((height, width) each) at ``levels`` (default: the
+        config's test pyramid), in running order; the RPN-only network plans as the reference extracted
+        proposals (full-resolution canvases, set order)."""
+        levels = self.levels if levels is None else levels
+        return plan(sizes, levels, self._batch_counts(levels), self.cfg.TEST.BATCH_PARTS,
+                    self.cfg.network.IMAGE_STRIDE, extraction=self.rpn_only)
+
+    # -- the network, as the pipeline drives it ------------------------------------------------------
+    def forward_shape(self, batch):
+        """(images, height, width) of the forward pass of a TestBatch: every device gets images."""
+        devices = len(self.contexts)
+        return (-(-len(batch.images) // devices) * devices,) + tuple(batch.canvas)
+
+    def forward(self, data, im_info):
+        """Outputs by name (NumPy) of one forward pass on ``data`` (B, 3, h, w) float32, ``im_info`` (B, 3)."""
+        size, _, height, width = data.shape
+        ids = np.arange(size, dtype=np.float32)
         batch = mx.io.DataBatch(
-            data=[mx.nd.array(data), mx.nd.array(im_info), mx.nd.array(ids), mx.nd.zeros(self.batch_size)],
-            provide_data=self._data_shapes(height, width))
+            data=[mx.nd.from_numpy(data, zero_copy=True), mx.nd.array(im_info), mx.nd.array(ids),
+                  mx.nd.zeros(size)],
+            provide_data=self._data_shapes(size, height, width))
         self.module.forward(batch, is_train=False)
-        outputs = dict(zip(self.module.output_names, (o.asnumpy() for o in self.module.get_outputs())))
-        return outputs, scales
+        return dict(zip(self.module.output_names, (o.asnumpy() for o in self.module.get_outputs())))
 
-    def _per_image(self, images, scale_spec, names):
-        """Run ``images`` at one scale, batch by batch; yield ``(image, scale, rois, outputs)`` per image:
-        its distinct rois (R, 4) in scaled pixels and the ``names`` outputs of those rois."""
-        for start in range(0, len(images), self.batch_size):
-            chunk = images[start:start + self.batch_size]
-            outputs, scales = self._forward(chunk, scale_spec)
-            rois = outputs["rois_output"].reshape(self.batch_size, -1, 5)[:, :, 1:]
-            per_roi = {name: outputs[name].reshape(self.batch_size, rois.shape[1], -1) for name in names}
-            for slot, (image, scale) in enumerate(zip(chunk, scales)):
-                keep = unique_rows(rois[slot])
-                yield image, scale, rois[slot, keep], {name: value[slot, keep] for name, value in per_roi.items()}
-
-    def scale_detections(self, images, scale_spec):
-        """Per image ``(boxes (R,4) original pixels, scores (R,C))`` of one scale, before merging."""
+    def image_result(self, outputs, batch_size, slot, scale, resized, size):
+        """One image's result at one scale, from its ``slot`` of a forward pass: ``(boxes (R, 4) original
+        pixels, class scores (R, C))``, or for the RPN-only network ``(boxes, scores (R,))``, over its
+        distinct rois. ``resized`` and ``size`` are the image's scaled and original (height, width);
+        with ``TEST.CLIP_PROPOSALS`` proposals are also clipped to the original image (a scaled pixel is a
+        fraction of an original one: the last may end beyond it)."""
+        rois = outputs["rois_output"].reshape(batch_size, -1, 5)[slot, :, 1:]
+        keep = unique_rows(rois)
         if self.rpn_only:
-            raise RuntimeError("this Detector holds the RPN-only network; it gives proposals, not detections")
-        results = []
-        names = ("cls_prob_reshape_output", "bbox_pred_reshape_output")
-        for image, scale, rois, outputs in self._per_image(images, scale_spec, names):
-            # checkpoints hold the regressor multiplied by the target stds: decode with stds 1
-            boxes = decode(rois, outputs["bbox_pred_reshape_output"])
-            results.append((to_original(boxes, scale, *image.shape[:2]), outputs["cls_prob_reshape_output"]))
-        return results
+            boxes = to_original(rois[keep], scale, resized)
+            if self.cfg.TEST.CLIP_PROPOSALS:
+                boxes = clip_boxes(boxes, *size)
+            return boxes, outputs["rois_score"].reshape(batch_size, -1)[slot, keep]
+        # checkpoints hold the regressor multiplied by the target stds: decode with stds 1, in float64 and
+        # without a cap on dw/dh, as the reference
+        deltas = outputs["bbox_pred_reshape_output"][slot, keep]
+        boxes = decode(rois[keep].astype(np.float64), deltas.astype(np.float64), max_log_scale=None)
+        return to_original(boxes, scale, resized), outputs["cls_prob_reshape_output"][slot, keep]
+
+    def combiner(self, levels):
+        """What combines an image's per-level results (a pure NumPy function, run in the workers)."""
+        if self.rpn_only:
+            return functools.partial(pool_proposals, num_proposals=self.cfg.TEST.NUM_PROPOSALS)
+        return functools.partial(merge_scales, valid_ranges=[level.valid_range for level in levels],
+                                 test_cfg=self.cfg.TEST)
+
+    # -- whole images ------------------------------------------------------------------------------
+    def run(self, source, levels=None, num_workers=0, combine=None):
+        """Yield ``(index, result)`` per image of ``source`` (lib.inference.pipeline: RoidbImages or
+        ArrayImages) as it completes, or ``(index, IOError)`` for an unreadable one; results are
+        detections (see ``detect``) or, for the RPN-only network, proposals (see ``propose``), or what
+        ``combine`` makes of an image's per-level results."""
+        levels = self.levels if levels is None else levels
+        network = self.cfg.network
+        yield from run_pipeline(self, source, self.plan(source.sizes(), levels), len(levels),
+                                combine or self.combiner(levels), network.PIXEL_MEANS, network.CHANNEL_ORDER,
+                                num_workers)
+
+    def _results(self, images, levels=None, combine=None):
+        found = dict(self.run(ArrayImages(images), levels, combine=combine))
+        return [found[index] for index in range(len(images))]
+
+    def scale_results(self, images, levels=None):
+        """Per image, its results at each of ``levels`` before they are combined (``image_result``)."""
+        return self._results(images, levels, combine=list)
 
     def detect(self, images, levels=None):
-        """Merged detections per image at ``levels`` (default: the config's test pyramid), float32 (N, 6)
-        ``[x1, y1, x2, y2, score, label]``."""
-        levels = self.levels if levels is None else levels
-        per_scale = [self.scale_detections(images, level.spec) for level in levels]
-        ranges = [level.valid_range for level in levels]
-        return [merge_scales([scale[i] for scale in per_scale], ranges, self.cfg.TEST) for i in range(len(images))]
+        """Merged detections per image (BGR uint8 arrays) at ``levels`` (default: the config's test
+        pyramid), float32 (N, 6) ``[x1, y1, x2, y2, score, label]``. The images are batched together as
+        the reference batches a test set, so the result of an image can depend on its companions."""
+        if self.rpn_only:
+            raise RuntimeError("this Detector holds the RPN-only network; it gives proposals, not detections")
+        return self._results(images, levels)
 
     def propose(self, images):
         """RPN proposals per image, float32 (P, 5) ``[x1, y1, x2, y2, score]`` in original pixels:
-        the best ``TEST.NUM_PROPOSALS`` of every scale of ``TEST.SCALES``, pooled and sorted by score."""
+        the best ``TEST.NUM_PROPOSALS`` of every scale of ``TEST.SCALES``, scale after scale."""
         if not self.rpn_only:
             raise RuntimeError("proposal extraction needs a Detector built with rpn_only=True")
-        pooled = [[] for _ in images]
-        for level in self.levels:
-            per_image = self._per_image(images, level.spec, ("rois_score",))
-            for parts, (image, scale, rois, outputs) in zip(pooled, per_image):
-                scores = outputs["rois_score"][:, 0]
-                best = np.argsort(-scores, kind="stable")[: self.cfg.TEST.NUM_PROPOSALS]
-                parts.append(np.hstack([to_original(rois[best], scale, *image.shape[:2]), scores[best, None]]))
-        proposals = []
-        for parts in pooled:
-            merged = np.concatenate(parts).astype(np.float32)
-            proposals.append(merged[np.argsort(-merged[:, 4], kind="stable")])
-        return proposals
+        return self._results(images)

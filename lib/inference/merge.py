@@ -1,36 +1,61 @@
-"""Multi-scale detection merging (spec section 8).
+"""Multi-scale detection merging (spec section 8), with the reference's rules.
 
 Each test scale is trusted only for objects whose size suits it: a detection survives at a scale when
-its sqrt(area), in original pixels, lies in that scale's valid range. The survivors of all scales are
-pooled and suppressed per class (Gaussian soft-NMS or NMS), then capped per image.
-Rows are ``[x1, y1, x2, y2, score, label]`` throughout.
+its area ``(x2 - x1) * (y2 - y1)`` in original pixels (no +1, as the reference computes it) is above
+``lo**2`` and at most ``hi**2`` of that scale's valid range (a bound <= 0, e.g. -1, is open). The
+survivors of all scales are pooled and suppressed per class (Gaussian soft-NMS or NMS), then capped per
+image: the ``TEST.MAX_PER_IMAGE``-th best score is the threshold and every detection scoring at least
+that much stays, so ties at the threshold may keep a few more. Rows are ``[x1, y1, x2, y2, score,
+label]`` throughout.
 """
 import numpy as np
 
 from lib.boxes import nms, soft_nms
-from lib.scales import in_valid_range
+
+
+def in_test_range(boxes, valid_range):
+    """Mask of ``boxes`` (N, 4) whose no-+1 area lies in ``(lo**2, hi**2]``; a bound <= 0 is open."""
+    boxes = np.asarray(boxes).reshape(-1, 4)
+    lo, hi = valid_range
+    area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+    mask = np.ones(len(boxes), dtype=bool)
+    if lo > 0:
+        mask &= area > lo * lo
+    if hi > 0:
+        mask &= area <= hi * hi
+    return mask
 
 
 def scale_candidates(boxes, scores, valid_range, score_thresh):
     """Detections of one scale: class-agnostic ``boxes`` (R,4, original pixels) x ``scores`` (R,C).
 
-    Keeps boxes inside ``valid_range`` and, per foreground class, scores above ``score_thresh``.
+    Keeps boxes inside ``valid_range`` (tested at the boxes' own precision) and, per foreground class,
+    scores above ``score_thresh``; rows come roi by roi, classes in order within a roi.
     """
-    boxes = np.asarray(boxes, dtype=np.float32).reshape(-1, 4)
+    boxes = np.asarray(boxes).reshape(-1, 4)
     scores = np.asarray(scores, dtype=np.float32)
     if scores.ndim != 2 or len(scores) != len(boxes):
         raise ValueError(f"scores must be (R, C) for {len(boxes)} boxes, got shape {scores.shape}")
-    keep = in_valid_range(boxes, valid_range)
-    boxes, scores = boxes[keep], scores[keep, 1:]
+    keep = in_test_range(boxes, valid_range)
+    boxes, scores = boxes[keep].astype(np.float32), scores[keep, 1:]
     rows, classes = np.nonzero(scores > score_thresh)
     return np.hstack([
         boxes[rows], scores[rows, classes][:, None], (classes + 1).astype(np.float32)[:, None]
     ]).astype(np.float32)
 
 
+def cap_per_image(detections, max_per_image):
+    """Detections scoring at least the ``max_per_image``-th best score (all when there are no more, or
+    ``max_per_image`` <= 0), sorted by score."""
+    if 0 < max_per_image < len(detections):
+        threshold = np.sort(detections[:, 4])[-max_per_image]
+        detections = detections[detections[:, 4] >= threshold]
+    return detections[np.argsort(-detections[:, 4], kind="stable")]
+
+
 def suppress(candidates, test_cfg):
     """Per-class soft-NMS (``TEST.SOFT_NMS``, Gaussian with ``SOFT_NMS_SIGMA``) or NMS at ``TEST.NMS``,
-    then the ``TEST.MAX_PER_IMAGE`` best detections over all classes, sorted by score."""
+    then the per-image cap ``TEST.MAX_PER_IMAGE`` over all classes."""
     candidates = np.asarray(candidates, dtype=np.float32).reshape(-1, 6)
     kept = []
     for label in np.unique(candidates[:, 5]):
@@ -42,8 +67,7 @@ def suppress(candidates, test_cfg):
             dets = dets[nms(dets, test_cfg.NMS)]
         kept.append(np.hstack([dets, np.full((len(dets), 1), label, dtype=np.float32)]))
     merged = np.concatenate(kept).astype(np.float32) if kept else np.zeros((0, 6), np.float32)
-    order = np.argsort(-merged[:, 4], kind="stable")[: test_cfg.MAX_PER_IMAGE]
-    return merged[order]
+    return cap_per_image(merged, test_cfg.MAX_PER_IMAGE)
 
 
 def merge_scales(per_scale, valid_ranges, test_cfg):

@@ -5,20 +5,21 @@ test-dev ready) and evaluates them when the set has annotations. ``extract_propo
 RPN-only network over ``dataset.image_set`` (the training images, unflipped) and writes the pickle
 that ``dataset.proposal`` reads for negative chip mining.
 
-Images are batched in aspect-ratio order (similar canvases, fewer reshapes) and read one batch ahead
-on a thread. An image that cannot be read is logged with its path, left out and counted as skipped.
+Images are batched as the reference batches them (lib.inference.batching) and prepared and merged in
+``TEST.NUM_PROCESS`` worker processes around the network (lib.inference.pipeline). An image that cannot
+be read, or whose file is not of its annotated size, is logged with its path, left out and counted as
+skipped.
 """
 import logging
 import os
-from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from tqdm import tqdm
 
 from lib.atomic import write_json, write_pickle
-from lib.dataset import load_roidb, read_image
+from lib.dataset import load_roidb
 from lib.inference.detector import Detector
+from lib.inference.pipeline import RoidbImages
 from lib.inference.evaluator import coco_results, evaluate_coco, evaluate_voc
 from lib.train.checkpoint import output_dir
 
@@ -39,48 +40,19 @@ def proposal_file(cfg):
     return path
 
 
-def _read(entry):
-    try:
-        return read_image(entry["image"])
-    except IOError as err:
-        return err
-
-
-def _prefetched(roidb, batches, depth=2):
-    """``(batch, images)`` pairs, reading up to ``depth`` batches ahead on a thread (bounded memory)."""
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        pending = deque()
-        for batch in batches:
-            pending.append((batch, pool.submit(lambda b: [_read(roidb[i]) for i in b], batch)))
-            if len(pending) > depth:
-                batch_done, future = pending.popleft()
-                yield batch_done, future.result()
-        while pending:
-            batch_done, future = pending.popleft()
-            yield batch_done, future.result()
-
-
-def run_images(roidb, batch_size, process, desc):
-    """``process(images)`` over the roidb in batches; returns (outputs by roidb index, skipped entries).
-
-    Unreadable images are logged with their path and skipped; the bar counts every image.
-    """
-    order = np.argsort([entry["width"] / entry["height"] for entry in roidb], kind="stable")
-    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+def run_images(roidb, detector, num_workers, desc):
+    """``detector`` over every roidb entry (lib.inference.pipeline, ``num_workers`` processes); returns
+    (results by roidb index, skipped entries). Unreadable images are logged with their path and skipped;
+    the bar counts every image."""
     outputs, skipped = {}, []
     with tqdm(total=len(roidb), desc=desc, unit="img") as bar:
-        for batch, images in _prefetched(roidb, batches):
-            readable = []
-            for index, image in zip(batch, images):
-                if isinstance(image, Exception):
-                    logger.error("skipping image id %s: %s", roidb[index]["id"], image)
-                    skipped.append(roidb[index])
-                else:
-                    readable.append((index, image))
-            if readable:
-                results = process([image for _, image in readable])
-                outputs.update((index, result) for (index, _), result in zip(readable, results))
-            bar.update(len(batch))
+        for index, result in detector.run(RoidbImages(roidb), num_workers=num_workers):
+            if isinstance(result, Exception):
+                logger.error("skipping image id %s: %s", roidb[index]["id"], result)
+                skipped.append(roidb[index])
+            else:
+                outputs[index] = result
+            bar.update(1)
     return outputs, skipped
 
 
@@ -94,7 +66,7 @@ def test(cfg, detector=None, checkpoint=None):
     detector = detector or Detector.from_checkpoint(cfg, dataset.num_classes, path=checkpoint)
     logger.info("testing %d images of %s at scales %s on %s", len(roidb), image_set, cfg.TEST.SCALES,
                 detector.contexts)
-    found, skipped = run_images(roidb, detector.batch_size, detector.detect, "testing")
+    found, skipped = run_images(roidb, detector, cfg.TEST.NUM_PROCESS, "testing")
     tested = sorted(found)
     out_dir = results_dir(cfg)
     summary = {"image_set": image_set, "checkpoint": detector.source,
@@ -140,7 +112,7 @@ def extract_proposals(cfg, detector=None):
     image_set = cfg.dataset.image_set
     roidb, _ = load_roidb(cfg, image_set, training=False)
     detector = detector or Detector.from_checkpoint(cfg, None, rpn_only=True)
-    found, skipped = run_images(roidb, detector.batch_size, detector.propose, "proposals")
+    found, skipped = run_images(roidb, detector, cfg.TEST.NUM_PROCESS, "proposals")
     proposals = {roidb[i]["id"]: found[i] for i in sorted(found)}
     path = proposal_file(cfg)
     write_pickle(proposals, path)

@@ -1,0 +1,147 @@
+"""The test-time proposal layer with the reference's rules, against MXNet's stock MultiProposal where the
+two agree and hand-worked cases where they do not."""
+import json
+
+import mxnet as mx
+import numpy as np
+
+from lib.config import load_config
+from lib.inference.proposal_layer import proposals
+from symbols import inference_symbol
+
+SCALES, RATIOS = (2, 4, 7, 10, 13, 16, 24), (0.5, 1, 2)
+A = len(SCALES) * len(RATIOS)
+
+
+def random_rpn(rng, batch, height, width):
+    """Softmax-like (B, 2A, H, W) scores (background, then foreground channels) and small deltas."""
+    fg = rng.uniform(0, 1, (batch, A, height, width)).astype(np.float32)
+    deltas = rng.normal(0, 0.2, (batch, 4 * A, height, width)).astype(np.float32)
+    return np.concatenate([1 - fg, fg], axis=1), deltas
+
+
+def stock(cls_prob, bbox_pred, im_info, scales=SCALES, ratios=RATIOS, pre=12000, post=300, min_size=3):
+    out = mx.nd.contrib.MultiProposal(mx.nd.array(cls_prob), mx.nd.array(bbox_pred), mx.nd.array(im_info),
+                                      feature_stride=16, scales=scales, ratios=ratios, rpn_pre_nms_top_n=pre,
+                                      rpn_post_nms_top_n=post, threshold=0.7, rpn_min_size=min_size,
+                                      output_score=True)
+    return out[0].asnumpy(), out[1].asnumpy()
+
+
+def test_same_proposals_as_the_stock_operator_where_it_masks_nothing():
+    # images filling canvases of whole feature cells: the stock operator's masking of cells beyond the
+    # image does not apply, and both follow the same rules
+    rng = np.random.default_rng(0)
+    cls_prob, bbox_pred = random_rpn(rng, 2, 4, 5)
+    im_info = np.array([[64, 80, 1.0], [64, 80, 1.0]], np.float32)
+    rois, scores = proposals(cls_prob, bbox_pred, im_info, 16, SCALES, RATIOS, 12000, 50, 0.7, 3)
+    expected_rois, expected_scores = stock(cls_prob, bbox_pred, im_info, post=50)
+    np.testing.assert_array_equal(rois, expected_rois)
+    np.testing.assert_array_equal(scores, expected_scores)
+
+
+def test_anchors_of_the_last_partial_feature_row_are_candidates():
+    # a 70 x 90 image: feature map 5 x 6, of which the stock operator keeps int(70/16) = 4 rows and
+    # int(90/16) = 5 columns. One anchor in the last row (h = 4, w = 1) scores best, deltas are zero.
+    cls_prob = np.full((1, 2 * A, 5, 6), 0.1, np.float32)
+    anchor = 1 * len(SCALES) + 0  # ratio-major: ratio 1 (index 1), scale 2 (index 0)
+    cls_prob[0, A + anchor, 4, 1] = 0.9
+    bbox_pred = np.zeros((1, 4 * A, 5, 6), np.float32)
+    im_info = np.array([[70, 90, 1.0]], np.float32)
+    rois, scores = proposals(cls_prob, bbox_pred, im_info, 16, SCALES, RATIOS, 12000, 10, 0.7, 3)
+    # base anchor ratio 1, scale 2: 32 x 32 centred on (7.5, 7.5) -> [-8, -8, 23, 23]; shifted by
+    # (16, 64): [8, 56, 39, 87], clipped to the 90 x 70 image: [8, 56, 39, 69]
+    np.testing.assert_array_equal(rois[0], [0, 8, 56, 39, 69])
+    assert scores[0, 0] == np.float32(0.9)
+    stock_rois, _ = stock(cls_prob, bbox_pred, im_info, post=10)
+    assert not np.any(np.all(stock_rois[:, 1:] == [8, 56, 39, 69], axis=1))
+
+
+def test_minimum_size_is_in_scaled_pixels_whatever_the_image_scale():
+    # one 16 x 16 anchor (ratio 1, scale 1) on a 1 x 1 map, centred on 7.5: a width exp(dw) * 16 of
+    # 3.2 px ([6.4, 8.6]) is kept, 2.5 px is dropped; im_info's scale (2 here) plays no part
+    cls_prob = np.array([0.2, 0.8], np.float32).reshape(1, 2, 1, 1)
+    for width, kept in ((3.2, True), (2.5, False)):
+        bbox_pred = np.array([0, 0, np.log(width / 16), 0], np.float32).reshape(1, 4, 1, 1)
+        rois, scores = proposals(cls_prob, bbox_pred, np.array([[16, 16, 2.0]], np.float32), 16, (1,), (1,),
+                                 12000, 2, 0.7, 3)
+        if kept:
+            np.testing.assert_allclose(rois[0], [0, 6.4, 0, 8.6, 15], atol=1e-5)
+            assert scores[0, 0] == np.float32(0.8)
+        else:  # nothing survives: the whole image stands in, with score 0
+            np.testing.assert_array_equal(rois, [[0, 0, 0, 15, 15]] * 2)
+            assert not scores.any()
+
+
+def test_only_the_pre_nms_best_take_part_and_the_output_repeats_the_kept():
+    rng = np.random.default_rng(1)
+    cls_prob, bbox_pred = random_rpn(rng, 1, 3, 3)
+    im_info = np.array([[48, 48, 1.0]], np.float32)
+    rois, scores = proposals(cls_prob, bbox_pred, im_info, 16, SCALES, RATIOS, 1, 4, 0.7, 3)
+    best = np.unravel_index(np.argmax(cls_prob[0, A:]), (A, 3, 3))
+    assert scores[0, 0] == cls_prob[0, A + best[0], best[1], best[2]]
+    np.testing.assert_array_equal(rois, np.repeat(rois[:1], 4, axis=0))
+
+
+def test_test_graph_uses_the_configured_layer_with_the_same_outputs():
+    for layer, op in (("reference", "Custom"), ("stock", "_contrib_MultiProposal")):
+        cfg = load_config(None, [("symbol", "resnet_tiny"), ("TEST.PROPOSAL_LAYER", layer)])
+        symbol = inference_symbol(cfg, 3)
+        ops = {node["op"] for node in json.loads(symbol.tojson())["nodes"]}
+        assert op in ops
+        assert symbol.list_outputs()[0] == "rois_output"
+        assert inference_symbol(cfg, None, rpn_only=True).list_outputs()[:2] == ["rois_output", "rois_score"]
+
+
+def introsort_model(scores):
+    """An independent model of libstdc++'s std::sort (median-of-three Hoare partitions down to
+    16-element runs, then one insertion sort) on indices by descending score; it refuses inputs that
+    would reach the heapsort fallback, which the cases below do not."""
+    order, higher = list(range(len(scores))), lambda a, b: scores[a] > scores[b]
+
+    def partition_loop(first, last, depth):
+        while last - first > 16:
+            assert depth > 0, "would fall back to heapsort"
+            depth -= 1
+            a, b, c = first + 1, first + (last - first) // 2, last - 1  # median of three to the front
+            x, y, z = order[a], order[b], order[c]
+            if higher(x, y):
+                pick = b if higher(y, z) else (c if higher(x, z) else a)
+            else:
+                pick = a if higher(x, z) else (c if higher(y, z) else b)
+            order[first], order[pick] = order[pick], order[first]
+            lo, hi, pivot = first + 1, last, order[first]
+            while True:
+                while higher(order[lo], pivot):
+                    lo += 1
+                hi -= 1
+                while higher(pivot, order[hi]):
+                    hi -= 1
+                if not lo < hi:
+                    break
+                order[lo], order[hi] = order[hi], order[lo]
+                lo += 1
+            partition_loop(lo, last, depth)
+            last = lo
+
+    partition_loop(0, len(order), 2 * (len(order).bit_length() - 1))
+    for i in range(1, len(order)):  # insertion sort (the guarded and unguarded variants agree)
+        value, j = order[i], i
+        while j > 0 and higher(value, order[j - 1]):
+            order[j] = order[j - 1]
+            j -= 1
+        order[j] = value
+    return order
+
+
+def test_anchors_are_ranked_in_std_sort_order_ties_included():
+    from lib.inference._score_order import std_sort_descending
+
+    rng = np.random.default_rng(5)
+    for size, levels in ((10, 3), (40, 4), (300, 7), (2000, 50)):
+        scores = rng.integers(0, levels, size).astype(np.float32) / levels  # many equal scores
+        order = std_sort_descending(scores)
+        assert sorted(order) == list(range(size)) and np.all(np.diff(scores[order]) <= 0)
+        assert order.tolist() == introsort_model(scores)
+    ties = std_sort_descending(np.zeros(40, np.float32))
+    assert ties.tolist() != list(range(40))  # not a stable sort: equal scores move
