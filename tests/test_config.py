@@ -189,7 +189,7 @@ def test_minival_config_is_the_published_one_on_the_minival_split():
     minival = plain(load_config("configs/faster/sniper_res101_e2e_minival.yml"))
     split = {key: minival["dataset"].pop(key) for key in ("image_set", "test_image_set", "proposal")}
     assert split == {"image_set": "train2014+valminusminival2014", "test_image_set": "minival2014",
-                     "proposal": "data/proposals/coco_train2014+valminusminival2014.pkl"}
+                     "proposal": "data/proposals/coco_train2014+valminusminival2014.npz"}
     for key in split:
         published["dataset"].pop(key)
     published.pop("name"), minival.pop("name")

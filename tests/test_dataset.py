@@ -2,19 +2,25 @@
 
 Datasets here are a few hand-written records in tmp_path, so each expected box is worked out by hand.
 """
+import hashlib
+import hmac
+import io
 import json
 import logging
 import os
 import pickle
+import subprocess
+import sys
 
 import cv2
 import numpy as np
 import pytest
 
-from conftest import build_cfg
+from conftest import ROOT, build_cfg
 
 from lib.dataset import coco as coco_module
 from lib.dataset import flip_boxes, load_roidb, read_image
+from lib.dataset.proposals import write_proposals
 
 # Two categories with non-contiguous ids, listed out of order: labels follow sorted ids.
 CATEGORIES = [{"id": 7, "name": "seven"}, {"id": 2, "name": "two"}]
@@ -307,13 +313,18 @@ def test_training_boxes_are_truncated_to_whole_pixels_before_mirroring(tmp_path,
 # ---------------------------------------------------------------- cache
 
 
+def caches(cache_dir):
+    return sorted(name for name in os.listdir(cache_dir) if name.endswith(".pkl"))
+
+
 def test_cache_is_reused_rebuilt_on_content_change_and_survives_corruption(tmp_path, monkeypatch, caplog):
     root = str(tmp_path / "data")
     write_coco(root, "train", [image_record(1)], [ann(1, 1, [10, 20, 30, 40])])
     cfg = dataset_cfg(tmp_path)
     first, _ = load_roidb(cfg, "train")
     cache_dir = tmp_path / "root" / "cache"
-    (cache_file,) = os.listdir(cache_dir)  # one file, no temporary leftovers
+    assert sorted(os.listdir(cache_dir)) == [".roidb_cache_key", *caches(cache_dir)]  # no temporary leftovers
+    assert len(caches(cache_dir)) == 1
 
     real_load = coco_module.CocoDataset.load_entries
     monkeypatch.setattr(coco_module.CocoDataset, "load_entries", lambda self: pytest.fail("cache not used"))
@@ -327,17 +338,17 @@ def test_cache_is_reused_rebuilt_on_content_change_and_survives_corruption(tmp_p
     write_coco(root, "train", [image_record(1)], [ann(1, 1, [10, 20, 30, 41])])
     changed, _ = load_roidb(cfg, "train")
     np.testing.assert_array_equal(changed[0]["boxes"], [[10, 20, 39, 60]])
-    assert len(os.listdir(cache_dir)) == 2
+    assert len(caches(cache_dir)) == 2
 
     # the option that changes the roidb is part of the key too
     load_roidb(dataset_cfg(tmp_path, **{"TRAIN.FLIP": "false"}), "train")
-    assert len(os.listdir(cache_dir)) == 3
+    assert len(caches(cache_dir)) == 3
 
-    newest = max((cache_dir / name for name in os.listdir(cache_dir)), key=os.path.getmtime)
+    newest = max((cache_dir / name for name in caches(cache_dir)), key=os.path.getmtime)
     newest.write_bytes(b"truncated")
     with caplog.at_level(logging.WARNING):
         rebuilt, _ = load_roidb(dataset_cfg(tmp_path, **{"TRAIN.FLIP": "false"}), "train")
-    assert "ignoring unreadable roidb cache" in caplog.text
+    assert "fails verification" in caplog.text
     np.testing.assert_array_equal(rebuilt[0]["boxes"], [[10, 20, 39, 60]])
     assert not [name for name in os.listdir(cache_dir) if name.startswith(".tmp")]
 
@@ -349,8 +360,8 @@ def test_proposals_attached_mirrored_and_missing_ids_counted(tmp_path, caplog):
     write_coco(str(tmp_path / "data"), "train", [image_record(1), image_record(2)],
                [ann(1, 1, [10, 20, 30, 40]), ann(2, 2, [0, 0, 10, 10])])
     proposals = {1: np.array([[5, 6, 20, 30, 0.9], [0, 0, 99, 79, 0.1]], np.float32)}
-    path = tmp_path / "proposals.pkl"
-    path.write_bytes(pickle.dumps(proposals))
+    path = tmp_path / "proposals.npz"
+    write_proposals(proposals, str(path))
     with caplog.at_level(logging.WARNING):
         roidb, _ = load_roidb(dataset_cfg(tmp_path, **{"dataset.proposal": path}), "train")
     assert "no proposals for 1 of 2 images (e.g. image ids 2)" in caplog.text
@@ -371,8 +382,8 @@ def test_pooled_proposals_go_through_nms_before_mirroring(tmp_path, thresh):
     # IoU with the first 400 / 560 = 0.71 > 0.7 too; (50, 50, 69, 69) overlaps nothing
     proposals = {1: np.array([[0, 0, 19, 21, 0.5], [0, 0, 19, 19, 0.9], [50, 50, 69, 69, 0.1],
                               [0, 0, 19, 27, 0.3]], np.float32)}
-    path = tmp_path / "proposals.pkl"
-    path.write_bytes(pickle.dumps(proposals))
+    path = tmp_path / "proposals.npz"
+    write_proposals(proposals, str(path))
     roidb, _ = load_roidb(dataset_cfg(tmp_path, **{"dataset.proposal": path, "dataset.PROPOSAL_NMS": thresh}),
                           "train")
     kept = [[0, 0, 19, 19], [50, 50, 69, 69]] if thresh else proposals[1][:, :4]
@@ -380,20 +391,58 @@ def test_pooled_proposals_go_through_nms_before_mirroring(tmp_path, thresh):
     np.testing.assert_array_equal(by_id(roidb, flipped=True)[1]["proposals"], flip_boxes(kept, 100))
 
 
+def npz_bytes(**arrays):
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+GOOD = {"version": np.int64(1), "image_ids": np.array([1]), "offsets": np.array([0, 1]),
+        "boxes": np.zeros((1, 5), np.float32)}
+
+
 @pytest.mark.parametrize("content, error, message", [
     (None, IOError, "cannot read proposal file"),
-    (b"not a pickle", ValueError, "not a readable pickle"),
-    (pickle.dumps([1, 2]), ValueError, "expected a dict"),
-    (pickle.dumps({1: np.zeros((3, 2))}), ValueError, r"image id 1 has proposals of shape \(3, 2\)"),
+    (b"not an npz", ValueError, "not a readable proposal .npz"),
+    (pickle.dumps({1: np.zeros((3, 5))}), ValueError, "is a pickle .* tools/convert_proposals.py"),
+    (npz_bytes(**{**GOOD, "boxes": np.zeros((3, 2), np.float32)}), ValueError, r"boxes must be .* \(3, 2\)"),
+    (npz_bytes(**{k: v for k, v in GOOD.items() if k != "offsets"}), ValueError, "lacks array.* offsets"),
+    (npz_bytes(**{**GOOD, "offsets": np.array([0, 2])}), ValueError, "offsets must rise from 0 to 1"),
+    (npz_bytes(**{**GOOD, "image_ids": np.array([1, 1]), "offsets": np.array([0, 1, 1])}), ValueError,
+     "not distinct"),
+    (npz_bytes(**{**GOOD, "image_ids": np.array([[1]], dtype=object)}), ValueError, "Object arrays cannot"),
 ])
 def test_bad_proposal_files_are_errors_naming_them(tmp_path, content, error, message):
     write_coco(str(tmp_path / "data"), "train", [image_record(1)], [ann(1, 1, [10, 20, 30, 40])])
-    path = tmp_path / "proposals.pkl"
+    path = tmp_path / "proposals.npz"
     if content is not None:
         path.write_bytes(content)
     with pytest.raises(error, match=message) as info:
         load_roidb(dataset_cfg(tmp_path, **{"dataset.proposal": path}), "train")
-    assert "proposals.pkl" in str(info.value)
+    assert "proposals.npz" in str(info.value)
+
+
+def test_proposals_entirely_outside_the_image_are_dropped_counted_and_warned_once(tmp_path, caplog):
+    write_coco(str(tmp_path / "data"), "train", [image_record(1), image_record(2)],
+               [ann(1, 1, [10, 20, 30, 40]), ann(2, 2, [0, 0, 10, 10])])  # images 100 x 80 (w x h)
+    inside = [[5, 6, 20, 30, 0.9], [99, 79, 120, 100, 0.5], [-10, -10, 0, 0, 0.5], [98.5, 0, 99.9, 5, 0.3]]
+    outside = [[99.5, 0, 130, 10, 0.8], [0, 79.5, 10, 90, 0.8], [-20, 5, -0.5, 10, 0.7], [5, -9, 9, -1, 0.7],
+               [150, 150, 200, 200, 0.6], [np.nan, 0, 5, 5, 0.5]]
+    proposals = {1: np.array(inside[:2] + outside + inside[2:], np.float32),
+                 2: np.array([inside[0], [300, 10, 320, 20, 0.4]], np.float32)}
+    path = tmp_path / "proposals.npz"
+    write_proposals(proposals, str(path))
+    with caplog.at_level(logging.WARNING):
+        roidb, _ = load_roidb(dataset_cfg(tmp_path, **{"dataset.proposal": path, "dataset.PROPOSAL_NMS": 0}),
+                              "train")
+    np.testing.assert_array_equal(by_id(roidb)[1]["proposals"], np.array(inside, np.float32)[:, :4])
+    np.testing.assert_array_equal(by_id(roidb, flipped=True)[1]["proposals"],
+                                  flip_boxes(np.array(inside)[:, :4], 100))
+    np.testing.assert_array_equal(by_id(roidb)[2]["proposals"], [inside[0][:4]])
+    warnings = [r.getMessage() for r in caplog.records if "outside their image" in r.getMessage()]
+    assert len(warnings) == 1  # once for the file, the flipped copies not counted again
+    assert "dropped 7 proposals" in warnings[0] and "in 2 images" in warnings[0]
+    assert "image id 1: 6" in warnings[0] and "image id 2: 1" in warnings[0]
 
 
 def test_proposal_file_is_not_read_without_negative_chips(tmp_path):
@@ -520,3 +569,84 @@ def test_read_image_errors_name_the_file(tmp_path):
     (tmp_path / "empty.jpg").write_bytes(b"")
     with pytest.raises(IOError, match=r"empty\.jpg"):
         read_image(str(tmp_path / "empty.jpg"))
+
+
+# ---------------------------------------------------------------- nothing read from disk runs code
+
+
+class WritesMarker:
+    """Unpickling this runs ``open(marker, "w")``: what a crafted file could do with any code."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return open, (self.marker, "w")
+
+
+def test_a_crafted_pickle_proposal_file_is_refused_without_running_it(tmp_path):
+    write_coco(str(tmp_path / "data"), "train", [image_record(1)], [ann(1, 1, [10, 20, 30, 40])])
+    marker = tmp_path / "marker"
+    path = tmp_path / "published.pkl"
+    path.write_bytes(pickle.dumps({1: WritesMarker(marker)}, protocol=0))  # the oldest protocol too
+    with pytest.raises(ValueError, match=r"published.pkl is a pickle .* tools/convert_proposals.py .*published.npz"):
+        load_roidb(dataset_cfg(tmp_path, **{"dataset.proposal": path}), "train")
+    assert not marker.exists()
+
+
+CONVERTER = os.path.join(ROOT, "tools", "convert_proposals.py")
+
+
+def test_convert_proposals_tool_warns_and_converts_a_legacy_pickle(tmp_path):
+    write_coco(str(tmp_path / "data"), "train", [image_record(1), image_record(9)],
+               [ann(1, 1, [10, 20, 30, 40]), ann(2, 9, [0, 0, 10, 10])])
+    legacy = {"COCO_train2014_000000000009.jpg": np.array([[1, 2, 30, 40, 0.5]]), 1: [[5, 6, 20, 30, 0.9]]}
+    source, target = tmp_path / "published.pkl", tmp_path / "published.npz"
+    source.write_bytes(pickle.dumps(legacy))
+    run = subprocess.run([sys.executable, CONVERTER, str(source), str(target)],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "can run arbitrary code" in run.stderr and "wrote proposals of 2 images" in run.stderr
+    roidb, _ = load_roidb(dataset_cfg(tmp_path, **{"dataset.proposal": target, "dataset.PROPOSAL_NMS": 0}), "train")
+    np.testing.assert_array_equal(by_id(roidb)[9]["proposals"], [[1, 2, 30, 40]])
+    np.testing.assert_array_equal(by_id(roidb)[1]["proposals"], [[5, 6, 20, 30]])
+
+    source.write_bytes(pickle.dumps({"no_id_here.jpg": np.zeros((1, 5))}))
+    run = subprocess.run([sys.executable, CONVERTER, str(source), str(tmp_path / "x.npz")],
+                         capture_output=True, text=True)
+    assert run.returncode == 1 and run.stderr.strip().splitlines()[-1] == (
+        "error: key 'no_id_here.jpg' is neither an image id nor an image file name ending in one")
+    assert not (tmp_path / "x.npz").exists()
+
+
+def test_roidb_cache_is_signed_and_a_forged_one_is_rebuilt_without_running_it(tmp_path, caplog):
+    write_coco(str(tmp_path / "data"), "train", [image_record(1)], [ann(1, 1, [10, 20, 30, 40])])
+    cfg = dataset_cfg(tmp_path)
+    first, _ = load_roidb(cfg, "train")
+    cache_dir = tmp_path / "root" / "cache"
+    key_file = cache_dir / ".roidb_cache_key"
+    assert os.stat(key_file).st_mode & 0o777 == 0o600 and len(key_file.read_bytes()) == 32
+    (cache_file,) = caches(cache_dir)
+    marker = tmp_path / "marker"
+    forged = pickle.dumps(WritesMarker(marker))
+    other_key = b"k" * 32  # a cache signed elsewhere (another machine, another user) is not trusted here either
+    for content in (forged, hmac.new(other_key, forged, hashlib.sha256).digest() + forged):
+        (cache_dir / cache_file).write_bytes(content)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            roidb, _ = load_roidb(cfg, "train")
+        assert "fails verification" in caplog.text and cache_file in caplog.text
+        assert not marker.exists()
+        np.testing.assert_array_equal(roidb[0]["boxes"], first[0]["boxes"])
+
+    # a key others can read could sign anything: the cache is bypassed, even when the signature matches
+    os.chmod(key_file, 0o644)
+    signed = hmac.new(key_file.read_bytes(), forged, hashlib.sha256).digest() + forged
+    (cache_dir / cache_file).write_bytes(signed)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        roidb, _ = load_roidb(cfg, "train")
+    assert "is not a 32-byte file private to this user (mode 644" in caplog.text
+    assert not marker.exists()
+    np.testing.assert_array_equal(roidb[0]["boxes"], first[0]["boxes"])
+    assert (cache_dir / cache_file).read_bytes() == signed  # left alone, not re-signed with a public key

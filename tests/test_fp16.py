@@ -11,6 +11,7 @@ from conftest import build_cfg
 
 from lib.train import checkpoint
 from lib.train.optimizer import make_optimizer_params, master_params
+from lib.train.optimizer_states import state_arrays
 from symbols import inference_symbol, training_symbol
 
 A = 21  # anchors per cell with the default ANCHOR_SCALES x ANCHOR_RATIOS
@@ -167,9 +168,10 @@ W16 = np.array([[0.3, -0.7, 1.1, 0.05, -2.0, 0.6]], np.float16)
 W32 = np.array([[0.2, 0.4, -0.9, 1.3, -0.1, 0.8]], np.float32)
 
 
-def mixed_precision_module(contexts):
+def mixed_precision_module(contexts, arg_params=None):
     """A module with one float16 weight (between casts, as the body) and one float32 weight, the loss
-    scaled by S, bound and given the trainer's fp16 optimizer settings."""
+    scaled by S, bound, initialised (``arg_params``, default W16 and W32) and given the trainer's fp16
+    optimizer settings."""
     data = mx.sym.var("data")
     half_weight = mx.sym.var("half_weight", shape=W16.shape)
     half = mx.sym.sum(mx.sym.broadcast_mul(mx.sym.Cast(data, dtype="float16"), half_weight))
@@ -177,8 +179,8 @@ def mixed_precision_module(contexts):
     loss = mx.sym.MakeLoss(mx.sym.Cast(half, dtype="float32") + full, grad_scale=LOSS_SCALE)
     module = mx.mod.Module(loss, data_names=["data"], label_names=None, context=contexts)
     module.bind([("data", BATCH.shape)], for_training=True)
-    module.init_params(arg_params={"half_weight": mx.nd.array(W16, dtype="float16"),
-                                   "full_weight": mx.nd.array(W32)})
+    module.init_params(arg_params=arg_params or {"half_weight": mx.nd.array(W16, dtype="float16"),
+                                                 "full_weight": mx.nd.array(W32)})
     cfg = build_cfg({"TRAIN.lr": LR, "TRAIN.wd": WD, "TRAIN.momentum": MOMENTUM, "TRAIN.warmup": False,
                      "TRAIN.fp16_loss_scale": LOSS_SCALE, "TRAIN.lr_step": "1000"})
     module.init_optimizer(kvstore="device", optimizer="sgd",
@@ -235,7 +237,7 @@ def test_checkpoint_of_a_float16_module_stores_float32_masters(tmp_path):
     masters, aux = master_params(module)
     prefix = str(tmp_path / "fp16")
     checkpoint.save_checkpoint(prefix, 1, module.symbol, masters, aux, stds=(0.1, 0.1, 0.2, 0.2),
-                               means=(0, 0, 0, 0), save_states=module.save_optimizer_states)
+                               means=(0, 0, 0, 0), states=state_arrays(module))
     loaded, _ = checkpoint.load_params(checkpoint.params_path(prefix, 1))  # what the test network loads
     assert {name: value.dtype for name, value in loaded.items()} == {"half_weight": np.float32,
                                                                      "full_weight": np.float32}

@@ -4,7 +4,6 @@ SNIPER training on positive and negative chips, evaluation, resumable stages; an
 negative chips."""
 import logging
 import os
-import pickle
 import subprocess
 
 import numpy as np
@@ -12,6 +11,7 @@ import pytest
 
 from lib.config import load_config
 from lib.data.epoch_plan import EpochPlan, mine_images
+from lib.dataset.proposals import read_proposals
 from lib.inference.detector import Detector
 from lib.train.checkpoint import load_params
 from chip_generator.mining import MiningParams
@@ -122,8 +122,7 @@ def test_rpn_checkpoint_loads_into_the_proposal_graph_only(finished):
 
 def test_proposals_cover_the_training_images(finished):
     tmp_path, pipeline, outputs, _ = finished
-    with open(outputs["proposals"], "rb") as f:
-        proposals = pickle.load(f)
+    proposals = read_proposals(outputs["proposals"])
     assert sorted(proposals) == [1, 2]  # the synthetic training image ids
     for boxes in proposals.values():
         assert boxes.dtype == np.float32 and boxes.ndim == 2 and boxes.shape[1] == 5 and len(boxes) > 25

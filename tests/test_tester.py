@@ -3,7 +3,6 @@ for the checkpoint round trip, multi-context batching and proposal extraction.""
 import json
 import logging
 import os
-import pickle
 
 import cv2
 import mxnet as mx
@@ -13,6 +12,7 @@ import pytest
 from lib.boxes import bbox_overlaps
 from lib.config import load_config, with_overrides
 from lib.dataset import flip_boxes, load_roidb
+from lib.dataset.proposals import read_proposals
 from lib.scales import ScaleSpec, pyramid
 from lib.inference import tester
 from lib.inference.batching import extraction_order, part_bounds, plan_level, reference_order
@@ -445,13 +445,12 @@ def test_extracted_proposals_load_back_for_chip_mining(tiny):
     cfg, arg_params, aux_params = tiny
     detector = Detector(cfg, None, arg_params, aux_params, rpn_only=True)
     path = tester.extract_proposals(cfg, detector=detector)
-    assert path == tester.proposal_file(cfg) == os.path.join(cfg.output_path, "proposals", "train.pkl")
+    assert path == tester.proposal_file(cfg) == os.path.join(cfg.output_path, "proposals", "train.npz")
     in_folder = with_overrides(cfg, {"TEST.PROPOSAL_SAVE_PATH": os.path.dirname(path)})  # an existing folder
     assert tester.proposal_file(in_folder) == path
     assert tester.proposal_file(with_overrides(cfg, {"TEST.PROPOSAL_SAVE_PATH": "/elsewhere/rpn.pkl"})) \
         == "/elsewhere/rpn.pkl"
-    with open(path, "rb") as f:
-        proposals = pickle.load(f)
+    proposals = read_proposals(path)
     assert sorted(proposals) == [1, 2]  # image 3 cannot be read
     sizes = {image_id: (h, w) for _, image_id, h, w, _ in IMAGES["train"]}
     for image_id, boxes in proposals.items():
@@ -464,11 +463,11 @@ def test_extracted_proposals_load_back_for_chip_mining(tiny):
         assert np.sum(np.diff(boxes[:, 4]) > 0) <= 2  # best first within each of the 3 scales, stacked
         assert len(np.unique(boxes, axis=0)) == len(boxes)
     clip = with_overrides(cfg, {"TEST.CLIP_PROPOSALS": True, "TEST.PROPOSAL_SAVE_PATH": path + ".clipped"})
-    with open(tester.extract_proposals(clip, detector=Detector(clip, None, arg_params, aux_params, rpn_only=True)),
-              "rb") as f:
-        for image_id, boxes in pickle.load(f).items():
-            height, width = sizes[image_id]
-            np.testing.assert_array_equal(boxes[:, :4], np.minimum(proposals[image_id][:, :4], [width - 1, height - 1] * 2))
+    clipped = read_proposals(tester.extract_proposals(clip, detector=Detector(clip, None, arg_params, aux_params,
+                                                                              rpn_only=True)))
+    for image_id, boxes in clipped.items():
+        height, width = sizes[image_id]
+        np.testing.assert_array_equal(boxes[:, :4], np.minimum(proposals[image_id][:, :4], [width - 1, height - 1] * 2))
     # what negative chip mining reads: flipped entries get the mirrored proposals (without the load-time NMS,
     # tested with the roidb, the file's proposals themselves)
     roidb, _ = load_roidb(with_overrides(cfg, {"dataset.proposal": path, "TRAIN.FLIP": True,

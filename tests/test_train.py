@@ -4,6 +4,8 @@ import json
 import logging
 import os
 import re
+import subprocess
+import sys
 
 import mxnet as mx
 import numpy as np
@@ -105,6 +107,30 @@ def test_every_epoch_logs_the_loader_stats(data_dir, tmp_path, monkeypatch, capl
     assert 0 < first < second  # running totals
 
 
+def test_resume_after_a_damaged_last_checkpoint_and_a_killed_write_continues_from_the_epoch_before(
+        data_dir, tmp_path, caplog):
+    cfg = tiny_cfg(data_dir, tmp_path)
+    prefix, _ = train(cfg)
+    expected = params_of(prefix, 2)
+    last = checkpoint.params_path(prefix, 2)
+    with open(last, "r+b") as f:  # a truncated copy of the last checkpoint
+        f.truncate(os.path.getsize(last) // 2)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    leftover = os.path.join(os.path.dirname(prefix), f".tmp-{int(dead.stdout)}-0-{os.path.basename(last)}")
+    with open(leftover, "wb") as f:  # what a write killed by SIGKILL leaves
+        f.write(b"partial")
+    with caplog.at_level(logging.WARNING):
+        train(cfg, resume=True)
+    assert re.search(rf"removed {re.escape(leftover)} \(7 bytes\), left by an interrupted write", caplog.text)
+    assert not os.path.exists(leftover)
+    assert re.search(rf"resuming from epoch 1, the newest readable checkpoint: skipped damaged {re.escape(last)} ",
+                     caplog.text)
+    got = params_of(prefix, 2)  # epoch 2 trained again from epoch 1: what the first run had (as resume above)
+    assert got.keys() == expected.keys()
+    for name in expected:
+        np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
 def test_run_paths_follow_output_path_config_name_and_prefix():
     cfg = load_config(None, [("output_path", "/runs"), ("TRAIN.model_prefix", "MODEL")])
     assert checkpoint.output_dir(cfg) == os.path.join("/runs", "default")
@@ -119,7 +145,7 @@ def test_checkpoint_stores_denormalised_regressor_and_round_trips(tmp_path):
     args = {"bbox_pred_weight": mx.nd.array(weight), "bbox_pred_bias": mx.nd.array(bias), "w": mx.nd.ones(3)}
     aux = {"bn_moving_mean": mx.nd.zeros(2)}
     stds, means = [0.1, 0.1, 0.2, 0.2], [0, 0, 0, 0]
-    checkpoint.save_checkpoint(prefix, 3, None, args, aux, stds, means, save_states=lambda p: open(p, "w").close())
+    checkpoint.save_checkpoint(prefix, 3, None, args, aux, stds, means, states={})
     stored_args, stored_aux = checkpoint.load_params(checkpoint.params_path(prefix, 3))
     # test network: regressor multiplied back by the stds, row by row
     np.testing.assert_allclose(stored_args["bbox_pred_weight"].asnumpy(),
@@ -132,15 +158,17 @@ def test_checkpoint_stores_denormalised_regressor_and_round_trips(tmp_path):
     assert checkpoint.last_complete_epoch(prefix) == 3
 
 
-def test_interrupted_write_leaves_no_checkpoint(tmp_path):
+def test_interrupted_write_leaves_no_checkpoint(tmp_path, monkeypatch):
     prefix = str(tmp_path / "model")
 
-    def crash(path):
+    def crash(path, arrays):
         open(path, "w").write("partial")
         raise KeyboardInterrupt
 
+    monkeypatch.setattr(checkpoint.mx.nd, "save", crash)
     with pytest.raises(KeyboardInterrupt):
-        checkpoint.save_checkpoint(prefix, 1, None, {"w": mx.nd.ones(2)}, {}, [1] * 4, [0] * 4, save_states=crash)
+        checkpoint.save_checkpoint(prefix, 1, None, {"w": mx.nd.ones(2)}, {}, [1] * 4, [0] * 4, states={})
+    monkeypatch.undo()
     assert os.listdir(tmp_path) == []
     assert checkpoint.last_complete_epoch(prefix) == 0
     # params without optimizer states do not count as a complete epoch

@@ -61,7 +61,7 @@ def main():
         seconds, (roidb, _) = timed(lambda: load_roidb(cfg, "train"))
         rows.append((f"roidb build, {args.images} images / {boxes} boxes", seconds, f"{len(roidb)} entries (flips)"))
         seconds, (roidb, _) = timed(lambda: load_roidb(cfg, "train"))
-        rows.append(("roidb from cache (hash + unpickle + file check)", seconds, f"{len(roidb)} entries"))
+        rows.append(("roidb from cache (hash + verify + unpickle + file check)", seconds, f"{len(roidb)} entries"))
         seconds, (_, dataset) = timed(lambda: load_roidb(cfg, "train", training=False))
         seconds_coco, _ = timed(lambda: dataset.coco)
         rows.append(("test roidb build", seconds, ""))

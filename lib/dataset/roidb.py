@@ -4,27 +4,39 @@ The cache lives in ``{cfg.dataset.root_path}/cache`` and its file name carries a
 annotation files' content and of every option that changes the roidb, so an edited annotation file
 or a changed option builds a new roidb instead of serving a stale one. Proposals are attached after
 the cache (they come from a separate, often regenerated file).
+
+The cache is a pickle (it holds the dataset object), so it is signed: each file starts with an
+HMAC-SHA256 of the rest, keyed by a random secret created in the cache folder (``.roidb_cache_key``,
+mode 0600, owned by the user). A cache that fails verification (copied from elsewhere, tampered with,
+truncated) is never unpickled: it is rebuilt with a warning. A key file others can read or write is not
+trusted: the cache is then bypassed, with a warning saying how to fix the permissions.
 """
 import hashlib
+import hmac
 import json
 import logging
 import os
 import pickle
 import re
+import secrets
 
 import numpy as np
 from tqdm import tqdm
 
-from lib.atomic import write_pickle
+from lib.atomic import write_bytes
 from lib.dataset.coco import CocoDataset
 from lib.dataset.pascal_voc import PascalVocDataset
+from lib.dataset.proposals import read_proposals
 from lib.dataset.reference_rules import suppress_pooled_proposals, truncate_to_whole_pixels
 from lib.dataset.synthetic import ensure_synthetic_dataset
 
 logger = logging.getLogger(__name__)
 
 # Bump when the entry format or the reading rules change: old caches are then ignored.
-CACHE_VERSION = 1
+CACHE_VERSION = 2
+CACHE_KEY_FILE = ".roidb_cache_key"
+KEY_BYTES = 32
+TAG_BYTES = hashlib.sha256().digest_size
 # The synthetic set is a COCO-format folder that is generated when absent.
 DATASETS = {"coco": CocoDataset, "pascal_voc": PascalVocDataset, "synthetic": CocoDataset}
 # How many missing ids an error or log line lists.
@@ -128,45 +140,50 @@ def check_image_files(roidb):
 
 
 def attach_proposals(roidb, path, nms_thresh=0.0):
-    """Set ``entry["proposals"]`` (P, 4) from a pickle of ``{image_id: (P, 5) [box, score]}``.
+    """Set ``entry["proposals"]`` (P, 4) from a proposal file (``lib.dataset.proposals``: ``{image_id: (P, 5)
+    [box, score]}``).
 
-    Boxes are in original, unflipped pixels; flipped entries get mirrored copies. Each image's proposals
-    first go through NMS at ``nms_thresh`` (dataset.PROPOSAL_NMS; 0 or a file without scores: none).
-    Images absent from the file get an empty (0, 4) array and are counted in one log line.
+    Boxes are in original, unflipped pixels; flipped entries get mirrored copies. Proposals sharing no
+    pixel with their image (x1 > width - 1, y1 > height - 1, x2 < 0 or y2 < 0) or not finite are dropped:
+    clamped, they would become degenerate boxes in the corners; the drops are counted in one warning.
+    Then each image's proposals go through NMS at ``nms_thresh`` (dataset.PROPOSAL_NMS; 0 or a file
+    without scores: none). Images absent from the file get an empty (0, 4) array and are counted in one
+    log line.
     """
-    try:
-        with open(path, "rb") as f:
-            proposals = pickle.load(f)
-    except OSError as err:
-        raise IOError(f"cannot read proposal file {path} (dataset.proposal): {err.strerror or err}. Negative "
-                      "chips (TRAIN.USE_NEG_CHIPS) need proposals of the training images: make them with "
-                      "scripts/train_neg_props_and_sniper.sh, or set TRAIN.USE_NEG_CHIPS false") from None
-    except Exception as err:  # unpickling raises many types for a corrupt file
-        raise ValueError(f"proposal file {path} is not a readable pickle: {err}") from None
-    if not isinstance(proposals, dict):
-        raise ValueError(f"proposal file {path}: expected a dict {{image_id: (P, 5) array}}, "
-                         f"got {type(proposals).__name__}")
-    missing, pooled = [], {}
+    proposals = read_proposals(path)
+    missing, kept, dropped = [], {}, {}
     for entry in roidb:
-        image_proposals = proposals.get(entry["id"])
-        if image_proposals is None:
+        image_id = entry["id"]
+        if image_id not in proposals:
             if not entry["flipped"]:
-                missing.append(entry["id"])
+                missing.append(image_id)
             entry["proposals"] = np.zeros((0, 4), dtype=np.float32)
             continue
-        boxes = np.asarray(image_proposals, dtype=np.float32)
-        if boxes.ndim != 2 or boxes.shape[1] not in (4, 5):
-            raise ValueError(f"proposal file {path}: image id {entry['id']} has proposals of shape {boxes.shape}, "
-                             f"expected (P, 5)")
-        if nms_thresh and boxes.shape[1] == 5:  # once per image, the mirrored entry mirrors the result
-            if entry["id"] not in pooled:
-                pooled[entry["id"]] = suppress_pooled_proposals(boxes, nms_thresh)
-            boxes = pooled[entry["id"]]
+        if image_id not in kept:  # once per image, the mirrored entry mirrors the result
+            boxes = proposals[image_id]
+            inside = _inside_image(boxes, entry["width"], entry["height"])
+            if not inside.all():
+                dropped[image_id] = int(np.sum(~inside))
+                boxes = boxes[inside]
+            if nms_thresh and boxes.shape[1] == 5:
+                boxes = suppress_pooled_proposals(boxes, nms_thresh)
+            kept[image_id] = boxes
+        boxes = kept[image_id]
         entry["proposals"] = flip_boxes(boxes[:, :4], entry["width"]) if entry["flipped"] else boxes[:, :4].copy()
+    if dropped:
+        logger.warning("proposal file %s: dropped %d proposals lying entirely outside their image (or not finite) "
+                       "in %d images (e.g. %s)", path, sum(dropped.values()), len(dropped),
+                       ", ".join(f"image id {i}: {n}" for i, n in list(dropped.items())[:MAX_LISTED]))
     if missing:
         logger.warning("proposal file %s has no proposals for %d of %d images (e.g. image ids %s); they get none",
                        path, len(missing), sum(not e["flipped"] for e in roidb),
                        ", ".join(str(i) for i in missing[:MAX_LISTED]))
+
+
+def _inside_image(boxes, width, height):
+    """Per box: finite and sharing at least one pixel with a ``width`` x ``height`` image (inclusive boxes)."""
+    x1, y1, x2, y2 = boxes[:, 0], boxes[:, 1], boxes[:, 2], boxes[:, 3]
+    return (np.isfinite(boxes[:, :4]).all(axis=1) & (x1 <= width - 1) & (y1 <= height - 1) & (x2 >= 0) & (y2 >= 0))
 
 
 def _file_digest(path):
@@ -194,12 +211,63 @@ def _cache_path(root_path, dataset, training, flip):
     return os.path.join(root_path, "cache", f"{name}_{key.hexdigest()[:16]}.pkl")
 
 
+def _cache_secret(folder):
+    """The HMAC key of the caches in ``folder``, created on first use; None (with a warning) when the key
+    file could have been read or replaced by someone else."""
+    path = os.path.join(folder, CACHE_KEY_FILE)
+    try:
+        if not os.path.exists(path):
+            os.makedirs(folder, exist_ok=True)
+            tmp = f"{path}.new-{os.getpid()}"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                os.write(fd, secrets.token_bytes(KEY_BYTES))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            try:  # whole or not at all, and the first of concurrent runs wins
+                os.link(tmp, path)
+            except FileExistsError:
+                pass
+            finally:
+                os.remove(tmp)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        try:
+            info = os.fstat(fd)
+            secret = os.read(fd, KEY_BYTES + 1)
+        finally:
+            os.close(fd)
+    except OSError as err:
+        logger.warning("roidb cache key %s cannot be used (%s); the roidb is built without the cache", path, err)
+        return None
+    if info.st_uid != os.getuid() or info.st_mode & 0o077 or len(secret) != KEY_BYTES:
+        logger.warning("roidb cache key %s is not a %d-byte file private to this user (mode %o, owner %d): caches "
+                       "signed with it are not trusted and the roidb is built without the cache; remove the key "
+                       "file and the caches beside it to start afresh", path, KEY_BYTES, info.st_mode & 0o777,
+                       info.st_uid)
+        return None
+    return secret
+
+
 def _read_cache(path):
     if not os.path.isfile(path):
         return None
+    secret = _cache_secret(os.path.dirname(path))
+    if secret is None:
+        return None
     try:
         with open(path, "rb") as f:
-            dataset, roidb = pickle.load(f)
+            data = f.read()
+    except OSError as err:
+        logger.warning("ignoring unreadable roidb cache %s (%s); rebuilding it", path, err)
+        return None
+    tag, payload = data[:TAG_BYTES], data[TAG_BYTES:]
+    if not hmac.compare_digest(tag, hmac.new(secret, payload, hashlib.sha256).digest()):
+        logger.warning("roidb cache %s fails verification against %s (truncated, altered or not written here); "
+                       "not loading it, rebuilding it", path, CACHE_KEY_FILE)
+        return None
+    try:
+        dataset, roidb = pickle.loads(payload)  # written by this user with this key: trusted
         return dataset, roidb
     except Exception as err:  # a cache is disposable: any failure means "rebuild"
         logger.warning("ignoring unreadable roidb cache %s (%s); rebuilding it", path, err)
@@ -207,8 +275,12 @@ def _read_cache(path):
 
 
 def _write_cache(path, content):
-    """Written atomically (``lib.atomic``), so a killed run never leaves a truncated cache."""
+    """Signed and written atomically (``lib.atomic``), so a killed run never leaves a truncated cache."""
+    secret = _cache_secret(os.path.dirname(path))
+    if secret is None:
+        return
+    payload = pickle.dumps(content, protocol=pickle.HIGHEST_PROTOCOL)
     try:
-        write_pickle(content, path)
+        write_bytes(hmac.new(secret, payload, hashlib.sha256).digest() + payload, path)
     except OSError as err:  # the cache only saves time: warn and go on
         logger.warning("cannot write roidb cache %s: %s", path, err)

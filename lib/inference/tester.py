@@ -2,8 +2,8 @@
 
 ``test(cfg)`` runs the checkpoint over ``dataset.test_image_set``, writes the results (COCO JSON,
 test-dev ready) and evaluates them when the set has annotations. ``extract_proposals(cfg)`` runs the
-RPN-only network over ``dataset.image_set`` (the training images, unflipped) and writes the pickle
-that ``dataset.proposal`` reads for negative chip mining.
+RPN-only network over ``dataset.image_set`` (the training images, unflipped) and writes the proposal
+file (``lib.dataset.proposals``, an ``.npz``) that ``dataset.proposal`` reads for negative chip mining.
 
 Images are batched as the reference batches them (lib.inference.batching) and prepared and merged in
 ``TEST.NUM_PROCESS`` worker processes around the network (lib.inference.pipeline). An image that cannot
@@ -16,8 +16,9 @@ import os
 import numpy as np
 from tqdm import tqdm
 
-from lib.atomic import write_json, write_pickle
+from lib.atomic import write_json
 from lib.dataset import load_roidb
+from lib.dataset.proposals import write_proposals
 from lib.inference.detector import Detector
 from lib.inference.pipeline import RoidbImages
 from lib.inference.evaluator import coco_results, evaluate_coco, evaluate_voc
@@ -33,10 +34,10 @@ def results_dir(cfg):
 
 def proposal_file(cfg):
     """``TEST.PROPOSAL_SAVE_PATH`` (a file, or a folder: an existing one or a path ending in '/') or
-    ``{output_path}/proposals``; a folder gets ``{image_set}.pkl``."""
+    ``{output_path}/proposals``; a folder gets ``{image_set}.npz``."""
     path = cfg.TEST.PROPOSAL_SAVE_PATH or os.path.join(cfg.output_path, "proposals", "")
     if path.endswith(os.sep) or os.path.isdir(path):
-        return os.path.join(path, f"{cfg.dataset.image_set}.pkl")
+        return os.path.join(path, f"{cfg.dataset.image_set}.npz")
     return path
 
 
@@ -108,14 +109,14 @@ def _voc(dataset, roidb, found, tested, out_dir):
 def extract_proposals(cfg, detector=None):
     """RPN proposals of every image of ``dataset.image_set`` at ``TEST.SCALES`` (the best
     ``TEST.NUM_PROPOSALS`` per scale, pooled), saved as ``{image_id: float32 (P, 5)}`` in original
-    unflipped pixels to ``proposal_file(cfg)``; returns the path."""
+    unflipped pixels to ``proposal_file(cfg)`` (lib.dataset.proposals); returns the path."""
     image_set = cfg.dataset.image_set
     roidb, _ = load_roidb(cfg, image_set, training=False)
     detector = detector or Detector.from_checkpoint(cfg, None, rpn_only=True)
     found, skipped = run_images(roidb, detector, cfg.TEST.NUM_PROCESS, "proposals")
     proposals = {roidb[i]["id"]: found[i] for i in sorted(found)}
     path = proposal_file(cfg)
-    write_pickle(proposals, path)
+    write_proposals(proposals, path)
     counts = [len(p) for p in proposals.values()] or [0]
     logger.info("wrote proposals of %d images (%d skipped, %.0f per image on average) to %s",
                 len(proposals), len(skipped), np.mean(counts), path)

@@ -7,7 +7,7 @@ Stages, every one a set of config overrides of a config file + overrides (``{out
    negative chips, under its own model prefix so it never touches the SNIPER checkpoints:
    ``{out}/{rpn}-{N:04d}.params``.
 2. proposals: that RPN over the training images at TEST.SCALES (TEST.EXTRACT_PROPOSALS):
-   ``{out}/proposals/{rpn}-{N:04d}_{image_set}.pkl``.
+   ``{out}/proposals/{rpn}-{N:04d}_{image_set}.npz``.
 3. sniper: SNIPER with TRAIN.USE_NEG_CHIPS and dataset.proposal set to that file:
    ``{out}/{TRAIN.model_prefix}-{end_epoch:04d}.params``.
 4. eval: the tester on that checkpoint: ``{out}/results/{test_image_set}/test_summary.json``.
@@ -108,7 +108,7 @@ class NegChipPipeline:
             ("TRAIN.model_prefix", rpn_prefix), ("TRAIN.begin_epoch", "0"), ("TRAIN.end_epoch", str(rpn_epochs))])
         self.rpn_checkpoint = params_path(checkpoint_prefix(self.rpn_cfg), rpn_epochs)
         self.proposal_file = os.path.join(output_dir(base), "proposals",
-                                          f"{rpn_prefix}-{rpn_epochs:04d}_{base.dataset.image_set}.pkl")
+                                          f"{rpn_prefix}-{rpn_epochs:04d}_{base.dataset.image_set}.npz")
         self.extract_cfg = load_config(cfg_file, overrides + rpn_overrides + [
             ("TEST.EXTRACT_PROPOSALS", "true"), ("TEST.MODEL", self.rpn_checkpoint),
             ("TEST.PROPOSAL_SAVE_PATH", self.proposal_file)])

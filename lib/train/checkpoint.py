@@ -7,20 +7,24 @@ A checkpoint's ``.params`` is what the test network loads: the class-agnostic bo
 de-normalised (multiplied back by the target stds, spec section 7). Multiplying and dividing by the
 stds in float32 is not exact, and a resumed run must continue bit for bit, so the training values of
 the regressor are also kept, under ``train:`` keys that MXNet's own loaders ignore. The optimizer
-state goes beside it as ``prefix-%04d.states``; an epoch counts as complete only when both files
-exist, and each is written to a temporary name and renamed (``lib.atomic``), so a run killed
-mid-write never leaves a checkpoint that looks complete.
+state goes beside it as ``prefix-%04d.states`` (pickle-free: lib.train.optimizer_states); an epoch counts
+as complete only when both files exist, and each is written to a temporary name and renamed
+(``lib.atomic``), so a run killed mid-write never leaves a checkpoint that looks complete. A file damaged
+afterwards (a truncated copy, a bad disk) is found by ``last_readable_epoch``, which resume uses.
 """
+import errno
 import glob
 import json
 import logging
 import os
 import re
+import shutil
 
 import mxnet as mx
 import numpy as np
 
 from lib.atomic import atomic_path, write_json
+from lib.train.optimizer_states import read_optimizer_states
 
 logger = logging.getLogger(__name__)
 
@@ -71,9 +75,24 @@ def _scale_regressor(arg_params, stds, means, forward):
     return scaled
 
 
-def save_checkpoint(prefix, epoch, symbol, arg_params, aux_params, stds, means, save_states=None, progress=None):
-    """Write symbol, test-ready params, optimizer states (via ``save_states(path)``) and the
-    training ``progress`` dict (iteration counts a resumed run needs to keep the same schedule)."""
+def save_ndarrays(path, arrays):
+    """``mx.nd.save(path, arrays)`` atomically. A full disk is an OSError naming the file and the bytes
+    its arrays need (checked first; MXNet's own error on a failed write does not say why)."""
+    size = sum(value.size * np.dtype(value.dtype).itemsize for value in arrays.values())
+    with atomic_path(path, size=size) as tmp:
+        try:
+            mx.nd.save(tmp, arrays)
+        except mx.base.MXNetError as err:
+            written = os.path.getsize(tmp) if os.path.exists(tmp) else 0
+            if shutil.disk_usage(os.path.dirname(tmp)).free >= size - written:
+                raise
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)) from err
+
+
+def save_checkpoint(prefix, epoch, symbol, arg_params, aux_params, stds, means, states=None, progress=None):
+    """Write symbol, test-ready params, optimizer ``states`` (the arrays of
+    ``lib.train.optimizer_states.state_arrays``) and the training ``progress`` dict (iteration counts a
+    resumed run needs to keep the same schedule)."""
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
     if symbol is not None:
         with atomic_path(f"{prefix}-symbol.json") as tmp:
@@ -82,14 +101,12 @@ def save_checkpoint(prefix, epoch, symbol, arg_params, aux_params, stds, means, 
     blob = {f"arg:{k}": v for k, v in test_args.items()}
     blob.update({f"aux:{k}": v for k, v in aux_params.items()})
     blob.update({f"{TRAIN_KIND}:{k}": arg_params[k] for k in (BBOX_PRED_WEIGHT, BBOX_PRED_BIAS) if k in arg_params})
-    if save_states is not None:
-        with atomic_path(states_path(prefix, epoch)) as tmp:
-            save_states(tmp)
+    if states is not None:
+        save_ndarrays(states_path(prefix, epoch), states)
     if progress is not None:
         write_json(progress, progress_path(prefix, epoch))
     # params last: its presence marks the epoch complete
-    with atomic_path(params_path(prefix, epoch)) as tmp:
-        mx.nd.save(tmp, blob)
+    save_ndarrays(params_path(prefix, epoch), blob)
     logger.info("saved checkpoint %s", params_path(prefix, epoch))
 
 
@@ -141,14 +158,53 @@ def load_progress(prefix, epoch):
     if not os.path.isfile(path):
         return {}
     with open(path) as f:
-        return json.load(f)
+        progress = json.load(f)
+    if not isinstance(progress, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(progress).__name__}")
+    return progress
 
 
-def last_complete_epoch(prefix):
-    """The highest epoch with both params and optimizer states on disk, or 0 when none."""
+def complete_epochs(prefix):
+    """The epochs with both params and optimizer states on disk, in increasing order."""
     epochs = []
     for path in glob.glob(glob.escape(prefix) + "-*.params"):
         match = re.fullmatch(re.escape(prefix) + r"-(\d{4})\.params", path)
         if match and os.path.isfile(states_path(prefix, int(match.group(1)))):
             epochs.append(int(match.group(1)))
-    return max(epochs, default=0)
+    return sorted(epochs)
+
+
+def last_complete_epoch(prefix):
+    """The highest epoch with both params and optimizer states on disk, or 0 when none."""
+    return max(complete_epochs(prefix), default=0)
+
+
+def last_readable_epoch(prefix):
+    """The highest complete epoch whose params, optimizer states and progress all read back, or 0 when
+    there is no complete epoch. Damaged later epochs are skipped with one warning naming their files
+    (they are left on disk: training overwrites them when it reaches them again). Every complete
+    epoch damaged is an error: silently starting over would discard them."""
+    damaged = []
+    for epoch in reversed(complete_epochs(prefix)):
+        problems = _unreadable_files(prefix, epoch)
+        if not problems:
+            if damaged:
+                logger.warning("resuming from epoch %d, the newest readable checkpoint: skipped damaged %s",
+                               epoch, "; ".join(damaged))
+            return epoch
+        damaged.extend(problems)
+    if damaged:
+        raise ValueError(f"no readable checkpoint of {prefix} to resume from: {'; '.join(damaged)}")
+    return 0
+
+
+def _unreadable_files(prefix, epoch):
+    """``'path (reason)'`` for each file of ``epoch`` that cannot be read back."""
+    problems = []
+    for path, read in ((params_path(prefix, epoch), load_params), (states_path(prefix, epoch), read_optimizer_states),
+                       (progress_path(prefix, epoch), lambda _: load_progress(prefix, epoch))):
+        try:
+            read(path)
+        except (OSError, ValueError) as err:  # json.JSONDecodeError is a ValueError
+            problems.append(f"{path} ({str(err).splitlines()[0]})")
+    return problems

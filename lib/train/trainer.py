@@ -12,6 +12,7 @@ import mxnet as mx
 import numpy as np
 from tqdm import tqdm
 
+from lib.atomic import remove_stale_temporaries
 from lib.contexts import fp16_enabled, parse_contexts
 from lib.data import ChipLoader
 from lib.dataset import load_roidb
@@ -19,6 +20,7 @@ from lib.train import checkpoint
 from lib.train.distributed import Workers, create_kvstore
 from lib.train.metrics import loss_values, make_metrics
 from lib.train.optimizer import make_optimizer_params, master_params
+from lib.train.optimizer_states import load_optimizer_states, state_arrays
 from lib.train.pretrained import initial_params
 from lib.train.progress import RunProgress
 from symbols import PROPOSAL_TARGET_GROUP, get_fixed_param_names, training_symbol, use_compiled_deformable
@@ -32,7 +34,7 @@ class TrainingDiverged(RuntimeError):
 
 def _begin_epoch(cfg, prefix, resume):
     if resume or cfg.TRAIN.resume:
-        epoch = checkpoint.last_complete_epoch(prefix)
+        epoch = checkpoint.last_readable_epoch(prefix)
         logger.info("resuming from epoch %d (%s)", epoch, prefix if epoch else "no complete checkpoint yet")
         return epoch
     return cfg.TRAIN.begin_epoch
@@ -67,6 +69,9 @@ def train(cfg, resume=False, kvstore=None):
     rpn_only = cfg.TRAIN.ONLY_PROPOSAL
     roidb, dataset = load_roidb(cfg, cfg.dataset.image_set, training=True)
     prefix = checkpoint.checkpoint_prefix(cfg)
+    if workers.rank == 0:  # the writer of the run's files clears what a killed write left behind
+        for folder in sorted({checkpoint.output_dir(cfg), os.path.dirname(prefix)}):
+            remove_stale_temporaries(folder)
     begin_epoch = _begin_epoch(cfg, prefix, resume)
     chips_per_device = cfg.TRAIN.BATCH_IMAGES  # the one read: the loader and the loss normalisation share it
     loader = ChipLoader(roidb, cfg, chips_per_device, num_ctx=len(contexts), rpn_only=rpn_only,
@@ -91,7 +96,7 @@ def train(cfg, resume=False, kvstore=None):
         module.init_optimizer(kvstore=kvstore, optimizer="sgd",
                               optimizer_params=make_optimizer_params(cfg, iters_per_epoch, num_update, fp16))
     if begin_epoch > 0:
-        module.load_optimizer_states(checkpoint.states_path(prefix, begin_epoch))
+        load_optimizer_states(module, checkpoint.states_path(prefix, begin_epoch))
     workers.join(module, begin_epoch=begin_epoch, roidb_entries=len(roidb), batch_size=loader.batch_size,
                  batches=loader.num_batches, iters_per_epoch=iters_per_epoch, num_update=num_update)
     mx.nd.waitall()  # parameter copies into the executors land before BatchNorm's untracked writes (below)
@@ -121,7 +126,7 @@ def train(cfg, resume=False, kvstore=None):
             workers.log_digest(epoch + 1, arg_params, aux_params)
             if workers.rank == 0:
                 checkpoint.save_checkpoint(prefix, epoch + 1, symbol, arg_params, aux_params, stds, means,
-                                           save_states=module.save_optimizer_states,
+                                           states=state_arrays(module),
                                            progress={"iters_per_epoch": iters_per_epoch, "num_update": num_update,
                                                      "metrics": history[-1]})
     return prefix, history
