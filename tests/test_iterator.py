@@ -412,34 +412,40 @@ def test_dropped_batches_are_handed_out_without_copies(roidb, cfg):
 
 # -- reliability -------------------------------------------------------------------------------------
 @pytest.fixture()
-def damaged(dataset, tmp_path):
-    """A copy of the dataset with one corrupt and one missing image, and its roidb."""
+def damaged(synthetic_dataset, tmp_path):
+    """A copy of the dataset with one corrupt, one missing and one truncated image (a real JPEG cut to
+    two thirds, which the decoder alone would return with grey rows), and its roidb."""
     copy = tmp_path / "synthetic"
-    shutil.copytree(dataset, copy)
+    shutil.copytree(synthetic_dataset(train=5, val=0), copy)
     cfg = dataset_cfg(str(copy), tmp_path / "root")
     roidb = load_roidb(cfg, "train")[0]
-    corrupt, missing = roidb[0]["image"], roidb[1]["image"]
+    corrupt, missing, truncated = roidb[0]["image"], roidb[1]["image"], roidb[2]["image"]
     with open(corrupt, "wb") as f:
         f.write(b"\xff\xd8\xff\xe0 this is not a jpeg" * 10)
     os.remove(missing)
-    return cfg, roidb, corrupt, missing
+    with open(truncated, "rb") as f:
+        data = f.read()
+    with open(truncated, "wb") as f:
+        f.write(data[:len(data) * 2 // 3])
+    return cfg, roidb, corrupt, missing, truncated
 
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_unreadable_images_are_replaced_logged_and_counted(damaged, workers, caplog):
-    cfg, roidb, corrupt, missing = damaged
+    cfg, roidb, corrupt, missing, truncated = damaged
     with ChipLoader(roidb, cfg, CHIPS, num_workers=workers, seed=2) as loader:
         batches = numpy_batches(loader)
         plan = loader._plan
-    bad_chips = sum(roidb[i]["image"] in (corrupt, missing) for i in plan.chips.image_index)
+    bad_chips = sum(roidb[i]["image"] in (corrupt, missing, truncated) for i in plan.chips.image_index)
     assert bad_chips > 0
-    assert set(loader.stats.bad_images) == {corrupt, missing}
+    assert set(loader.stats.bad_images) == {corrupt, missing, truncated}
     assert loader.stats.bad_image_count >= bad_chips
     assert len(batches) == plan.num_batches
     for batch in batches:
         assert (batch[2][:, 0] > 0).all()  # every chip got content (im_info height)
     logged = " ".join(r.getMessage() for r in caplog.records)
     assert corrupt in logged and missing in logged
+    assert f"unreadable image {truncated} (truncated image {truncated}: the file ends before" in logged
 
 
 @pytest.mark.parametrize("workers", [0, 2])

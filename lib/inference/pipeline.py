@@ -20,12 +20,12 @@ from lib.data.batch_ring import BatchRing, Field
 from lib.data.chip_worker import ChipWorker
 from lib.data.pixels import network_pixels
 from lib.data.worker_pool import InlinePool, ProcessPool
-from lib.dataset.image_io import read_image
+from lib.dataset.image_io import read_roidb_image
 
 
 class RoidbImages:
-    """Test roidb entries read from their files; a file whose size is not the annotated one is refused
-    (the canvases are planned from the annotated sizes)."""
+    """Test roidb entries read from their files; a file whose size is not the annotated one is refused,
+    with training's message (the canvases are planned from the annotated sizes)."""
 
     def __init__(self, roidb):
         self.roidb = roidb
@@ -34,12 +34,7 @@ class RoidbImages:
         return [(int(entry["height"]), int(entry["width"])) for entry in self.roidb]
 
     def read(self, index):
-        entry = self.roidb[index]
-        image = read_image(entry["image"])
-        if image.shape[:2] != (entry["height"], entry["width"]):
-            raise IOError(f"image {entry['image']} is {image.shape[1]}x{image.shape[0]}, but the annotations say "
-                          f"{entry['width']}x{entry['height']}")
-        return image
+        return read_roidb_image(self.roidb[index])
 
 
 class ArrayImages:
