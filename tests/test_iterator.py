@@ -1,5 +1,6 @@
 """The training iterator (lib/data): chip pixels, chip boxes, batches, determinism, and reliability."""
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -13,8 +14,8 @@ import numpy as np
 import psutil
 import pytest
 
-from lib.config import load_config
-from lib.data import ChipLoader, WorkerDiedError, WorkerError
+from lib.config import load_config, with_overrides
+from lib.data import ChipLoader, WorkerDiedError, WorkerError, WorkerStalledError
 from lib.data.anchor_target import AnchorTargeter, AnchorTargetParams
 from lib.data.batch_ring import BatchRing, Field
 from lib.data.chip_boxes import chip_gt_boxes, chip_valid_range, pack_gt_boxes
@@ -492,6 +493,40 @@ def test_a_killed_worker_raises_instead_of_hanging_and_close_reaps_all(roidb, cf
     assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in pids)
     with pytest.raises(RuntimeError, match="closed"):
         next(loader)
+
+
+def stop_at(module, path, monkeypatch):
+    """Make a worker that reads the image at ``path`` stop itself (SIGSTOP) there: the workers are forked
+    after this, so they run the patched reader."""
+    from lib.dataset import image_io
+
+    def read(entry):
+        if entry["image"] == path:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return image_io.read_roidb_image(entry)
+
+    monkeypatch.setattr(module, "read_roidb_image", read)
+
+
+def test_a_stopped_worker_is_named_with_its_image_instead_of_hanging(roidb, cfg, monkeypatch):
+    from lib.data import chip_worker
+
+    stopped = roidb[1]["image"]
+    stop_at(chip_worker, stopped, monkeypatch)
+    loader = ChipLoader(roidb, with_overrides(cfg, {"TRAIN.LOADER_TIMEOUT": 2}), CHIPS, num_workers=2, seed=1)
+    pids = loader.pids
+    try:
+        with alarm(60), pytest.raises(WorkerStalledError) as info:
+            for _ in loader:
+                pass
+    finally:
+        loader.close()
+    match = re.fullmatch(r"data loader worker chip-loader-\d \(pid (\d+)\) has shown no sign of life for (\d+) s "
+                         r"\(TRAIN.LOADER_TIMEOUT is 2 s\) while building a chip of image (.*); the process is "
+                         r"stopped \(SIGSTOP or Ctrl-Z\?\); stopping rather than waiting forever", str(info.value))
+    assert match, str(info.value)
+    assert int(match.group(1)) in pids and int(match.group(2)) >= 2 and match.group(3) == stopped
+    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in pids)
 
 
 def start_script(dataset, tmp_path):

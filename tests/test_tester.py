@@ -4,6 +4,8 @@ import json
 import logging
 import os
 import pickle
+import re
+import signal
 
 import cv2
 import mxnet as mx
@@ -526,3 +528,25 @@ def test_an_image_not_of_its_annotated_size_is_skipped_counted_and_named_as_in_t
     index = next(i for i, entry in enumerate(roidb) if entry["image"] == resized)
     reply = ChipWorker(roidb, cfg, None, False).make_chip(0, 0, "tag", ChipRef(index, 0, 1.0, (0, 0, 9, 9), ()), 0)
     assert reply == ("bad_image", "tag", 0, resized, message)
+
+
+def test_a_stopped_test_worker_is_named_with_its_image_instead_of_hanging(tiny, monkeypatch):
+    from lib.data.worker_pool import WorkerStalledError
+    from lib.dataset import image_io
+    from lib.inference import pipeline
+
+    cfg, arg_params, aux_params = tiny
+    detector = Detector(with_overrides(cfg, {"TEST.LOADER_TIMEOUT": 2}), NUM_CLASSES, arg_params, aux_params)
+    roidb, _ = load_roidb(cfg, "val", training=False)
+    stopped = roidb[1]["image"]
+
+    def read(entry):  # the forked workers stop themselves (SIGSTOP) on this image
+        if entry["image"] == stopped:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return image_io.read_roidb_image(entry)
+
+    monkeypatch.setattr(pipeline, "read_roidb_image", read)
+    with pytest.raises(WorkerStalledError, match=rf"worker test-pipeline-\d \(pid \d+\) has shown no sign of life "
+                                                 rf"for \d+ s \(TEST.LOADER_TIMEOUT is 2 s\) while preparing image "
+                                                 rf"{re.escape(stopped)}; the process is stopped"):
+        tester.run_images(roidb, detector, 2, "pipelined")

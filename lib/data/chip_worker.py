@@ -77,6 +77,13 @@ class ChipWorker:
             return ("mined", task[1], mine_images(self.roidb, self.mining, *task[2:]))
         raise ValueError(f"unknown data loader task {task[0]!r}")
 
+    def describe(self, task):
+        """What a task is about, for the message of a stalled worker."""
+        if task[0] == "chip":
+            return f"building a chip of image {self.roidb[task[4].image_index]['image']}"
+        indices = task[5]
+        return f"mining the chips of roidb entries {indices[0]}..{indices[-1]}"
+
     def make_chip(self, slot, position, tag, chip, seed):
         """Build ``chip`` (a ChipRef) into ``slot`` at ``position``; ``tag`` is echoed back."""
         entry = self.roidb[chip.image_index]
