@@ -9,7 +9,7 @@ import logging
 import sys
 
 from lib.config import add_config_arguments, config_from_arguments, dump_config
-from lib.logger import setup_logging
+from lib.logger import logged_outcome, setup_logging
 
 
 def parse_args(argv=None):
@@ -35,14 +35,15 @@ def main(argv=None):
     workers = Workers(kvstore)
     with workers.exit_at_once_on_error():
         setup_logging(output_dir(cfg), name=f"train_rank{workers.rank}" if workers.distributed else "train")
-        logging.getLogger(__name__).info("config %s with overrides %s:\n%s", args.cfg, args.set, dump_config(cfg))
-        prefix, _ = train(cfg, resume=args.resume, kvstore=kvstore)
-        if args.eval and workers.rank == 0:
-            from lib.inference.tester import test
-            from lib.train.checkpoint import params_path
+        with logged_outcome("training"):
+            logging.getLogger(__name__).info("config %s with overrides %s:\n%s", args.cfg, args.set, dump_config(cfg))
+            prefix, _ = train(cfg, resume=args.resume, kvstore=kvstore)
+            if args.eval and workers.rank == 0:
+                from lib.inference.tester import test
+                from lib.train.checkpoint import params_path
 
-            # The checkpoint just written, whatever TEST.TEST_EPOCH / TEST.MODEL say (they serve main_test.py).
-            test(cfg, checkpoint=params_path(prefix, cfg.TRAIN.end_epoch))
+                # The checkpoint just written, whatever TEST.TEST_EPOCH / TEST.MODEL say (they serve main_test.py).
+                test(cfg, checkpoint=params_path(prefix, cfg.TRAIN.end_epoch))
 
 
 if __name__ == "__main__":

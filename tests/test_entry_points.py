@@ -89,3 +89,47 @@ def test_demo_refuses_an_output_name_without_an_image_extension_before_running(t
     assert result.stderr.splitlines() == [f"--out {tmp_path / 'drawn'}: not an image file name OpenCV can write; "
                                           f"end it in .png or .jpg"]
     assert os.listdir(tmp_path) == ["image.png"]
+
+
+def test_a_failing_training_run_ends_its_log_with_the_error_and_traceback(tmp_path):
+    result = run_program("main_train.py", "--cfg", TINY, "--set", "output_path", str(tmp_path / "out"),
+                         "dataset.dataset", "coco", "dataset.dataset_path", str(tmp_path / "absent"))
+    assert result.returncode == 1
+    assert result.stderr.count("Traceback") == 1  # printed once, by the log's console handler
+    (log,) = glob.glob(str(tmp_path / "out" / "sniper_synthetic_tiny" / "train_*.log"))
+    with open(log) as f:
+        text = f.read()
+    assert "training failed: FileNotFoundError: COCO annotation file" in text
+    tail = text.rstrip("\n").splitlines()
+    assert tail[-1].startswith("FileNotFoundError: COCO annotation file ") and "Traceback" in text
+
+
+@pytest.mark.parametrize("outcome, last_line", [
+    (None, "INFO lib.logger: testing finished"),
+    (RuntimeError("out of cheese"), "RuntimeError: out of cheese"),
+    (SystemExit("error: no checkpoint"), "ERROR lib.logger: testing stopped: error: no checkpoint"),
+])
+def test_main_test_log_ends_with_finished_or_the_error(tmp_path, monkeypatch, outcome, last_line):
+    def fake_test(cfg):
+        if outcome is not None:
+            raise outcome
+    monkeypatch.setattr(tester, "test", fake_test)
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        if outcome is None:
+            main_test.main(["--cfg", TINY, "--set", "output_path", str(tmp_path)])
+        else:
+            with pytest.raises(SystemExit) as info:
+                main_test.main(["--cfg", TINY, "--set", "output_path", str(tmp_path)])
+            assert info.value.code == 1
+    finally:
+        for handler in root.handlers:
+            if handler not in handlers:
+                handler.close()
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    (log,) = glob.glob(str(tmp_path / "sniper_synthetic_tiny" / "test_*.log"))
+    with open(log) as f:
+        lines = f.read().rstrip("\n").splitlines()
+    assert lines[-1].endswith(last_line)
