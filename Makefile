@@ -1,7 +1,8 @@
 # One entry point for set-up, build, tests and the main job.
 #   make            virtualenv + pinned packages + compiled extensions (idempotent, fast when done)
 #   make test       the test suite
-#   make train      the main job: synthetic data -> train tiny SNIPER on CPU -> COCO AP table
+#   make train      the main job: synthetic data -> train tiny SNIPER on CPU -> COCO AP table; again over an
+#                   earlier run: make train TRAIN_ARGS=--resume (continue it) or TRAIN_ARGS=--overwrite (start over)
 #   make MXNET=mxnet-cu117   the same with a CUDA build of MXNet 1.9.1 (also mxnet-cu112); the venv
 #                            remembers it, so later `make test` / `make train` keep that build
 # The newest supported interpreter on the PATH: the pins (numpy 1.23 for MXNet 1.9.1) exist for 3.8-3.11.
@@ -83,7 +84,7 @@ test: build
 	$(PY) -m pytest -q tests
 
 train: build
-	$(PY) main_train.py --cfg configs/faster/sniper_synthetic_tiny.yml --eval
+	$(PY) main_train.py --cfg configs/faster/sniper_synthetic_tiny.yml --eval $(TRAIN_ARGS)
 
 clean:
 	rm -rf build $(OPS_LIB)

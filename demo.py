@@ -49,6 +49,9 @@ def class_names(cfg):
 def main(argv=None):
     args = parse_args(argv)
     cfg = config_from_arguments(args)
+    out = args.out or os.path.splitext(args.im_path)[0] + "_detections.png"
+    if not cv2.haveImageWriter(out):  # checked before the network runs, not by a failed write after it
+        sys.exit(f"--out {out}: not an image file name OpenCV can write; end it in .png or .jpg")
     setup_logging()
     from lib.dataset import read_image
     from lib.inference.detector import Detector
@@ -62,7 +65,6 @@ def main(argv=None):
     shown = detections[detections[:, 4] >= args.thresh]
     for x1, y1, x2, y2, score, label in shown:
         logger.info("%-15s %.3f  [%.0f, %.0f, %.0f, %.0f]", names[int(label)], score, x1, y1, x2, y2)
-    out = args.out or os.path.splitext(args.im_path)[0] + "_detections.png"
     if not cv2.imwrite(out, draw_detections(image, detections, names, args.thresh)):
         sys.exit(f"cannot write {out}")
     logger.info("%d detections, %d with score >= %.2f, drawn to %s", len(detections), len(shown), args.thresh, out)

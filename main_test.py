@@ -13,7 +13,7 @@ import argparse
 import logging
 
 from lib.config import add_config_arguments, config_from_arguments, dump_config
-from lib.logger import setup_logging
+from lib.logger import logged_outcome, setup_logging
 
 
 def parse_args(argv=None):
@@ -29,11 +29,12 @@ def main(argv=None):
     from lib.train.checkpoint import output_dir
 
     setup_logging(output_dir(cfg), name="test")
-    logging.getLogger(__name__).info("config %s with overrides %s:\n%s", args.cfg, args.set, dump_config(cfg))
-    if cfg.TEST.EXTRACT_PROPOSALS:
-        extract_proposals(cfg)
-    else:
-        test(cfg)
+    with logged_outcome("proposal extraction" if cfg.TEST.EXTRACT_PROPOSALS else "testing"):
+        logging.getLogger(__name__).info("config %s with overrides %s:\n%s", args.cfg, args.set, dump_config(cfg))
+        if cfg.TEST.EXTRACT_PROPOSALS:
+            extract_proposals(cfg)
+        else:
+            test(cfg)
 
 
 if __name__ == "__main__":

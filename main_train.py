@@ -1,4 +1,4 @@
-"""Train SNIPER: ``python main_train.py --cfg FILE [--set KEY VALUE ...] [--resume] [--eval]``."""
+"""Train SNIPER: ``python main_train.py --cfg FILE [--set KEY VALUE ...] [--resume | --overwrite] [--eval]``."""
 from lib.bootstrap import use_project_python
 
 if __name__ == "__main__":
@@ -9,13 +9,17 @@ import logging
 import sys
 
 from lib.config import add_config_arguments, config_from_arguments, dump_config
-from lib.logger import setup_logging
+from lib.logger import logged_outcome, setup_logging
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__)
     add_config_arguments(parser)
-    parser.add_argument("--resume", action="store_true", help="continue from the last complete checkpoint")
+    start = parser.add_mutually_exclusive_group()
+    start.add_argument("--resume", action="store_true", help="continue from the last complete checkpoint")
+    start.add_argument("--overwrite", action="store_true",
+                       help="start over in a run folder that holds checkpoints of this config: their epoch files "
+                            "are first moved to {output_path}/{name}/replaced_TIME/")
     parser.add_argument("--eval", action="store_true",
                         help="evaluate the final checkpoint (TRAIN.end_epoch) on the test image set")
     return parser.parse_args(argv)
@@ -26,6 +30,7 @@ def main(argv=None):
     cfg = config_from_arguments(args)
     from lib.train.distributed import Workers, create_kvstore
     from lib.train.checkpoint import output_dir
+    from lib.train.run_folder import RunFolderError
     from lib.train.trainer import train
 
     try:
@@ -35,14 +40,18 @@ def main(argv=None):
     workers = Workers(kvstore)
     with workers.exit_at_once_on_error():
         setup_logging(output_dir(cfg), name=f"train_rank{workers.rank}" if workers.distributed else "train")
-        logging.getLogger(__name__).info("config %s with overrides %s:\n%s", args.cfg, args.set, dump_config(cfg))
-        prefix, _ = train(cfg, resume=args.resume, kvstore=kvstore)
-        if args.eval and workers.rank == 0:
-            from lib.inference.tester import test
-            from lib.train.checkpoint import params_path
+        with logged_outcome("training"):
+            logging.getLogger(__name__).info("config %s with overrides %s:\n%s", args.cfg, args.set, dump_config(cfg))
+            try:
+                prefix, _ = train(cfg, resume=args.resume, kvstore=kvstore, overwrite=args.overwrite)
+            except RunFolderError as err:
+                sys.exit(f"error: {err}")
+            if args.eval and workers.rank == 0:
+                from lib.inference.tester import test
+                from lib.train.checkpoint import params_path
 
-            # The checkpoint just written, whatever TEST.TEST_EPOCH / TEST.MODEL say (they serve main_test.py).
-            test(cfg, checkpoint=params_path(prefix, cfg.TRAIN.end_epoch))
+                # The checkpoint just written, whatever TEST.TEST_EPOCH / TEST.MODEL say (they serve main_test.py).
+                test(cfg, checkpoint=params_path(prefix, cfg.TRAIN.end_epoch))
 
 
 if __name__ == "__main__":

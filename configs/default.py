@@ -86,6 +86,9 @@ DEFAULTS = {
         "fp16_loss_scale": 100.0,  # gradient scale of the losses with fp16 (the optimizer divides it out)
         "BATCH_IMAGES": 16,  # chips per device
         "NUM_PROCESS": 8,  # data loader worker processes
+        # A data loader worker silent this many seconds (stopped, deadlocked, stalled on a network
+        # filesystem) stops training with an error naming it and its image (0: wait forever).
+        "LOADER_TIMEOUT": 600.0,
         "SHUFFLE": True,
         "FLIP": True,
         "ONLY_PROPOSAL": False,  # RPN-only training (first stage of negative chip mining)
@@ -172,6 +175,7 @@ DEFAULTS = {
         # own (the reference's CONCURRENT_JOBS); it decides which images share a canvas.
         "BATCH_PARTS": 2,
         "NUM_PROCESS": 2,  # worker processes preparing images and merging detections (0: in the main process)
+        "LOADER_TIMEOUT": 600.0,  # as TRAIN.LOADER_TIMEOUT, for those workers
         "SCALES": [[1400, 2000], [800, 1280], [480, 512]],
         "VALID_RANGES": [[-1, 90], [32, 180], [75, -1]],
         # "reference": the proposal rules the reference ran (lib/inference/proposal_layer.py, on the host);

@@ -300,6 +300,10 @@ def validate(cfg):
     _validate_test(cfg.TEST)
     _check(train.NUM_PROCESS >= 0, "TRAIN.NUM_PROCESS", train.NUM_PROCESS, "must be >= 0 (0: build chips in the "
            "main process)")
+    for section in ("TRAIN", "TEST"):
+        timeout = cfg[section].LOADER_TIMEOUT
+        _check(math.isfinite(timeout) and timeout >= 0, f"{section}.LOADER_TIMEOUT", timeout,
+               "must be a number of seconds >= 0 (0: no limit)")
     _check(train.RCNN_BBOX_LOSS_CHIPS >= 0, "TRAIN.RCNN_BBOX_LOSS_CHIPS", train.RCNN_BBOX_LOSS_CHIPS,
            "must be >= 0 (0: the chips per device)")
     _check(0 <= cfg.dataset.PROPOSAL_NMS <= 1, "dataset.PROPOSAL_NMS", cfg.dataset.PROPOSAL_NMS,

@@ -1,4 +1,6 @@
-"""Logging set-up shared by the entry points: console plus a log file in the output folder."""
+"""Logging set-up shared by the entry points: console plus a log file in the output folder, and the
+line that ends every run's log (``logged_outcome``)."""
+import contextlib
 import logging
 import os
 import sys
@@ -39,3 +41,27 @@ def setup_logging(output_dir=None, name="sniper", level=logging.INFO):
         file_handler.setFormatter(fmt)
         root.addHandler(file_handler)
     return path
+
+
+@contextlib.contextmanager
+def logged_outcome(what):
+    """Around an entry point's work, after ``setup_logging``: its log ends with "{what} finished", or with
+    what stopped it (an error and its traceback, a one-line ``sys.exit`` message, Ctrl-C), so a log that
+    just stops means the process was killed. A failure then exits with code 1, its traceback printed
+    once (by the log's console handler)."""
+    log = logging.getLogger(__name__)
+    try:
+        yield
+    except SystemExit as err:
+        if err.code in (None, 0):
+            log.info("%s finished", what)
+            raise
+        log.error("%s stopped: %s", what, err.code)
+        raise SystemExit(err.code if isinstance(err.code, int) else 1) from None
+    except KeyboardInterrupt:
+        log.error("%s interrupted (Ctrl-C)", what)
+        raise
+    except Exception as err:  # noqa: BLE001  (logged with its traceback, then the process fails)
+        log.exception("%s failed: %s: %s", what, type(err).__name__, err)
+        raise SystemExit(1) from None
+    log.info("%s finished", what)

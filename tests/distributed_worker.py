@@ -2,12 +2,13 @@
 
     python tests/distributed_worker.py train     # a few SGD steps of a tiny net; prints JSON lines
     python tests/distributed_worker.py mismatch  # rank 1 claims other job facts than rank 0
-    python tests/distributed_worker.py sleep     # joins, prints "ready", then sleeps (signal tests)
+    python tests/distributed_worker.py sleep     # joins, prints "ready pid=P rank=R", then sleeps (signal tests)
 
 Each rank starts from its own random weights and trains on its own data, so the workers agree only
 if Workers did its job. It imports the project from the repository root on PYTHONPATH (set by the tests).
 """
 import json
+import os
 import sys
 import time
 
@@ -48,7 +49,7 @@ def main(mode):
         report(rank=workers.rank, count=workers.count, stage="joined", own_digest=own_digest,
                digest=parameter_digest(*module.get_params()), update_on_kvstore=module._update_on_kvstore)
         if mode == "sleep":
-            print("ready", flush=True)
+            print(f"ready pid={os.getpid()} rank={workers.rank}", flush=True)
             time.sleep(600)
         rng = np.random.default_rng(100 + workers.rank)
         for _ in range(3):

@@ -114,7 +114,8 @@ def test_renamed_key_is_refused_naming_the_new_one(tmp_path):
 @pytest.mark.parametrize("key, value", [
     ("TRAIN.lr", "-0.1"), ("TRAIN.lr", "nan"), ("TRAIN.lr", "0"), ("TRAIN.momentum", "1"), ("TRAIN.momentum", "-0.1"),
     ("default.frequent", "0"), ("TRAIN.BATCH_IMAGES", "0"), ("TEST.BATCH_IMAGES", "0"), ("TRAIN.NUM_PROCESS", "-1"),
-    ("TEST.NUM_PROCESS", "-1"), ("TEST.BATCH_PARTS", "0"), ("TEST.RPN_PRE_NMS_TOP_N", "0"),
+    ("TEST.NUM_PROCESS", "-1"), ("TRAIN.LOADER_TIMEOUT", "-1"), ("TEST.LOADER_TIMEOUT", ".nan"),
+    ("TEST.BATCH_PARTS", "0"), ("TEST.RPN_PRE_NMS_TOP_N", "0"),
     ("TRAIN.wd", "-1"), ("TRAIN.fp16_loss_scale", "0"), ("TRAIN.end_epoch", "0"),
     ("TRAIN.RCNN_BBOX_LOSS_CHIPS", "-1"), ("dataset.PROPOSAL_NMS", "1.5"),
 ])

@@ -650,3 +650,56 @@ def test_roidb_cache_is_signed_and_a_forged_one_is_rebuilt_without_running_it(tm
     assert not marker.exists()
     np.testing.assert_array_equal(roidb[0]["boxes"], first[0]["boxes"])
     assert (cache_dir / cache_file).read_bytes() == signed  # left alone, not re-signed with a public key
+
+
+def photo_like(height=120, width=160):
+    """A smooth image with detail (JPEG's entropy-coded data of it is tens of kB, like a photo's)."""
+    y, x = np.mgrid[:height, :width]
+    noise = np.random.default_rng(1).integers(0, 40, (height, width, 3))
+    return np.stack([x * 255 // width, y * 255 // height, (x + y) % 256], axis=2).astype(np.uint8) + noise.astype(np.uint8)
+
+
+def encoded(ext, image, *params):
+    ok, data = cv2.imencode(ext, image, list(params))
+    assert ok
+    return data.tobytes()
+
+
+@pytest.mark.parametrize("ext, params", [(".jpg", ()), (".jpg", (cv2.IMWRITE_JPEG_PROGRESSIVE, 1)), (".png", ())])
+def test_a_truncated_image_is_refused_naming_the_file(tmp_path, ext, params):
+    data = encoded(ext, photo_like(), *params)
+    cut = data[:len(data) * 2 // 3]
+    # the decoder alone fills a baseline JPEG's missing rows with grey and says nothing: the premise
+    if ext == ".jpg" and not params:
+        decoded = cv2.imdecode(np.frombuffer(cut, np.uint8), cv2.IMREAD_COLOR)
+        assert decoded is not None and decoded.shape == (120, 160, 3)
+    path = tmp_path / f"cut{ext}"
+    path.write_bytes(cut)
+    with pytest.raises(IOError, match=rf"truncated image .*cut\{ext}: the file ends before its end-of-image marker"):
+        read_image(str(path))
+    path.write_bytes(data)
+    np.testing.assert_array_equal(read_image(str(path)), cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR))
+
+
+def test_bytes_after_the_jpeg_end_marker_are_allowed(tmp_path):
+    data = encoded(".jpg", photo_like())
+    expected = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    # zero padding; a camera-style trailer whose bytes include markers (FFDA: start of scan) but no FFD9
+    for tail in (b"\x00" * 100, b"SEFH\xff\xda\x00\x0c" + bytes(range(0, 0xD9)) + b"\xff\xda"):
+        (tmp_path / "tail.jpg").write_bytes(data + tail)
+        np.testing.assert_array_equal(read_image(str(tmp_path / "tail.jpg")), expected)
+
+
+def test_a_truncated_jpeg_with_a_complete_thumbnail_inside_is_refused(tmp_path):
+    """An EXIF thumbnail is a whole JPEG (with its own end marker FFD9) inside an APP1 segment: finding
+    an FFD9 somewhere is not enough, the segments are walked."""
+    thumbnail = encoded(".jpg", photo_like(16, 16))
+    app1 = b"\xff\xe1" + (len(thumbnail) + 8).to_bytes(2, "big") + b"Exif\x00\x00" + thumbnail
+    main = encoded(".jpg", photo_like())
+    whole = main[:2] + app1 + main[2:]
+    (tmp_path / "exif.jpg").write_bytes(whole)
+    assert read_image(str(tmp_path / "exif.jpg")).shape == (120, 160, 3)
+    (tmp_path / "exif.jpg").write_bytes(whole[:len(whole) - len(main) // 3])
+    assert whole[:len(whole) - len(main) // 3].rfind(b"\xff\xd9") > 0
+    with pytest.raises(IOError, match="truncated image .*exif.jpg"):
+        read_image(str(tmp_path / "exif.jpg"))

@@ -251,6 +251,25 @@ def test_a_failing_worker_stops_the_whole_job(tmp_path):
     assert re.search(r"launch.py: worker [01] failed \(exit code 1\); stopping the job", output)
 
 
+def test_a_stopped_worker_fails_the_job_within_the_limit_naming_it(tmp_path):
+    with Launched(tmp_path, ["--heartbeat-timeout", "3", "-n", "2", "-s", "1", sys.executable, WORKER, "sleep"],
+                  timeout=90) as job:
+        job.wait_for(r"\] ready", count=2)
+        # longer than the limit: every process (scheduler, server, sleeping workers) beats on its own
+        time.sleep(6)
+        assert job.process.poll() is None, job.output()
+        pid, rank = (int(v) for v in re.search(r"\[worker \d\] ready pid=(\d+) rank=(\d)", job.output()).groups())
+        os.kill(pid, signal.SIGSTOP)
+        assert job.finish() == 1
+        assert not job.leftovers(timeout=15), job.output()
+    output = job.output()
+    found = re.search(rf"launch.py: worker \d \(rank {rank}, pid {pid}\) sent no heartbeat for (\d+) s "
+                      r"\(--heartbeat-timeout 3 s\): it is stopped, hung or cut off", output)
+    assert found, output[-3000:]
+    assert 3 <= int(found.group(1)) < 90
+    assert "@@sniper-heartbeat" not in output  # the beats themselves are not shown
+
+
 @pytest.mark.parametrize("how", ["ctrl-c", "kill -9 over ssh"])
 def test_stopping_or_killing_the_launcher_leaves_no_process(tmp_path, fake_ssh, how):
     args = fake_ssh if how.endswith("ssh") else []

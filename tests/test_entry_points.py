@@ -2,7 +2,11 @@
 import glob
 import logging
 import os
+import subprocess
+import sys
 
+import cv2
+import numpy as np
 import pytest
 
 import demo
@@ -50,3 +54,82 @@ def test_entry_points_stop_on_a_bad_override_naming_it(entry, overrides, message
     with pytest.raises(SystemExit) as info:
         entry.main(argv)
     assert str(info.value.code).startswith("config error:") and message in str(info.value.code)
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml")
+
+
+def run_program(*argv):
+    return subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("key, value, requirement", [
+    ("TRAIN.lr", "-0.01", "TRAIN.lr = -0.01: must be a positive number"),
+    ("TRAIN.lr", "nan", "TRAIN.lr = nan: must be a positive number"),
+    ("TRAIN.momentum", "1.0", "TRAIN.momentum = 1.0: must be in [0, 1)"),
+    ("TRAIN.momentum", "-0.1", "TRAIN.momentum = -0.1: must be in [0, 1)"),
+    ("default.frequent", "0", "default.frequent = 0: must be at least 1"),
+    ("TRAIN.BATCH_IMAGES", "0", "TRAIN.BATCH_IMAGES = 0: must be at least 1"),
+    ("TRAIN.NUM_PROCESS", "-1", "TRAIN.NUM_PROCESS = -1: must be >= 0"),
+])
+def test_main_train_refuses_a_bad_value_in_one_line_naming_the_key(tmp_path, key, value, requirement):
+    result = run_program("main_train.py", "--cfg", TINY, "--set", "output_path", str(tmp_path), key, value)
+    assert result.returncode != 0
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"config error: config key {requirement}"), result.stderr
+    assert "Traceback" not in result.stderr and not os.listdir(tmp_path)  # stopped before anything ran
+
+
+def test_demo_refuses_an_output_name_without_an_image_extension_before_running(tmp_path):
+    image = tmp_path / "image.png"
+    cv2.imwrite(str(image), np.zeros((8, 8, 3), np.uint8))
+    result = run_program("demo.py", "--cfg", TINY, "--im_path", str(image), "--out", str(tmp_path / "drawn"))
+    assert result.returncode != 0
+    assert result.stderr.splitlines() == [f"--out {tmp_path / 'drawn'}: not an image file name OpenCV can write; "
+                                          f"end it in .png or .jpg"]
+    assert os.listdir(tmp_path) == ["image.png"]
+
+
+def test_a_failing_training_run_ends_its_log_with_the_error_and_traceback(tmp_path):
+    result = run_program("main_train.py", "--cfg", TINY, "--set", "output_path", str(tmp_path / "out"),
+                         "dataset.dataset", "coco", "dataset.dataset_path", str(tmp_path / "absent"))
+    assert result.returncode == 1
+    assert result.stderr.count("Traceback") == 1  # printed once, by the log's console handler
+    (log,) = glob.glob(str(tmp_path / "out" / "sniper_synthetic_tiny" / "train_*.log"))
+    with open(log) as f:
+        text = f.read()
+    assert "training failed: FileNotFoundError: COCO annotation file" in text
+    tail = text.rstrip("\n").splitlines()
+    assert tail[-1].startswith("FileNotFoundError: COCO annotation file ") and "Traceback" in text
+
+
+@pytest.mark.parametrize("outcome, last_line", [
+    (None, "INFO lib.logger: testing finished"),
+    (RuntimeError("out of cheese"), "RuntimeError: out of cheese"),
+    (SystemExit("error: no checkpoint"), "ERROR lib.logger: testing stopped: error: no checkpoint"),
+])
+def test_main_test_log_ends_with_finished_or_the_error(tmp_path, monkeypatch, outcome, last_line):
+    def fake_test(cfg):
+        if outcome is not None:
+            raise outcome
+    monkeypatch.setattr(tester, "test", fake_test)
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        if outcome is None:
+            main_test.main(["--cfg", TINY, "--set", "output_path", str(tmp_path)])
+        else:
+            with pytest.raises(SystemExit) as info:
+                main_test.main(["--cfg", TINY, "--set", "output_path", str(tmp_path)])
+            assert info.value.code == 1
+    finally:
+        for handler in root.handlers:
+            if handler not in handlers:
+                handler.close()
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    (log,) = glob.glob(str(tmp_path / "sniper_synthetic_tiny" / "test_*.log"))
+    with open(log) as f:
+        lines = f.read().rstrip("\n").splitlines()
+    assert lines[-1].endswith(last_line)

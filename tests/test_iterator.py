@@ -1,5 +1,6 @@
 """The training iterator (lib/data): chip pixels, chip boxes, batches, determinism, and reliability."""
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -13,8 +14,8 @@ import numpy as np
 import psutil
 import pytest
 
-from lib.config import load_config
-from lib.data import ChipLoader, WorkerDiedError, WorkerError
+from lib.config import load_config, with_overrides
+from lib.data import ChipLoader, WorkerDiedError, WorkerError, WorkerStalledError
 from lib.data.anchor_target import AnchorTargeter, AnchorTargetParams
 from lib.data.batch_ring import BatchRing, Field
 from lib.data.chip_boxes import chip_gt_boxes, chip_valid_range, pack_gt_boxes
@@ -412,34 +413,40 @@ def test_dropped_batches_are_handed_out_without_copies(roidb, cfg):
 
 # -- reliability -------------------------------------------------------------------------------------
 @pytest.fixture()
-def damaged(dataset, tmp_path):
-    """A copy of the dataset with one corrupt and one missing image, and its roidb."""
+def damaged(synthetic_dataset, tmp_path):
+    """A copy of the dataset with one corrupt, one missing and one truncated image (a real JPEG cut to
+    two thirds, which the decoder alone would return with grey rows), and its roidb."""
     copy = tmp_path / "synthetic"
-    shutil.copytree(dataset, copy)
+    shutil.copytree(synthetic_dataset(train=5, val=0), copy)
     cfg = dataset_cfg(str(copy), tmp_path / "root")
     roidb = load_roidb(cfg, "train")[0]
-    corrupt, missing = roidb[0]["image"], roidb[1]["image"]
+    corrupt, missing, truncated = roidb[0]["image"], roidb[1]["image"], roidb[2]["image"]
     with open(corrupt, "wb") as f:
         f.write(b"\xff\xd8\xff\xe0 this is not a jpeg" * 10)
     os.remove(missing)
-    return cfg, roidb, corrupt, missing
+    with open(truncated, "rb") as f:
+        data = f.read()
+    with open(truncated, "wb") as f:
+        f.write(data[:len(data) * 2 // 3])
+    return cfg, roidb, corrupt, missing, truncated
 
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_unreadable_images_are_replaced_logged_and_counted(damaged, workers, caplog):
-    cfg, roidb, corrupt, missing = damaged
+    cfg, roidb, corrupt, missing, truncated = damaged
     with ChipLoader(roidb, cfg, CHIPS, num_workers=workers, seed=2) as loader:
         batches = numpy_batches(loader)
         plan = loader._plan
-    bad_chips = sum(roidb[i]["image"] in (corrupt, missing) for i in plan.chips.image_index)
+    bad_chips = sum(roidb[i]["image"] in (corrupt, missing, truncated) for i in plan.chips.image_index)
     assert bad_chips > 0
-    assert set(loader.stats.bad_images) == {corrupt, missing}
+    assert set(loader.stats.bad_images) == {corrupt, missing, truncated}
     assert loader.stats.bad_image_count >= bad_chips
     assert len(batches) == plan.num_batches
     for batch in batches:
         assert (batch[2][:, 0] > 0).all()  # every chip got content (im_info height)
     logged = " ".join(r.getMessage() for r in caplog.records)
     assert corrupt in logged and missing in logged
+    assert f"unreadable image {truncated} (truncated image {truncated}: the file ends before" in logged
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -486,6 +493,40 @@ def test_a_killed_worker_raises_instead_of_hanging_and_close_reaps_all(roidb, cf
     assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in pids)
     with pytest.raises(RuntimeError, match="closed"):
         next(loader)
+
+
+def stop_at(module, path, monkeypatch):
+    """Make a worker that reads the image at ``path`` stop itself (SIGSTOP) there: the workers are forked
+    after this, so they run the patched reader."""
+    from lib.dataset import image_io
+
+    def read(entry):
+        if entry["image"] == path:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return image_io.read_roidb_image(entry)
+
+    monkeypatch.setattr(module, "read_roidb_image", read)
+
+
+def test_a_stopped_worker_is_named_with_its_image_instead_of_hanging(roidb, cfg, monkeypatch):
+    from lib.data import chip_worker
+
+    stopped = roidb[1]["image"]
+    stop_at(chip_worker, stopped, monkeypatch)
+    loader = ChipLoader(roidb, with_overrides(cfg, {"TRAIN.LOADER_TIMEOUT": 2}), CHIPS, num_workers=2, seed=1)
+    pids = loader.pids
+    try:
+        with alarm(60), pytest.raises(WorkerStalledError) as info:
+            for _ in loader:
+                pass
+    finally:
+        loader.close()
+    match = re.fullmatch(r"data loader worker chip-loader-\d \(pid (\d+)\) has shown no sign of life for (\d+) s "
+                         r"\(TRAIN.LOADER_TIMEOUT is 2 s\) while building a chip of image (.*); the process is "
+                         r"stopped \(SIGSTOP or Ctrl-Z\?\); stopping rather than waiting forever", str(info.value))
+    assert match, str(info.value)
+    assert int(match.group(1)) in pids and int(match.group(2)) >= 2 and match.group(3) == stopped
+    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in pids)
 
 
 def start_script(dataset, tmp_path):

@@ -56,8 +56,14 @@ def test_local_plan_is_all_loopback():
         assert (node.env["DMLC_PS_ROOT_PORT"], node.env["DMLC_NUM_SERVER"], node.env["DMLC_NUM_WORKER"]) == \
             ("9000", "1", "2")
         assert "DMLC_INTERFACE" not in node.env
-    assert nodes[0].argv == nodes[1].argv == ["py", "-c", "import mxnet"]
+    assert nodes[0].argv == nodes[1].argv and nodes[0].argv[:2] == ["py", "-c"]
+    assert nodes[0].argv[2].endswith("; from lib.distributed.heartbeat import start_heartbeat; start_heartbeat(); "
+                                     "import mxnet")
     assert nodes[2].argv == ["train", "--x"]
+    # the default 300 s heartbeat timeout: a beat every 30 s; none asked for without a timeout
+    assert all(node.env["SNIPER_HEARTBEAT_SECONDS"] == "30" for node in nodes)
+    assert not any("SNIPER_HEARTBEAT_SECONDS" in node.env for node in plan_nodes(
+        ["train"], num_workers=1, num_servers=1, port=9000, python="py", heartbeat_timeout=0))
 
 
 def test_ssh_plan_goes_round_robin_and_uses_host_addresses():

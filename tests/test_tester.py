@@ -3,6 +3,8 @@ for the checkpoint round trip, multi-context batching and proposal extraction.""
 import json
 import logging
 import os
+import re
+import signal
 
 import cv2
 import mxnet as mx
@@ -498,5 +500,52 @@ def test_worker_processes_give_exactly_the_in_process_detections(tiny):
 def test_an_image_whose_file_is_not_its_annotated_size_is_refused(tiny, tmp_path):
     path = str(tmp_path / "x.png")
     cv2.imwrite(path, np.zeros((20, 30, 3), np.uint8))
-    with pytest.raises(IOError, match="x.png is 30x20, but the annotations say 31x20"):
+    with pytest.raises(IOError, match="x.png is 30x20 pixels, but its annotations say 31x20"):
         RoidbImages([{"image": path, "height": 20, "width": 31}]).read(0)
+
+
+def test_an_image_not_of_its_annotated_size_is_skipped_counted_and_named_as_in_training(tiny, tmp_path, caplog):
+    from lib.data.chip_worker import ChipWorker
+    from lib.data.epoch_plan import ChipRef
+
+    root = tmp_path / "data"
+    write_tiny_coco(str(root))
+    resized = str(root / "images" / "val" / "c.png")
+    cv2.imwrite(resized, np.zeros((40, 41, 3), np.uint8))  # annotated 40x40
+    cfg = with_overrides(tiny[0], {"TEST.SOFT_NMS": False, "output_path": str(tmp_path / "out"),
+                                   "dataset.root_path": str(tmp_path), "dataset.dataset_path": str(root)})
+    with caplog.at_level(logging.INFO, logger="lib.inference.tester"):
+        summary = tester.test(cfg, detector=OracleDetector(cfg))
+    assert (summary["images"], summary["tested"], summary["skipped"]) == (4, 2, 2)
+    assert sorted(os.path.basename(path) for path in summary["skipped_images"]) == ["broken.jpg", "c.png"]
+    with open(os.path.join(tester.results_dir(cfg), "test_summary.json")) as f:
+        assert json.load(f)["skipped"] == 2
+    message = f"image {resized} is 41x40 pixels, but its annotations say 40x40"
+    assert f"skipping image id 9: {message}" in caplog.text
+    # training's loader refuses the same file with the same words
+    roidb, _ = load_roidb(with_overrides(cfg, {"TRAIN.FLIP": False}), "val", training=True)
+    index = next(i for i, entry in enumerate(roidb) if entry["image"] == resized)
+    reply = ChipWorker(roidb, cfg, None, False).make_chip(0, 0, "tag", ChipRef(index, 0, 1.0, (0, 0, 9, 9), ()), 0)
+    assert reply == ("bad_image", "tag", 0, resized, message)
+
+
+def test_a_stopped_test_worker_is_named_with_its_image_instead_of_hanging(tiny, monkeypatch):
+    from lib.data.worker_pool import WorkerStalledError
+    from lib.dataset import image_io
+    from lib.inference import pipeline
+
+    cfg, arg_params, aux_params = tiny
+    detector = Detector(with_overrides(cfg, {"TEST.LOADER_TIMEOUT": 2}), NUM_CLASSES, arg_params, aux_params)
+    roidb, _ = load_roidb(cfg, "val", training=False)
+    stopped = roidb[1]["image"]
+
+    def read(entry):  # the forked workers stop themselves (SIGSTOP) on this image
+        if entry["image"] == stopped:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return image_io.read_roidb_image(entry)
+
+    monkeypatch.setattr(pipeline, "read_roidb_image", read)
+    with pytest.raises(WorkerStalledError, match=rf"worker test-pipeline-\d \(pid \d+\) has shown no sign of life "
+                                                 rf"for \d+ s \(TEST.LOADER_TIMEOUT is 2 s\) while preparing image "
+                                                 rf"{re.escape(stopped)}; the process is stopped"):
+        tester.run_images(roidb, detector, 2, "pipelined")

@@ -1,11 +1,13 @@
 """Training loop (issue 5): loss falls, resume is exact, frozen params stay, divergence stops cleanly,
 checkpoints are atomic and store the de-normalised regressor, and the optimizer schedule is right."""
+import glob
 import json
 import logging
 import os
 import re
 import subprocess
 import sys
+import textwrap
 
 import mxnet as mx
 import numpy as np
@@ -15,9 +17,11 @@ from lib.config import load_config
 from lib.train import checkpoint
 from lib.train.optimizer import make_optimizer_params, parse_lr_steps
 from lib.train import trainer
+from lib.train.run_folder import RunFolderError, run_lock
 from lib.train.trainer import TrainingDiverged, train
 
-TINY = "configs/faster/sniper_synthetic_tiny.yml"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml")
 
 
 @pytest.fixture(scope="module")
@@ -203,3 +207,91 @@ def test_schedule_warmup_steps_and_fp16_rescaling():
     assert half["learning_rate"] == pytest.approx(0.015 / 100)
     assert half["wd"] == pytest.approx(0.0001 * 100)
     assert half["multi_precision"] is True and half["begin_num_update"] == 50
+
+
+# -- the run folder ----------------------------------------------------------------------------------
+def fake_epochs(prefix, files):
+    """Stand-ins for an earlier run's epoch files: ``{suffix: text}``, e.g. ``{"-0003.params": "old 3"}``."""
+    os.makedirs(os.path.dirname(prefix), exist_ok=True)
+    for suffix, text in files.items():
+        with open(prefix + suffix, "w") as f:
+            f.write(text)
+
+
+def test_a_fresh_start_over_earlier_epochs_is_refused_and_overwrite_moves_them_aside(data_dir, tmp_path):
+    cfg = tiny_cfg(data_dir, tmp_path, **{"TRAIN.end_epoch": "1"})
+    prefix = checkpoint.checkpoint_prefix(cfg)
+    old = {"-0001.params": "old 1", "-0001.states": "old 1 states", "-0003.params": "old 3",
+           "-0003.states": "old 3 states", "-0003.progress.json": "{}"}
+    fake_epochs(prefix, old)
+    fake_epochs(prefix + "_rpn", {"-0001.params": "another prefix: not in the way"})
+    folder = checkpoint.output_dir(cfg)
+    with open(os.path.join(folder, "metrics.jsonl"), "w") as f:
+        f.write('{"iteration": 1}\n')
+    with pytest.raises(RunFolderError, match=re.escape(
+            f"{folder} already holds epochs 1, 3 of SNIPER (e.g. {prefix}-0003.params); starting at "
+            f"epoch 1 would overwrite them: pass --resume to continue that run, or --overwrite")):
+        train(cfg)
+    assert checkpoint.last_complete_epoch(prefix) == 3  # untouched
+
+    train(cfg, overwrite=True)
+    (moved,) = glob.glob(os.path.join(folder, "replaced_*"))
+    assert sorted(os.listdir(moved)) == sorted(["SNIPER" + suffix for suffix in old] + ["metrics.jsonl"])
+    for suffix, text in old.items():
+        with open(os.path.join(moved, "SNIPER" + suffix)) as f:
+            assert f.read() == text
+    # the old epoch 3 no longer passes for this run's latest: a resume continues the new run
+    assert checkpoint.last_complete_epoch(prefix) == 1 and not os.path.exists(prefix + "-0003.params")
+    assert params_of(prefix, 1)
+    assert os.path.isfile(prefix + "_rpn-0001.params")
+    # resuming and starting from a given epoch leave earlier epochs alone
+    train(cfg, resume=True)
+    assert checkpoint.last_complete_epoch(prefix) == 1
+
+
+def hold_lock(folder):
+    """Another process holding the run folder until its stdin closes."""
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys
+        from lib.train.run_folder import run_lock
+        with run_lock({folder!r}):
+            print("locked", flush=True)
+            sys.stdin.read()
+        """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert holder.stdout.readline() == "locked\n"
+    return holder
+
+
+def test_a_second_run_on_a_held_folder_names_the_folder_and_the_holder(data_dir, tmp_path):
+    cfg = tiny_cfg(data_dir, tmp_path)
+    folder = checkpoint.output_dir(cfg)
+    holder = hold_lock(folder)
+    try:
+        with pytest.raises(RunFolderError, match=re.escape(f"run folder {folder} is in use by another training run "
+                                                           f"(pid {holder.pid}, lock file {folder}/train.lock)")):
+            train(cfg)
+    finally:
+        holder.stdin.close()
+        holder.wait(30)
+    with run_lock(folder):  # released when its holder ended
+        with pytest.raises(RunFolderError, match=f"pid {os.getpid()}"):
+            with run_lock(folder):
+                pass
+    assert os.listdir(folder) == ["train.lock"]  # the refused run wrote nothing
+
+
+def test_main_train_refuses_a_second_start_from_scratch_in_one_line(tmp_path):
+    out = tmp_path / "out"
+    prefix = str(out / "sniper_synthetic_tiny" / "SNIPER")
+    fake_epochs(prefix, {"-0001.params": "", "-0001.states": ""})
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "main_train.py"), "--cfg", TINY, "--set",
+                             "output_path", str(out)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if "ERROR" in line]
+    assert len(lines) == 1 and lines[0].endswith(
+        f"training stopped: error: {out / 'sniper_synthetic_tiny'} already holds epochs 1 of SNIPER (e.g. "
+        f"{prefix}-0001.params); starting at epoch 1 would overwrite them: pass --resume to continue that run, or "
+        f"--overwrite to move them to {out / 'sniper_synthetic_tiny' / 'replaced_<time>'} and start over")
+    both = subprocess.run([sys.executable, os.path.join(ROOT, "main_train.py"), "--cfg", TINY, "--resume",
+                           "--overwrite"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr

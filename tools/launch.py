@@ -8,8 +8,9 @@
         .venv/bin/python main_train.py --cfg CFG --set default.kvstore dist_sync
 
 Every worker runs the command with the DMLC_* variables set; each process's output is prefixed with
-its name. When any process fails, all are stopped and the launcher exits with its code; Ctrl-C,
-SIGTERM or SIGHUP stop them all. A hostfile has one ``SSH_DESTINATION [NODE_ADDRESS]`` per line.
+its name. When any process fails, all are stopped and the launcher exits with its code; so are they
+when a process falls silent (no heartbeat for --heartbeat-timeout seconds: stopped, hung, cut off),
+naming it; Ctrl-C, SIGTERM or SIGHUP stop them all. A hostfile has one ``SSH_DESTINATION [NODE_ADDRESS]`` per line.
 Remote processes run in ``--workdir`` (default: this directory). See docs/distributed.md and
 lib/distributed/launch.py.
 """
@@ -18,7 +19,7 @@ import argparse
 import os
 import sys
 
-from lib.distributed.launch import LaunchError, launch
+from lib.distributed.launch import DEFAULT_HEARTBEAT_TIMEOUT, LaunchError, launch
 
 
 def parse_args(argv=None):
@@ -39,6 +40,9 @@ def parse_args(argv=None):
                                                                  "(default: this one; same path on every host)")
     parser.add_argument("--ssh", default="ssh -o BatchMode=yes", help="ssh command and options")
     parser.add_argument("--workdir", default=os.getcwd(), help="ssh: directory the remote processes run in")
+    parser.add_argument("--heartbeat-timeout", type=float, default=DEFAULT_HEARTBEAT_TIMEOUT, metavar="SECONDS",
+                        help="stop the job when a process that sent heartbeats is silent this long (stopped, hung "
+                             f"or cut off; default {DEFAULT_HEARTBEAT_TIMEOUT:g}; 0: never)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the training command run by every worker")
     args = parser.parse_args(argv)
     if args.command and args.command[0] == "--":
@@ -60,7 +64,8 @@ def main(argv=None):
     args = parse_args(argv)
     try:
         code = launch(args.command, args.num_workers, args.num_servers, args.hostfile, args.scheduler_address,
-                      args.port, args.interface, args.env, args.python, args.ssh, args.workdir)
+                      args.port, args.interface, args.env, args.python, args.ssh, args.workdir,
+                      args.heartbeat_timeout)
     except LaunchError as err:
         sys.exit(f"launch.py: {err}")
     sys.exit(code)

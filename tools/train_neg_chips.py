@@ -16,7 +16,7 @@ import logging
 import sys
 
 from lib.config import ConfigError, add_config_arguments, parse_cli_overrides
-from lib.logger import setup_logging
+from lib.logger import logged_outcome, setup_logging
 from lib.pipeline.neg_chips import DEFAULT_RPN_EPOCHS, NegChipPipeline
 
 logger = logging.getLogger("train_neg_chips")
@@ -41,10 +41,11 @@ def main(argv=None):
     except (ConfigError, ValueError) as err:
         sys.exit(f"config error: {err}")
     setup_logging(pipeline.output_dir, name="neg_chips")
-    logger.info("negative chip pipeline for %s with overrides %s (RPN stages also %s)", args.cfg, args.set,
-                args.rpn_set)
-    outputs = pipeline.run(evaluate=args.eval)
-    logger.info("negative chip pipeline done: %s", {k: v for k, v in outputs.items() if k != "summary"})
+    with logged_outcome("negative chip pipeline"):
+        logger.info("negative chip pipeline for %s with overrides %s (RPN stages also %s)", args.cfg, args.set,
+                    args.rpn_set)
+        outputs = pipeline.run(evaluate=args.eval)
+        logger.info("negative chip pipeline done: %s", {k: v for k, v in outputs.items() if k != "summary"})
 
 
 if __name__ == "__main__":

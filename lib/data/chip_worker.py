@@ -16,7 +16,7 @@ from lib.data.batch_ring import Field
 from lib.data.chip_boxes import chip_gt_boxes, chip_valid_range, pack_gt_boxes
 from lib.data.chip_image import render_chip
 from lib.data.epoch_plan import mine_images
-from lib.dataset.image_io import read_image
+from lib.dataset.image_io import read_roidb_image
 from lib.scales import scaled_image_size
 
 
@@ -77,15 +77,19 @@ class ChipWorker:
             return ("mined", task[1], mine_images(self.roidb, self.mining, *task[2:]))
         raise ValueError(f"unknown data loader task {task[0]!r}")
 
+    def describe(self, task):
+        """What a task is about, for the message of a stalled worker."""
+        if task[0] == "chip":
+            return f"building a chip of image {self.roidb[task[4].image_index]['image']}"
+        indices = task[5]
+        return f"mining the chips of roidb entries {indices[0]}..{indices[-1]}"
+
     def make_chip(self, slot, position, tag, chip, seed):
         """Build ``chip`` (a ChipRef) into ``slot`` at ``position``; ``tag`` is echoed back."""
         entry = self.roidb[chip.image_index]
         start = time.perf_counter()
         try:
-            image = read_image(entry["image"])
-            if image.shape[:2] != (entry["height"], entry["width"]):
-                raise IOError(f"image {entry['image']} is {image.shape[1]}x{image.shape[0]}, but the roidb "
-                              f"says {entry['width']}x{entry['height']}")
+            image = read_roidb_image(entry)
         except IOError as err:
             return ("bad_image", tag, position, entry["image"], str(err))
         decoded = time.perf_counter()

@@ -319,7 +319,8 @@ class ChipLoader(mx.io.DataIter):
                                                            shared=num_workers > 0)
             if num_workers:
                 with ChipWorker.fork_guard():
-                    self._resources.pool = ProcessPool(worker, num_workers, ChipWorker.process_start, "chip-loader")
+                    self._resources.pool = ProcessPool(worker, num_workers, ChipWorker.process_start, "chip-loader",
+                                                       cfg.TRAIN.LOADER_TIMEOUT, "TRAIN.LOADER_TIMEOUT")
             else:
                 self._resources.pool = InlinePool(worker)
             self._resources.ring.unlink()  # the workers hold the mapping now

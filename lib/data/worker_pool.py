@@ -5,6 +5,11 @@ caller waits forever) and pickles whole results. Here a dead worker is noticed a
 ``get``, results are small messages (the arrays go through a BatchRing), and ``close`` always reaps
 every process. Workers are forked so they share the roidb and the ring with the parent; they ignore
 Ctrl-C (the parent handles it and closes the pool) and exit on their own if the parent disappears.
+
+A worker that stops without dying (SIGSTOP, a deadlock, an NFS stall) would hang the caller forever:
+each worker stamps a shared clock when it takes a task and, while idle, every second or so; one that has
+shown no sign of life for ``timeout`` seconds is reported by ``get`` with its pid, what it was doing and
+its process state, and ``close`` kills it.
 """
 import multiprocessing
 import os
@@ -13,6 +18,7 @@ import signal
 import time
 import traceback
 from collections import deque
+from multiprocessing.sharedctypes import RawArray
 
 # How often the main process checks that its workers are alive (an idle worker checks its parent
 # every 5 times that), in seconds.
@@ -28,40 +34,71 @@ class WorkerError(RuntimeError):
     """A task raised an unexpected exception inside a worker; the message has its traceback."""
 
 
-def _worker_loop(handler, initializer, tasks, results, parent_pid):
+class WorkerStalledError(RuntimeError):
+    """A worker showed no sign of life for longer than the pool's timeout (stopped, deadlocked, stalled I/O)."""
+
+
+_STATES = {"T": "stopped (SIGSTOP or Ctrl-Z?)", "t": "stopped by a debugger", "D": "waiting on I/O (a stalled disk or "
+           "network filesystem?)", "Z": "a zombie", "R": "running", "S": "sleeping"}
+
+
+def _process_state(pid):
+    """The kernel's word for what a process is doing (Linux /proc), or '' when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+    return f"; the process is {_STATES.get(state, 'in state ' + state)}"
+
+
+def _worker_loop(handler, initializer, tasks, results, parent_pid, clock, index):
+    """``clock[2 * index]``: when this worker last showed a sign of life; ``clock[2 * index + 1]``: the
+    serial number of the task it runs (-1: none)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if initializer is not None:
         initializer()
     while True:
+        clock[2 * index + 1], clock[2 * index] = -1, time.monotonic()
         try:
-            task = tasks.get(timeout=_POLL_SECONDS * 5)
+            item = tasks.get(timeout=_POLL_SECONDS * 5)
         except queue.Empty:
             if os.getppid() != parent_pid:
                 return
             continue
-        if task is None:
+        if item is None:
             return
+        serial, task = item
+        clock[2 * index], clock[2 * index + 1] = time.monotonic(), serial
         try:
             message = handler(task)
         except Exception:  # reported to the parent, which raises it with the worker's traceback
             message = ("error", traceback.format_exc())
-        results.put(message)
+        results.put((serial, message))
 
 
 class ProcessPool:
     """``num_workers`` forked processes running ``handler(task) -> message`` (tasks and messages are small).
 
-    ``initializer()`` runs once in each worker before its first task.
+    ``initializer()`` runs once in each worker before its first task. A worker silent for more than
+    ``timeout`` seconds (0: no limit; ``timeout_key`` is the config key that set it, for the message) is
+    a WorkerStalledError; ``handler.describe(task)``, when the handler has it, says what it was doing.
     """
 
-    def __init__(self, handler, num_workers, initializer=None, name="data-worker"):
+    def __init__(self, handler, num_workers, initializer=None, name="data-worker", timeout=0, timeout_key="timeout"):
         context = multiprocessing.get_context("fork")
         self._tasks = context.Queue()
         self._results = context.Queue()
         self._closed = False
         self._last_check = time.monotonic()
+        self._timeout, self._timeout_key = timeout, timeout_key
+        self._describe = getattr(handler, "describe", repr)
+        self._serial = 0
+        self._running = {}  # serial -> task, until its message arrives
+        self._clock = RawArray("d", [self._last_check, -1] * num_workers)
         self.processes = [
-            context.Process(target=_worker_loop, args=(handler, initializer, self._tasks, self._results, os.getpid()),
+            context.Process(target=_worker_loop, args=(handler, initializer, self._tasks, self._results, os.getpid(),
+                                                       self._clock, index),
                             name=f"{name}-{index}", daemon=True)
             for index in range(num_workers)
         ]
@@ -73,10 +110,12 @@ class ProcessPool:
         return [process.pid for process in self.processes]
 
     def submit(self, task):
-        self._tasks.put(task)
+        self._serial += 1
+        self._running[self._serial] = task
+        self._tasks.put((self._serial, task))
 
     def get(self, timeout=_POLL_SECONDS):
-        """The next message, or None after ``timeout`` s; raises if a worker died or a task failed.
+        """The next message, or None after ``timeout`` s; raises if a worker died or stalled, or a task failed.
 
         Workers are checked at least every _POLL_SECONDS, so a death is reported even while the
         others keep the results flowing (their work would end up waiting for the dead one's).
@@ -86,15 +125,17 @@ class ProcessPool:
             self._last_check = now
             self.check_alive()
         try:
-            message = self._results.get(timeout=timeout)
+            serial, message = self._results.get(timeout=timeout)
         except queue.Empty:
             self.check_alive()
             return None
+        del self._running[serial]
         if message[0] == "error":
             raise WorkerError(f"a data loader worker failed:\n{message[1]}")
         return message
 
     def check_alive(self):
+        """Raise WorkerDiedError for a worker that ended, WorkerStalledError for one silent too long."""
         for process in self.processes:
             code = process.exitcode
             if code is not None:
@@ -102,6 +143,18 @@ class ProcessPool:
                 raise WorkerDiedError(
                     f"data loader worker {process.name} (pid {process.pid}) {how}; its chips are lost, so the "
                     f"epoch cannot complete (out of memory? check dmesg). Close the loader and restart.")
+        if not self._timeout:
+            return
+        now = time.monotonic()
+        for index, process in enumerate(self.processes):
+            silent = now - self._clock[2 * index]
+            if silent > self._timeout:
+                task = self._running.get(int(self._clock[2 * index + 1]))
+                doing = "waiting for a task" if task is None else self._describe(task)
+                raise WorkerStalledError(
+                    f"data loader worker {process.name} (pid {process.pid}) has shown no sign of life for "
+                    f"{silent:.0f} s ({self._timeout_key} is {self._timeout:g} s) while {doing}"
+                    f"{_process_state(process.pid)}; stopping rather than waiting forever")
 
     def close(self):
         """Stop every worker: ask politely, then terminate, then kill. Safe to call twice."""
@@ -118,6 +171,10 @@ class ProcessPool:
         for process in self.processes:
             if process.is_alive():
                 process.terminate()
+                try:
+                    os.kill(process.pid, signal.SIGCONT)  # a stopped worker acts on SIGTERM only once continued
+                except OSError:
+                    pass
                 process.join(_JOIN_SECONDS)
             if process.is_alive():
                 process.kill()

@@ -2,25 +2,92 @@
 
 Every image reaches the network as BGR uint8 (H, W, 3), whatever its file holds (grayscale, an alpha
 channel, 16-bit samples), so the rest of the pipeline never branches on image format.
+
+A truncated JPEG or PNG is refused: the decoders fill the missing rows with grey and report nothing,
+so a file cut short by an interrupted copy would otherwise be trained on, or tested, silently.
 """
+import re
+
 import cv2
 import numpy as np
 
 # EXIF orientation is ignored: annotation files give boxes in the stored pixel frame (as PIL and
 # pycocotools see it), and rotating the pixels would move every object away from its box.
 _READ_FLAGS = cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION
+_JPEG_START = b"\xff\xd8"
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# In entropy-coded JPEG data an 0xFF byte is followed by 0x00 (a stuffed byte), a restart marker
+# (0xD0-0xD7) or fill (0xFF); anything else is the marker that ends the scan.
+_END_OF_SCAN = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
+
+
+def _jpeg_truncated(data):
+    """True when the JPEG's marker segments end before its end-of-image marker (FFD9).
+
+    The segments are walked by their lengths (an embedded EXIF thumbnail, with an FFD9 of its own, is
+    skipped whole), so bytes after the end-of-image marker (padding, a camera's trailer) are allowed.
+    A structure this walk does not understand is left to the decoder.
+    """
+    pos = 2
+    while pos + 2 <= len(data):
+        if data[pos] != 0xFF:
+            return False
+        marker = data[pos + 1]
+        if marker == 0xFF:  # fill byte before a marker
+            pos += 1
+        elif marker == 0xD9:
+            return False
+        elif 0xD0 <= marker <= 0xD7 or marker == 0x01:  # markers without a length
+            pos += 2
+        else:
+            if pos + 4 > len(data):
+                return True
+            pos += 2 + int.from_bytes(data[pos + 2:pos + 4], "big")
+            if marker == 0xDA:  # start of scan: entropy-coded data up to the next marker
+                end = _END_OF_SCAN.search(data, pos)
+                if end is None:
+                    return True
+                pos = end.start()
+    return True
+
+
+def _png_truncated(data):
+    """True when the PNG's chunks end before its IEND chunk."""
+    pos = len(_PNG_SIGNATURE)
+    while pos + 8 <= len(data):
+        length = int.from_bytes(data[pos:pos + 4], "big")
+        if data[pos + 4:pos + 8] == b"IEND":
+            return False
+        pos += 12 + length  # length, type, data, CRC
+    return True
 
 
 def read_image(path):
-    """Return the image at ``path`` as BGR uint8 (H, W, 3); raise IOError naming the file otherwise."""
+    """Return the image at ``path`` as BGR uint8 (H, W, 3); raise IOError naming the file otherwise
+    (unreadable, not an image, or a JPEG/PNG cut short)."""
     try:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as err:
         raise IOError(f"cannot read image {path}: {err.strerror or err}") from None
+    if data.startswith(_JPEG_START) and _jpeg_truncated(data) or \
+            data.startswith(_PNG_SIGNATURE) and _png_truncated(data):
+        raise IOError(f"truncated image {path}: the file ends before its end-of-image marker ({len(data)} bytes; "
+                      f"an interrupted copy or download?)")
     # imdecode on the bytes (rather than imread) works for any path encoding and separates
     # "cannot open" from "cannot decode".
     image = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), _READ_FLAGS) if data else None
     if image is None:
         raise IOError(f"cannot decode image {path}: not a supported image file ({len(data)} bytes)")
+    return image
+
+
+def read_roidb_image(entry):
+    """The image of a roidb entry (``read_image``), refused with IOError when the file's size is not the
+    annotated one (boxes, chips and test canvases are all planned from the annotated size); training's
+    loader and the tester give the same message."""
+    image = read_image(entry["image"])
+    if image.shape[:2] != (entry["height"], entry["width"]):
+        raise IOError(f"image {entry['image']} is {image.shape[1]}x{image.shape[0]} pixels, but its annotations say "
+                      f"{entry['width']}x{entry['height']}")
     return image

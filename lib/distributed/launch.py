@@ -1,11 +1,13 @@
 """A distributed training job on MXNet's parameter server (ps-lite): scheduler, servers, workers.
 
 tools/launch.py is its command line; docs/distributed.md the set-up. The scheduler and servers are
-``python -c "import mxnet"`` processes: MXNet turns into a ps-lite scheduler or server on import when
+``python -c "import mxnet"`` processes (after starting their heartbeat): MXNet turns into a ps-lite scheduler or server on import when
 DMLC_ROLE says so. Every worker runs the given command with the DMLC_* variables set. The launcher
 prefixes each process's output with its name; when any process fails (or a scheduler/server ends
 while workers still run), it stops all of them and exits with that process's code, since the others
-would wait for it forever. Ctrl-C, SIGTERM or SIGHUP stop all of them; a child also gets SIGTERM if
+would wait for it forever. The same holds for a process that stops without ending (SIGSTOP, a hung
+host): every process beats (lib/distributed/heartbeat.py) and one silent for ``heartbeat_timeout``
+seconds stops the job, named. Ctrl-C, SIGTERM or SIGHUP stop all of them; a child also gets SIGTERM if
 the launcher itself is killed. A hostfile has one host per line: ``SSH_DESTINATION [NODE_ADDRESS]``
 (the address the other nodes reach that host at; without it ps-lite picks the host's first network
 interface, or the one named by ``interface``). Remote processes run in ``workdir`` and end when their
@@ -24,7 +26,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from lib.distributed import heartbeat
+
 LOOPBACK = "127.0.0.1"
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEFAULT_HEARTBEAT_TIMEOUT = 300.0
 _POLL_SECONDS = 0.2
 _STOP_GRACE_SECONDS = 5.0  # SIGTERM, then SIGKILL
 _PR_SET_PDEATHSIG = 1
@@ -68,11 +74,22 @@ class Node:
     env: dict
     host: Host = None  # None: this machine
     process: subprocess.Popen = field(default=None, repr=False)
+    heard: float = None  # monotonic time of the last heartbeat or output line, once it has beaten
+    beat: tuple = None  # (pid, rank) its last heartbeat gave (rank -1: not known yet)
 
     @property
     def name(self):
         where = f" on {self.host.destination}" if self.host else ""
         return f"{self.role} {self.index}{where}"
+
+    @property
+    def described(self):
+        """The name with the pid and rank its heartbeats gave."""
+        if not self.beat:
+            return self.name
+        pid, rank = self.beat
+        where = f" on {self.host.destination}" if self.host else ""
+        return f"{self.role} {self.index} ({'' if rank < 0 else f'rank {rank}, '}pid {pid}){where}"
 
 
 def parse_hostfile(path):
@@ -117,15 +134,24 @@ def free_port(address):
         return sock.getsockname()[1]
 
 
+def heartbeat_interval(timeout):
+    """Seconds between heartbeats for a ``timeout``: ten beats per timeout, at most every 30 s."""
+    return min(max(timeout / 10, 0.1), 30.0)
+
+
 def plan_nodes(command, num_workers, num_servers, port, python, hosts=None, scheduler_address=LOOPBACK,
-               interface="", extra_env=None):
+               interface="", extra_env=None, heartbeat_timeout=DEFAULT_HEARTBEAT_TIMEOUT):
     """The scheduler, servers and workers of a job; ``hosts`` None puts all on this machine (loopback).
 
-    The scheduler runs on this machine; servers and workers go round-robin over ``hosts``.
+    The scheduler runs on this machine; servers and workers go round-robin over ``hosts``. With a
+    ``heartbeat_timeout`` (0: none) every process is asked to beat (the scheduler and servers from the
+    repository at the launcher's path, which every host has).
     """
     common = {"DMLC_PS_ROOT_URI": scheduler_address, "DMLC_PS_ROOT_PORT": str(port),
               "DMLC_NUM_SERVER": str(num_servers), "DMLC_NUM_WORKER": str(num_workers),
               "PYTHONUNBUFFERED": "1", **(extra_env or {})}
+    if heartbeat_timeout:
+        common[heartbeat.ENV] = f"{heartbeat_interval(heartbeat_timeout):g}"
     if interface:
         common["DMLC_INTERFACE"] = interface
 
@@ -136,7 +162,8 @@ def plan_nodes(command, num_workers, num_servers, port, python, hosts=None, sche
             env["DMLC_NODE_HOST"] = address
         return Node(role, index, list(argv), env, host)
 
-    server_argv = [python, "-c", "import mxnet"]
+    server_argv = [python, "-c", f"import sys; sys.path.insert(0, {ROOT!r}); from lib.distributed.heartbeat import "
+                                 f"start_heartbeat; start_heartbeat(); import mxnet"]
     nodes = [node("scheduler", 0, server_argv, None)]
     nodes += [node("server", i, server_argv, hosts[i % len(hosts)] if hosts else None) for i in range(num_servers)]
     nodes += [node("worker", i, command, hosts[i % len(hosts)] if hosts else None) for i in range(num_workers)]
@@ -161,8 +188,9 @@ def _child_setup(launcher_pid):
 class Job:
     """The running processes of a job, their output, and stopping them all."""
 
-    def __init__(self, nodes, ssh=("ssh",), workdir=None):
+    def __init__(self, nodes, ssh=("ssh",), workdir=None, heartbeat_timeout=0):
         self.nodes = nodes
+        self.heartbeat_timeout = heartbeat_timeout
         self.ssh = list(ssh)
         self.workdir = workdir or os.getcwd()
         self._lock = threading.RLock()  # a signal may interrupt the main thread while it holds it
@@ -197,6 +225,14 @@ class Job:
         prefix = f"[{node.name}] ".encode()
         out = sys.stdout.buffer
         for line in iter(node.process.stdout.readline, b""):
+            beats = list(heartbeat.PATTERN.finditer(line))
+            if beats:
+                node.beat = tuple(int(value) for value in beats[-1].groups())
+                line = heartbeat.PATTERN.sub(b"", line)
+            if beats or node.heard is not None:
+                node.heard = time.monotonic()
+            if beats and not line.strip():
+                continue
             with self._lock:
                 out.write(prefix + line if line.endswith(b"\n") else prefix + line + b"\n")
                 out.flush()
@@ -212,6 +248,13 @@ class Job:
         others = [node for node in self.nodes if node.role != "worker"]
         ended = {}  # scheduler/server -> when it ended (with code 0)
         while True:
+            silent = self._silent_node()
+            if silent is not None:
+                node, seconds = silent
+                self.say(f"{node.described} sent no heartbeat for {seconds:.0f} s (--heartbeat-timeout "
+                         f"{self.heartbeat_timeout:g} s): it is stopped, hung or cut off, and the others would wait "
+                         f"for it forever; stopping the job")
+                return 1
             for node in self.nodes:
                 code = node.process.poll()
                 if code is None or (code == 0 and node.role == "worker"):
@@ -234,6 +277,17 @@ class Job:
             self.say(f"all workers finished; {', '.join(late)} still running after {server_grace:.0f} s, stopping them")
         return 0
 
+    def _silent_node(self):
+        """(node, seconds) of a running node that has beaten and then been silent too long, or None."""
+        if not self.heartbeat_timeout:
+            return None
+        now = time.monotonic()
+        for node in self.nodes:
+            heard = node.heard
+            if heard is not None and now - heard > self.heartbeat_timeout and node.process.poll() is None:
+                return node, now - heard
+        return None
+
     def stop(self):
         """Stop every process group the job started (SIGTERM, then SIGKILL) and reap them."""
         for node in self.nodes:
@@ -242,6 +296,7 @@ class Job:
             if node.process.stdin:
                 node.process.stdin.close()  # a remote node's watcher ends it
             _signal_group(node.process, signal.SIGTERM)
+            _signal_group(node.process, signal.SIGCONT)  # a stopped process acts on SIGTERM once continued
         deadline = time.monotonic() + _STOP_GRACE_SECONDS
         for node in self.nodes:
             if node.process is None:
@@ -276,12 +331,14 @@ def _raise_signalled(signum, _frame):
 
 
 def launch(command, num_workers, num_servers, hostfile=None, scheduler_address=None, port=0, interface="",
-           env_items=(), python=sys.executable, ssh="ssh -o BatchMode=yes", workdir=None):
+           env_items=(), python=sys.executable, ssh="ssh -o BatchMode=yes", workdir=None,
+           heartbeat_timeout=DEFAULT_HEARTBEAT_TIMEOUT):
     """Run a job until its workers finish; returns its exit code (0 when every worker succeeded).
 
     Without ``hostfile`` every process runs on this machine over 127.0.0.1; with it, over ssh on the
     hosts it lists, the scheduler on this machine at ``scheduler_address``. ``env_items`` are
-    ``NAME`` or ``NAME=VALUE`` items for every process. A bad hostfile, item or address raises
+    ``NAME`` or ``NAME=VALUE`` items for every process. A process that has sent heartbeats and then none
+    for ``heartbeat_timeout`` seconds (0: never) stops the job. A bad hostfile, item or address raises
     LaunchError before anything starts. Installs its own SIGINT/SIGTERM/SIGHUP handlers: it is the body
     of a program (tools/launch.py).
     """
@@ -291,9 +348,11 @@ def launch(command, num_workers, num_servers, hostfile=None, scheduler_address=N
         port = port or free_port(address)
     except OSError as err:
         raise LaunchError(f"cannot bind the scheduler address {address}: {err.strerror}") from None
+    if not heartbeat_timeout >= 0:
+        raise LaunchError(f"--heartbeat-timeout must be a number of seconds >= 0, got {heartbeat_timeout}")
     nodes = plan_nodes(command, num_workers, num_servers, port, python, hosts, address, interface,
-                       parse_env(env_items, os.environ))
-    job = Job(nodes, shlex.split(ssh), workdir)
+                       parse_env(env_items, os.environ), heartbeat_timeout)
+    job = Job(nodes, shlex.split(ssh), workdir, heartbeat_timeout)
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # SIGINT too: it may come in ignored
         signal.signal(signum, _raise_signalled)
     code = 1

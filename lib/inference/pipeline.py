@@ -20,12 +20,12 @@ from lib.data.batch_ring import BatchRing, Field
 from lib.data.chip_worker import ChipWorker
 from lib.data.pixels import network_pixels
 from lib.data.worker_pool import InlinePool, ProcessPool
-from lib.dataset.image_io import read_image
+from lib.dataset.image_io import read_roidb_image
 
 
 class RoidbImages:
-    """Test roidb entries read from their files; a file whose size is not the annotated one is refused
-    (the canvases are planned from the annotated sizes)."""
+    """Test roidb entries read from their files; a file whose size is not the annotated one is refused,
+    with training's message (the canvases are planned from the annotated sizes)."""
 
     def __init__(self, roidb):
         self.roidb = roidb
@@ -34,12 +34,10 @@ class RoidbImages:
         return [(int(entry["height"]), int(entry["width"])) for entry in self.roidb]
 
     def read(self, index):
-        entry = self.roidb[index]
-        image = read_image(entry["image"])
-        if image.shape[:2] != (entry["height"], entry["width"]):
-            raise IOError(f"image {entry['image']} is {image.shape[1]}x{image.shape[0]}, but the annotations say "
-                          f"{entry['width']}x{entry['height']}")
-        return image
+        return read_roidb_image(self.roidb[index])
+
+    def describe(self, index):
+        return f"image {self.roidb[index]['image']}"
 
 
 class ArrayImages:
@@ -53,6 +51,9 @@ class ArrayImages:
 
     def read(self, index):
         return self.images[index]
+
+    def describe(self, index):
+        return f"image {index} (in memory)"
 
 
 def prepare_image(image, scale, pixel_means, channel_order, out):
@@ -95,6 +96,12 @@ class TestWorker:
                 self.recent.popitem(last=False)
         self.recent[index] = image
         return image
+
+    def describe(self, task):
+        """What a task is about, for the message of a stalled worker."""
+        if task[0] == "prepare":
+            return f"preparing {self.source.describe(task[4])}"
+        return f"merging the detections of {self.source.describe(task[1])}"
 
     def __call__(self, task):
         if task[0] == "prepare":
@@ -151,13 +158,14 @@ class _Building:
 
 
 def run_pipeline(network, source, batches, num_levels, combine, pixel_means, channel_order, num_workers,
-                 prefetch=2):
+                 prefetch=2, timeout=0):
     """Yield ``(index, result)`` per image of ``source`` as it completes: ``combine([per-level result,
     ...])``, or the IOError that made the image unreadable (then the image has no result).
 
     ``batches`` (TestBatch) run in their order on ``network``, which has ``forward_shape(batch)`` ->
     (B, h, w), ``forward(data, im_info) -> outputs`` and ``image_result(outputs, batch_size, slot, scale,
-    resized, size) -> per-level result``.
+    resized, size) -> per-level result``. A worker silent for ``timeout`` s (TEST.LOADER_TIMEOUT; 0: no
+    limit) stops the run with a WorkerStalledError naming it and its image.
     """
     shapes = [network.forward_shape(batch) for batch in batches]
     largest = max((b * 3 * h * w for b, h, w in shapes), default=1)
@@ -172,7 +180,8 @@ def run_pipeline(network, source, batches, num_levels, combine, pixel_means, cha
     try:
         if num_workers:
             with settled_engine(), ChipWorker.fork_guard():
-                pool = ProcessPool(worker, num_workers, ChipWorker.process_start, "test-pipeline")
+                pool = ProcessPool(worker, num_workers, ChipWorker.process_start, "test-pipeline", timeout,
+                                   "TEST.LOADER_TIMEOUT")
         else:
             pool = InlinePool(worker)
         ring.unlink()  # the workers hold the mapping now

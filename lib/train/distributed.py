@@ -15,6 +15,8 @@ import sys
 import mxnet as mx
 import numpy as np
 
+from lib.distributed import heartbeat
+
 logger = logging.getLogger(__name__)
 
 SYNC_KVSTORES = ("dist_sync", "dist_device_sync")
@@ -47,7 +49,9 @@ def create_kvstore(cfg):
                          f"with tools/launch.py (see docs/distributed.md)")
     if role != "worker":
         raise ValueError(f"default.kvstore is {kind!r} but DMLC_ROLE is {role!r}; training runs as a worker")
+    heartbeat.start_heartbeat()  # when tools/launch.py watches for stalled processes
     kvstore = mx.kv.create(kind)
+    heartbeat.set_rank(kvstore.rank)
     logger.info("joined the %s job as worker rank %d of %d", kind, kvstore.rank, kvstore.num_workers)
     return kvstore
 

@@ -23,6 +23,7 @@ from lib.train.optimizer import make_optimizer_params, master_params
 from lib.train.optimizer_states import load_optimizer_states, state_arrays
 from lib.train.pretrained import initial_params
 from lib.train.progress import RunProgress
+from lib.train.run_folder import clear_later_epochs, run_lock
 from symbols import PROPOSAL_TARGET_GROUP, get_fixed_param_names, training_symbol, use_compiled_deformable
 
 logger = logging.getLogger(__name__)
@@ -52,19 +53,30 @@ def _check_finite(metric, epoch, iteration):
                                    f"update, the last complete checkpoint is kept")
 
 
-def train(cfg, resume=False, kvstore=None):
+def train(cfg, resume=False, kvstore=None, overwrite=False):
     """Train per ``cfg``; ``resume`` continues from the last complete epoch. ``kvstore``: one already
     made by ``lib.train.distributed.create_kvstore`` (default: made here from cfg.default.kvstore).
 
-    Returns ``(prefix, history)``: the checkpoint prefix and one ``{metric: value}`` dict per epoch.
-    With a distributed kvstore each worker trains on its shard of every epoch and rank 0 alone
-    writes checkpoints.
+    The run holds its folder (lib.train.run_folder: RunFolderError when another run does); without
+    ``resume``, epochs of this prefix beyond TRAIN.begin_epoch already on disk are refused, or with
+    ``overwrite`` moved aside first. Returns ``(prefix, history)``: the checkpoint prefix and one
+    ``{metric: value}`` dict per epoch. With a distributed kvstore each worker trains on its shard of
+    every epoch and rank 0 alone writes checkpoints, so it alone holds the folder.
     """
+    kvstore = create_kvstore(cfg) if kvstore is None else kvstore
+    workers = Workers(kvstore)
+    if workers.rank:
+        return _train(cfg, resume, kvstore, workers)
+    with run_lock(checkpoint.output_dir(cfg)):
+        if not (resume or cfg.TRAIN.resume):
+            clear_later_epochs(checkpoint.checkpoint_prefix(cfg), cfg.TRAIN.begin_epoch, overwrite)
+        return _train(cfg, resume, kvstore, workers)
+
+
+def _train(cfg, resume, kvstore, workers):
     contexts = parse_contexts(cfg.gpus)
     fp16 = fp16_enabled(cfg, "TRAIN", contexts)
     compiled_deformable = use_compiled_deformable(cfg, contexts)
-    kvstore = create_kvstore(cfg) if kvstore is None else kvstore
-    workers = Workers(kvstore)
     _seed(cfg)
     rpn_only = cfg.TRAIN.ONLY_PROPOSAL
     roidb, dataset = load_roidb(cfg, cfg.dataset.image_set, training=True)
