@@ -15,6 +15,7 @@ from tqdm import tqdm
 from lib.contexts import fp16_enabled, parse_contexts
 from lib.data import ChipLoader
 from lib.dataset import load_roidb
+from lib.run_folder import MODEL_KEY, model_info, write_run_config
 from lib.train import checkpoint
 from lib.train.distributed import Workers, create_kvstore
 from lib.train.metrics import loss_values, make_metrics
@@ -99,6 +100,9 @@ def train(cfg, resume=False, kvstore=None):
     logger.info("training %s on %s: %d roidb entries, %d batches of %d chips x %d workers per epoch, epochs %d..%d",
                 cfg.name, contexts, len(roidb), loader.num_batches, loader.batch_size, workers.count,
                 begin_epoch + 1, cfg.TRAIN.end_epoch)
+    if workers.rank == 0:
+        write_run_config(cfg)  # the run folder describes itself (lib.run_folder)
+    model = model_info(cfg, dataset, rpn_only)
     history = []
     metrics_log = os.path.join(checkpoint.output_dir(cfg), "metrics.jsonl") if workers.rank == 0 else None
     progress = RunProgress(metrics_log, begin_epoch, cfg.TRAIN.end_epoch, num_update)
@@ -123,7 +127,7 @@ def train(cfg, resume=False, kvstore=None):
                 checkpoint.save_checkpoint(prefix, epoch + 1, symbol, arg_params, aux_params, stds, means,
                                            save_states=module.save_optimizer_states,
                                            progress={"iters_per_epoch": iters_per_epoch, "num_update": num_update,
-                                                     "metrics": history[-1]})
+                                                     "metrics": history[-1], MODEL_KEY: model})
     return prefix, history
 
 
