@@ -41,7 +41,7 @@ def main(argv=None):
             extract_proposals(cfg)
         else:
             test(cfg)
-    except (CheckpointError, FileNotFoundError) as err:  # a checkpoint that is missing, lacks metadata or does not fit
+    except (CheckpointError, FileNotFoundError, FileExistsError) as err:  # a missing or foreign checkpoint or data
         sys.exit(f"error: {err}")
 
 

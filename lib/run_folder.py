@@ -98,15 +98,15 @@ def newest_checkpoint(folder, prefix):
     return max(found)[1] if found else None
 
 
-def find_checkpoint(model):
+def find_checkpoint(model, prefix=None):
     """``model`` (a run folder, meaning its newest checkpoint, or a ``.params`` file) -> (params path,
-    run folder); the folder's ``TRAIN.model_prefix`` comes from its config.yaml."""
+    run folder); a folder's checkpoints are ``prefix`` (default: ``TRAIN.model_prefix`` of its config.yaml)."""
     if os.path.isdir(model):
         config = os.path.join(model, CONFIG_FILE)
-        if not os.path.isfile(config):
+        if prefix is None and not os.path.isfile(config):
             raise ModelError(f"{model} has no {CONFIG_FILE} (not a run folder, or a run from before they "
-                             f"described themselves): pass a .params file with --cfg FILE")
-        prefix = load_config(config).TRAIN.model_prefix
+                             f"described themselves): pass --cfg FILE with it")
+        prefix = prefix or load_config(config).TRAIN.model_prefix
         params = newest_checkpoint(model, prefix)
         if params is None:
             raise ModelError(f"{model} holds no checkpoint {prefix}-NNNN.params yet")
@@ -169,8 +169,9 @@ def config_from_model_arguments(args):
                 raise ModelError("give --model RUN_FOLDER (or a .params file of one) or --cfg FILE")
             cfg = load_config(args.cfg, overrides)
         elif args.cfg:  # an explicit config: the checkpoint's metadata names the classes when it has them
-            params, _ = find_checkpoint(args.model)
-            cfg = load_config(args.cfg, overrides + [("TEST.MODEL", params)])
+            cfg = load_config(args.cfg, overrides)
+            params, _ = find_checkpoint(args.model, cfg.TRAIN.model_prefix)
+            cfg = with_overrides(cfg, {"TEST.MODEL": params})
         else:
             cfg = load_run(args.model, overrides).cfg
     except ConfigError as err:

@@ -1,7 +1,10 @@
 """The command-line entry points: bad configs stop them with a message; what main_test.py logs."""
 import glob
+import json
 import logging
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -10,6 +13,9 @@ import main_test
 import main_train
 from lib.config import dump_config
 from lib.inference import tester
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml")
 
 
 def test_main_test_logs_the_effective_config_as_yaml(tmp_path, monkeypatch):
@@ -50,3 +56,34 @@ def test_entry_points_stop_on_a_bad_override_naming_it(entry, overrides, message
     with pytest.raises(SystemExit) as info:
         entry.main(argv)
     assert str(info.value.code).startswith("config error:") and message in str(info.value.code)
+
+
+def run_entry(program, *argv, cwd):
+    return subprocess.run([sys.executable, os.path.join(ROOT, program), *argv], cwd=cwd, capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.mark.parametrize("program", ["main_train.py", "main_test.py"])
+def test_missing_or_foreign_data_folders_are_one_line(program, tmp_path):
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    for overrides, message in ((["dataset.dataset_path", str(foreign)], "is not a synthetic dataset"),
+                               (["dataset.dataset", "coco", "dataset.dataset_path", str(tmp_path / "none")],
+                                "annotations/instances_")):
+        result = run_entry(program, "--cfg", TINY, "--set", "output_path", str(tmp_path / "out"), *overrides,
+                           cwd=tmp_path)
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+        assert result.stderr.splitlines()[-1].startswith("error: ") and message in result.stderr.splitlines()[-1]
+    assert os.listdir(foreign) == []
+
+
+def test_own_coco_folder_on_the_tiny_config_needs_only_the_dataset_keys(synthetic_dataset, tmp_path):
+    data = synthetic_dataset(2, 1)  # COCO-format files: any folder of that layout
+    result = run_entry("main_train.py", "--cfg", TINY, "--eval", "--set", "dataset.dataset", "coco",
+                       "dataset.dataset_path", data, "dataset.image_set", "train", "dataset.test_image_set", "val",
+                       "dataset.root_path", str(tmp_path), "output_path", str(tmp_path / "out"), "TRAIN.end_epoch=1",
+                       "TRAIN.BATCH_IMAGES=2", "TRAIN.NUM_PROCESS=0", "gpus=cpu:1", "TRAIN.FLIP=false",
+                       "TEST.NUM_PROCESS=0", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(tmp_path / "out" / "sniper_synthetic_tiny" / "results" / "val" / "test_summary.json") as f:
+        assert json.load(f)["tested"] == 1

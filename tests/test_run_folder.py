@@ -32,9 +32,12 @@ def run(argv, cwd, env=None, timeout=300):
 def trained(tmp_path_factory):
     """(training working directory, run folder) of two epochs of the tiny config, trained by main_train.py."""
     work = tmp_path_factory.mktemp("train_here")
-    result = run([os.path.join(ROOT, "main_train.py"), "--cfg", TINY, "--set", *RUN_OVERRIDES], cwd=work)
+    result = run([os.path.join(ROOT, "main_train.py"), "--cfg", TINY, "--eval", "--set", *RUN_OVERRIDES], cwd=work)
     assert result.returncode == 0, result.stderr[-3000:]
-    return work, work / "out" / "sniper_synthetic_tiny"
+    folder = work / "out" / "sniper_synthetic_tiny"
+    with open(folder / "results" / "val" / "test_summary.json") as f:
+        evaluated = json.load(f)  # --eval: trained, then tested the last checkpoint
+    return work, folder, evaluated
 
 
 @pytest.fixture()
@@ -60,7 +63,7 @@ def assert_one_line_error(result, *fragments):
 
 # -- what training leaves in the run folder -------------------------------------------------------------
 def test_run_folder_holds_its_config_and_each_checkpoint_its_model_metadata(trained):
-    work, folder = trained
+    work, folder, _ = trained
     saved = load_config(str(folder / "config.yaml"))  # loadable by --cfg
     tiny = load_config(TINY)
     assert saved.TRAIN.end_epoch == 2 and saved.dataset.synthetic_train == 2 and saved.gpus == "cpu:1"
@@ -81,10 +84,18 @@ def test_run_folder_holds_its_config_and_each_checkpoint_its_model_metadata(trai
 
 
 # -- main_test.py / demo.py --model --------------------------------------------------------------------------
+def test_main_train_eval_tests_the_checkpoint_it_wrote(trained):
+    _, folder, evaluated = trained
+    assert evaluated["checkpoint"] == os.path.join("out", "sniper_synthetic_tiny", "SNIPER-0002.params")
+    assert evaluated["tested"] == 1 and "AP" in evaluated["stats"]
+
+
 def test_main_test_takes_a_run_folder_alone_from_another_directory(trained, elsewhere):
-    work, folder = trained
+    work, folder, _ = trained
+    shutil.rmtree(folder / "results")
     result = run([os.path.join(ROOT, "main_test.py"), "--model", str(folder), "--set", *EVERY_SCORE], cwd=elsewhere)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "  SCORE_THRESH: 0.0\n" in result.stderr  # the effective config logged: --set still applies
     with open(folder / "results" / "val" / "test_summary.json") as f:
         summary = json.load(f)
     # the newest epoch; the dataset's relative paths found through the run folder, not the working directory
@@ -94,7 +105,7 @@ def test_main_test_takes_a_run_folder_alone_from_another_directory(trained, else
 
 
 def test_python_api_from_any_directory_matches_main_test(trained, elsewhere):
-    work, folder = trained
+    work, folder, _ = trained
     run([os.path.join(ROOT, "main_test.py"), "--model", str(folder / "SNIPER-0002.params"), "--set", *EVERY_SCORE],
         cwd=elsewhere)
     with open(folder / "results" / "val" / "detections_val_results.json") as f:
@@ -127,7 +138,7 @@ def test_python_api_from_any_directory_matches_main_test(trained, elsewhere):
 
 
 def test_demo_names_classes_from_the_checkpoint_without_the_dataset(trained, tmp_path):
-    work, folder = trained
+    work, folder, _ = trained
     moved = tmp_path / "moved_run"  # a copy of the run alone: its dataset paths lead nowhere
     moved.mkdir()
     for name in ("config.yaml", "SNIPER-0002.params", "SNIPER-0002.progress.json"):
@@ -146,14 +157,14 @@ def test_demo_names_classes_from_the_checkpoint_without_the_dataset(trained, tmp
 
 
 def test_a_checkpoint_that_does_not_fit_the_network_is_one_line(trained, elsewhere):
-    _, folder = trained
+    _, folder, _ = trained
     result = run([os.path.join(ROOT, "main_test.py"), "--model", str(folder), "--set", "network.ANCHOR_SCALES",
                   "[2, 4, 8]", "network.NUM_ANCHORS", "9"], cwd=elsewhere)
     assert_one_line_error(result, "SNIPER-0002.params: parameter rpn_cls_score_weight has shape")
 
 
 def test_missing_metadata_says_what_to_pass_instead(trained, tmp_path):
-    _, folder = trained
+    _, folder, _ = trained
     old = tmp_path / "old_run"
     old.mkdir()
     shutil.copy(folder / "SNIPER-0002.params", old / "SNIPER-0002.params")
@@ -162,6 +173,12 @@ def test_missing_metadata_says_what_to_pass_instead(trained, tmp_path):
     assert_one_line_error(result, "model error:", "has no metadata", "--cfg FILE")
     result = run([os.path.join(ROOT, "main_test.py"), "--model", str(old)], cwd=tmp_path)
     assert_one_line_error(result, "model error:", "has no config.yaml", "--cfg FILE")
+    # what it says works: the config given, the folder's newest checkpoint of its TRAIN.model_prefix
+    result = run([os.path.join(ROOT, "main_test.py"), "--model", str(old), "--cfg", str(folder / "config.yaml"),
+                  "--set", "gpus=cpu:1", "output_path", str(tmp_path / "out")], cwd=trained[0])
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(tmp_path / "out" / "config" / "results" / "val" / "test_summary.json") as f:
+        assert json.load(f)["checkpoint"] == str(old / "SNIPER-0002.params")
     result = run([os.path.join(ROOT, "main_test.py")], cwd=tmp_path)
     assert_one_line_error(result, "give --model RUN_FOLDER")
 
@@ -169,7 +186,7 @@ def test_missing_metadata_says_what_to_pass_instead(trained, tmp_path):
 def test_cfg_form_takes_the_class_count_from_the_checkpoint(trained):
     from lib.inference import Detector
 
-    work, folder = trained
+    work, folder, _ = trained
     cfg = load_config(str(folder / "config.yaml"), [("gpus", "cpu:1")])
     detector = Detector.from_checkpoint(cfg, None, str(folder / "SNIPER-0001.params"))
     assert detector.classes[1:] == ["circle", "square", "triangle", "cross", "star"]
@@ -213,7 +230,7 @@ def test_exported_graph_runs_on_stock_mxnet_as_the_in_repo_network(trained, tmp_
     from lib.inference import Detector
     from lib.inference.export import STOCK_OPERATORS
 
-    _, folder = trained
+    _, folder, _ = trained
     result = run([os.path.join(ROOT, "tools", "export_model.py"), "--model", str(folder), "--out",
                   str(tmp_path / "export" / "tiny")], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -243,7 +260,7 @@ def test_exported_graph_runs_on_stock_mxnet_as_the_in_repo_network(trained, tmp_
 
 
 def test_export_stops_on_a_bad_key_or_model_in_one_line(trained, tmp_path):
-    _, folder = trained
+    _, folder, _ = trained
     tool = os.path.join(ROOT, "tools", "export_model.py")
     result = run([tool, "--model", str(folder), "--out", "x", "--set", "TEST.NO_SUCH_KEY=1"], cwd=tmp_path)
     assert_one_line_error(result, "config error: unknown config key TEST.NO_SUCH_KEY")
