@@ -76,7 +76,15 @@ def read_model_info(params):
             info = json.load(f).get(MODEL_KEY)
     except (OSError, ValueError, AttributeError) as err:
         raise ModelError(f"{path} cannot be read as the checkpoint's metadata: {err}") from None
-    return info if isinstance(info, dict) else None
+    if not isinstance(info, dict):
+        return None
+    missing = [key for key in ("symbol", "rpn_only", "NUM_CLASSES", "classes") if key not in info]
+    if missing:
+        raise ModelError(f"{path}: the '{MODEL_KEY}' metadata lacks {', '.join(missing)}")
+    if len(info["classes"]) != info["NUM_CLASSES"]:
+        raise ModelError(f"{path}: the '{MODEL_KEY}' metadata names {len(info['classes'])} classes for "
+                         f"NUM_CLASSES {info['NUM_CLASSES']}")
+    return info
 
 
 def classes_of(params, cfg, num_classes=None):

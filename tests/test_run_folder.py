@@ -267,3 +267,21 @@ def test_export_stops_on_a_bad_key_or_model_in_one_line(trained, tmp_path):
     result = run([tool, "--model", str(tmp_path), "--out", "x"], cwd=tmp_path)
     assert_one_line_error(result, "model error:", "has no config.yaml")
     assert os.listdir(tmp_path) == []
+
+
+def test_damaged_metadata_is_named(trained, tmp_path):
+    _, folder, _ = trained
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    shutil.copy(folder / "config.yaml", damaged / "config.yaml")
+    shutil.copy(folder / "SNIPER-0001.params", damaged / "SNIPER-0001.params")
+    with open(folder / "SNIPER-0001.progress.json") as f:
+        progress = json.load(f)
+    progress["model"]["classes"] = progress["model"]["classes"][:3]
+    (damaged / "SNIPER-0001.progress.json").write_text(json.dumps(progress))
+    result = run([os.path.join(ROOT, "main_test.py"), "--model", str(damaged)], cwd=tmp_path)
+    assert_one_line_error(result, "SNIPER-0001.progress.json: the 'model' metadata names 3 classes for NUM_CLASSES 6")
+    del progress["model"]["NUM_CLASSES"]
+    (damaged / "SNIPER-0001.progress.json").write_text(json.dumps(progress))
+    result = run([os.path.join(ROOT, "main_test.py"), "--model", str(damaged)], cwd=tmp_path)
+    assert_one_line_error(result, "metadata lacks NUM_CLASSES")
