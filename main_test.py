@@ -3,8 +3,8 @@ or ``python main_test.py --cfg FILE [--set KEY VALUE ...]``.
 
 With ``--model`` alone the run folder's config.yaml is the config (``--set`` overrides test-time keys)
 and results go into that run folder; with ``--cfg`` the checkpoint is ``--model``, ``TEST.MODEL`` or
-epoch ``TEST.TEST_EPOCH`` of the config's run. Runs the multi-scale tester on ``dataset.test_image_set`` (results JSON + COCO/VOC evaluation under
-``{output_path}/{name}/results/``), or, with ``--set TEST.EXTRACT_PROPOSALS true``, extracts RPN
+epoch ``TEST.TEST_EPOCH`` of the config's run. Runs the multi-scale tester on ``dataset.test_image_set``
+(results JSON + COCO/VOC evaluation under ``{output_path}/{name}/results/``), or, with ``--set TEST.EXTRACT_PROPOSALS true``, extracts RPN
 proposals of ``dataset.image_set`` for negative chip mining.
 """
 from lib.bootstrap import use_project_python

@@ -114,7 +114,8 @@ def test_python_api_from_any_directory_matches_main_test(trained, elsewhere):
     script = (
         "import cv2, json\n"
         "from lib.inference import Detector\n"
-        f"det = Detector.from_checkpoint({str(folder / 'SNIPER-0002.params')!r}, overrides={{'TEST.SCORE_THRESH': 0}})\n"
+        f"det = Detector.from_checkpoint({str(folder / 'SNIPER-0002.params')!r},\n"
+        "                               overrides={'TEST.SCORE_THRESH': 0})\n"
         f"image = cv2.imread({image!r})\n"
         "dets = det(image)\n"
         "assert cv2.imwrite('drawn.png', det.draw(image, dets, thresh=0))\n"
@@ -123,8 +124,9 @@ def test_python_api_from_any_directory_matches_main_test(trained, elsewhere):
     result = run(["-c", script], cwd=elsewhere, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     found = json.loads(result.stdout.strip().splitlines()[-1])
-    names = dict(zip(*[json.load(open(folder / "SNIPER-0002.progress.json"))["model"][k]
-                       for k in ("category_ids", "classes")]))
+    with open(folder / "SNIPER-0002.progress.json") as f:
+        info = json.load(f)["model"]
+    names = dict(zip(info["category_ids"], info["classes"]))
     assert len(found) == len(expected) > 0
     assert all(entry["image_id"] == image_id for entry in expected)
     key = lambda d: (-d[0], d[1])  # noqa: E731  (score, then box: ties in any order)
