@@ -3,13 +3,14 @@
 #   make test       the test suite
 #   make train      the main job: synthetic data -> train tiny SNIPER on CPU -> COCO AP table; again over an
 #                   earlier run: make train TRAIN_ARGS=--resume (continue it) or TRAIN_ARGS=--overwrite (start over)
-#   make MXNET=mxnet-cu117   the same with a CUDA build of MXNet 1.9.1 (also mxnet-cu112); the venv
+#   make MXNET=mxnet-cu117   the same with a CUDA build of MXNet 1.9.1: every CUDA 11 wheel of 1.9.1 on PyPI,
+#                            mxnet-cu110 ... mxnet-cu117 (README: the driver each needs); the venv
 #                            remembers it, so later `make test` / `make train` keep that build
 # The newest supported interpreter on the PATH: the pins (numpy 1.23 for MXNet 1.9.1) exist for 3.8-3.11.
 PYTHON ?= $(shell for v in 3.11 3.10 3.9 3.8; do command -v python$$v && break; done || command -v python3)
 SUPPORTED_PYTHONS := 3.8 3.9 3.10 3.11
 VENV := .venv
-MXNET_VARIANTS := mxnet mxnet-cu112 mxnet-cu117
+MXNET_VARIANTS := mxnet mxnet-cu110 mxnet-cu111 mxnet-cu112 mxnet-cu113 mxnet-cu114 mxnet-cu115 mxnet-cu116 mxnet-cu117
 MXNET ?= $(shell cat $(VENV)/.mxnet-variant 2>/dev/null || echo mxnet)
 MXNET_VERSION := 1.9.1
 GLUONCV_VERSION := 0.10.5.post0
@@ -50,6 +51,8 @@ all: build
 
 venv: $(STAMP)
 $(STAMP): requirements.txt constraints.txt
+	@case " $(MXNET_VARIANTS) " in *" $(MXNET) "*) ;; *) echo "error: MXNET=$(MXNET) is not one of: \
+	$(MXNET_VARIANTS) (the MXNet $(MXNET_VERSION) wheels on PyPI)" >&2; exit 1;; esac
 	@version=$$($(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null); \
 	case " $(SUPPORTED_PYTHONS) " in *" $$version "*) ;; *) echo "error: $(PYTHON) is Python $${version:-?}; this \
 	project needs Python 3.8-3.11 (MXNet 1.9.1 needs numpy 1.23, which has no release for 3.12+). Install one and \

@@ -1,7 +1,10 @@
-"""Test SNIPER: ``python main_test.py --cfg FILE [--set KEY VALUE ...]``.
+"""Test SNIPER: ``python main_test.py --model RUN_FOLDER|FILE.params [--set KEY VALUE ...]``
+or ``python main_test.py --cfg FILE [--set KEY VALUE ...]``.
 
-Runs the multi-scale tester on ``dataset.test_image_set`` (results JSON + COCO/VOC evaluation under
-``{output_path}/{name}/results/``), or, with ``--set TEST.EXTRACT_PROPOSALS true``, extracts RPN
+With ``--model`` alone the run folder's config.yaml is the config (``--set`` overrides test-time keys)
+and results go into that run folder; with ``--cfg`` the checkpoint is ``--model``, ``TEST.MODEL`` or
+epoch ``TEST.TEST_EPOCH`` of the config's run. Runs the multi-scale tester on ``dataset.test_image_set``
+(results JSON + COCO/VOC evaluation under ``{output_path}/{name}/results/``), or, with ``--set TEST.EXTRACT_PROPOSALS true``, extracts RPN
 proposals of ``dataset.image_set`` for negative chip mining.
 """
 from lib.bootstrap import use_project_python
@@ -11,30 +14,36 @@ if __name__ == "__main__":
 
 import argparse
 import logging
+import sys
 
-from lib.config import add_config_arguments, config_from_arguments, dump_config
+from lib.config import dump_config
 from lib.logger import logged_outcome, setup_logging
+from lib.run_folder import add_model_arguments, config_from_model_arguments
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_arguments(parser)
+    add_model_arguments(parser)
     return parser.parse_args(argv)
 
 
 def main(argv=None):
     args = parse_args(argv)
-    cfg = config_from_arguments(args)
+    cfg = config_from_model_arguments(args)
     from lib.inference.tester import extract_proposals, test
-    from lib.train.checkpoint import output_dir
+    from lib.train.checkpoint import CheckpointError, output_dir
 
     setup_logging(output_dir(cfg), name="test")
     with logged_outcome("proposal extraction" if cfg.TEST.EXTRACT_PROPOSALS else "testing"):
-        logging.getLogger(__name__).info("config %s with overrides %s:\n%s", args.cfg, args.set, dump_config(cfg))
-        if cfg.TEST.EXTRACT_PROPOSALS:
-            extract_proposals(cfg)
-        else:
-            test(cfg)
+        logging.getLogger(__name__).info("config %s with overrides %s:\n%s", args.cfg or args.model, args.set,
+                                         dump_config(cfg))
+        try:
+            if cfg.TEST.EXTRACT_PROPOSALS:
+                extract_proposals(cfg)
+            else:
+                test(cfg)
+        except (CheckpointError, FileNotFoundError, FileExistsError) as err:  # a missing or foreign checkpoint or data
+            sys.exit(f"error: {err}")
 
 
 if __name__ == "__main__":

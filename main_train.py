@@ -29,9 +29,10 @@ def main(argv=None):
     args = parse_args(argv)
     cfg = config_from_arguments(args)
     from lib.train.distributed import Workers, create_kvstore
-    from lib.train.checkpoint import output_dir
-    from lib.train.run_folder import RunFolderError
-    from lib.train.trainer import train
+    from lib.train.checkpoint import CheckpointError, output_dir
+    from lib.train.pretrained import PretrainedError
+    from lib.train.run_lock import RunFolderError
+    from lib.train.trainer import TrainingDiverged, train
 
     try:
         kvstore = create_kvstore(cfg)  # with dist_sync: joins the job started by tools/launch.py
@@ -42,16 +43,17 @@ def main(argv=None):
         setup_logging(output_dir(cfg), name=f"train_rank{workers.rank}" if workers.distributed else "train")
         with logged_outcome("training"):
             logging.getLogger(__name__).info("config %s with overrides %s:\n%s", args.cfg, args.set, dump_config(cfg))
-            try:
+            try:  # a run folder in use, a missing or foreign data folder, checkpoint or pretrained file: one line
                 prefix, _ = train(cfg, resume=args.resume, kvstore=kvstore, overwrite=args.overwrite)
-            except RunFolderError as err:
-                sys.exit(f"error: {err}")
-            if args.eval and workers.rank == 0:
-                from lib.inference.tester import test
-                from lib.train.checkpoint import params_path
+                if args.eval and workers.rank == 0:
+                    from lib.inference.tester import test
+                    from lib.train.checkpoint import params_path
 
-                # The checkpoint just written, whatever TEST.TEST_EPOCH / TEST.MODEL say (they serve main_test.py).
-                test(cfg, checkpoint=params_path(prefix, cfg.TRAIN.end_epoch))
+                    # The checkpoint just written, whatever TEST.TEST_EPOCH / TEST.MODEL say (they serve main_test.py).
+                    test(cfg, checkpoint=params_path(prefix, cfg.TRAIN.end_epoch))
+            except (RunFolderError, FileNotFoundError, FileExistsError, CheckpointError, PretrainedError,
+                    TrainingDiverged) as err:
+                sys.exit(f"error: {err}")
 
 
 if __name__ == "__main__":

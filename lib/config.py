@@ -226,11 +226,12 @@ def load_config(path=None, overrides=()):
     return _finish(_to_attrdict(cfg), overrides, name)
 
 
-def with_overrides(cfg, overrides):
+def with_overrides(cfg, overrides, name=None):
     """A new frozen config: ``cfg`` with ``overrides`` (a ``{dotted.key: value}`` dict or
-    ``[(key, value), ...]``; values are Python values or command-line text) applied and checked."""
+    ``[(key, value), ...]``; values are Python values or command-line text) applied and checked; ``name``
+    renames it (the run folder ``{output_path}/{name}`` follows)."""
     items = overrides.items() if isinstance(overrides, dict) else overrides
-    return _finish(_to_attrdict(plain(cfg)), items, cfg.name)
+    return _finish(_to_attrdict(plain(cfg)), items, name or cfg.name)
 
 
 def _finish(cfg, overrides, name):

@@ -43,3 +43,15 @@ def test_default_variant_matches_the_installed_mxnet():
     """`make` builds the GPU forward exactly when the venv's MXNet is a CUDA build."""
     contexts = ["cpu", "gpu"] if mx.runtime.Features().is_enabled("CUDA") else ["cpu"]
     assert registered_operators(LIBRARY_PATH)["MultiProposalTarget"] == {"forward": contexts, "backward": contexts}
+
+
+CUDA_WHEELS = [f"mxnet-cu11{minor}" for minor in range(8)]  # every CUDA build of mxnet 1.9.1 on PyPI
+
+
+def test_make_offers_every_cuda_wheel_of_mxnet_1_9_1_and_refuses_others():
+    refused = subprocess.run(["make", "MXNET=mxnet-cu118", "venv"], cwd=ROOT, capture_output=True, text=True)
+    assert refused.returncode != 0
+    assert f"error: MXNET=mxnet-cu118 is not one of: {' '.join(['mxnet'] + CUDA_WHEELS)} " in refused.stderr
+    for wheel in CUDA_WHEELS:  # -n: the recipe printed, not run
+        planned = subprocess.run(["make", "-n", f"MXNET={wheel}", "venv"], cwd=ROOT, capture_output=True, text=True)
+        assert planned.returncode == 0 and f'"{wheel}==1.9.1"' in planned.stdout, planned.stderr

@@ -1,5 +1,6 @@
 """The command-line entry points: bad configs stop them with a message; what main_test.py logs."""
 import glob
+import json
 import logging
 import os
 import subprocess
@@ -14,6 +15,14 @@ import main_test
 import main_train
 from lib.config import dump_config
 from lib.inference import tester
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml")
+
+
+def run_entry(program, *argv, cwd):
+    return subprocess.run([sys.executable, os.path.join(ROOT, program), *argv], cwd=cwd, capture_output=True,
+                          text=True, timeout=300)
 
 
 def test_main_test_logs_the_effective_config_as_yaml(tmp_path, monkeypatch):
@@ -56,14 +65,6 @@ def test_entry_points_stop_on_a_bad_override_naming_it(entry, overrides, message
     assert str(info.value.code).startswith("config error:") and message in str(info.value.code)
 
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml")
-
-
-def run_program(*argv):
-    return subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
-
-
 @pytest.mark.parametrize("key, value, requirement", [
     ("TRAIN.lr", "-0.01", "TRAIN.lr = -0.01: must be a positive number"),
     ("TRAIN.lr", "nan", "TRAIN.lr = nan: must be a positive number"),
@@ -74,7 +75,7 @@ def run_program(*argv):
     ("TRAIN.NUM_PROCESS", "-1", "TRAIN.NUM_PROCESS = -1: must be >= 0"),
 ])
 def test_main_train_refuses_a_bad_value_in_one_line_naming_the_key(tmp_path, key, value, requirement):
-    result = run_program("main_train.py", "--cfg", TINY, "--set", "output_path", str(tmp_path), key, value)
+    result = run_entry("main_train.py", "--cfg", TINY, "--set", "output_path", str(tmp_path), key, value, cwd=ROOT)
     assert result.returncode != 0
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"config error: config key {requirement}"), result.stderr
@@ -84,24 +85,42 @@ def test_main_train_refuses_a_bad_value_in_one_line_naming_the_key(tmp_path, key
 def test_demo_refuses_an_output_name_without_an_image_extension_before_running(tmp_path):
     image = tmp_path / "image.png"
     cv2.imwrite(str(image), np.zeros((8, 8, 3), np.uint8))
-    result = run_program("demo.py", "--cfg", TINY, "--im_path", str(image), "--out", str(tmp_path / "drawn"))
+    result = run_entry("demo.py", "--cfg", TINY, "--im_path", str(image), "--out", str(tmp_path / "drawn"), cwd=ROOT)
     assert result.returncode != 0
     assert result.stderr.splitlines() == [f"--out {tmp_path / 'drawn'}: not an image file name OpenCV can write; "
                                           f"end it in .png or .jpg"]
     assert os.listdir(tmp_path) == ["image.png"]
 
 
-def test_a_failing_training_run_ends_its_log_with_the_error_and_traceback(tmp_path):
-    result = run_program("main_train.py", "--cfg", TINY, "--set", "output_path", str(tmp_path / "out"),
-                         "dataset.dataset", "coco", "dataset.dataset_path", str(tmp_path / "absent"))
-    assert result.returncode == 1
-    assert result.stderr.count("Traceback") == 1  # printed once, by the log's console handler
+def run_in_process(entry, argv):
+    """``entry.main(argv)``, the root logger's handlers restored afterwards (setup_logging adds some)."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        entry.main(argv)
+    finally:
+        for handler in root.handlers:
+            if handler not in handlers:
+                handler.close()
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+
+def test_a_failing_training_run_ends_its_log_with_the_error_and_traceback(tmp_path, monkeypatch, capsys):
+    from lib.train import trainer
+
+    def broken_train(cfg, **kwargs):
+        raise RuntimeError("out of cheese")
+    monkeypatch.setattr(trainer, "train", broken_train)
+    with pytest.raises(SystemExit) as info:
+        run_in_process(main_train, ["--cfg", TINY, "--set", "output_path", str(tmp_path / "out")])
+    assert info.value.code == 1
+    assert capsys.readouterr().err.count("Traceback") == 1  # printed once, by the log's console handler
     (log,) = glob.glob(str(tmp_path / "out" / "sniper_synthetic_tiny" / "train_*.log"))
     with open(log) as f:
         text = f.read()
-    assert "training failed: FileNotFoundError: COCO annotation file" in text
-    tail = text.rstrip("\n").splitlines()
-    assert tail[-1].startswith("FileNotFoundError: COCO annotation file ") and "Traceback" in text
+    assert "training failed: RuntimeError: out of cheese" in text and "Traceback" in text
+    assert text.rstrip("\n").splitlines()[-1] == "RuntimeError: out of cheese"
 
 
 @pytest.mark.parametrize("outcome, last_line", [
@@ -114,22 +133,39 @@ def test_main_test_log_ends_with_finished_or_the_error(tmp_path, monkeypatch, ou
         if outcome is not None:
             raise outcome
     monkeypatch.setattr(tester, "test", fake_test)
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    try:
-        if outcome is None:
-            main_test.main(["--cfg", TINY, "--set", "output_path", str(tmp_path)])
-        else:
-            with pytest.raises(SystemExit) as info:
-                main_test.main(["--cfg", TINY, "--set", "output_path", str(tmp_path)])
-            assert info.value.code == 1
-    finally:
-        for handler in root.handlers:
-            if handler not in handlers:
-                handler.close()
-        root.handlers[:] = handlers
-        root.setLevel(level)
+    if outcome is None:
+        run_in_process(main_test, ["--cfg", TINY, "--set", "output_path", str(tmp_path)])
+    else:
+        with pytest.raises(SystemExit) as info:
+            run_in_process(main_test, ["--cfg", TINY, "--set", "output_path", str(tmp_path)])
+        assert info.value.code == 1
     (log,) = glob.glob(str(tmp_path / "sniper_synthetic_tiny" / "test_*.log"))
     with open(log) as f:
         lines = f.read().rstrip("\n").splitlines()
     assert lines[-1].endswith(last_line)
+
+
+@pytest.mark.parametrize("program", ["main_train.py", "main_test.py"])
+def test_missing_or_foreign_data_folders_are_one_line(program, tmp_path):
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    for overrides, message in ((["dataset.dataset_path", str(foreign)], "is not a synthetic dataset"),
+                               (["dataset.dataset", "coco", "dataset.dataset_path", str(tmp_path / "none")],
+                                "annotations/instances_")):
+        result = run_entry(program, "--cfg", TINY, "--set", "output_path", str(tmp_path / "out"), *overrides,
+                           cwd=tmp_path)
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+        assert result.stderr.splitlines()[-1].startswith("error: ") and message in result.stderr.splitlines()[-1]
+    assert os.listdir(foreign) == []
+
+
+def test_own_coco_folder_on_the_tiny_config_needs_only_the_dataset_keys(synthetic_dataset, tmp_path):
+    data = synthetic_dataset(2, 1)  # COCO-format files: any folder of that layout
+    result = run_entry("main_train.py", "--cfg", TINY, "--eval", "--set", "dataset.dataset", "coco",
+                       "dataset.dataset_path", data, "dataset.image_set", "train", "dataset.test_image_set", "val",
+                       "dataset.root_path", str(tmp_path), "output_path", str(tmp_path / "out"), "TRAIN.end_epoch=1",
+                       "TRAIN.BATCH_IMAGES=2", "TRAIN.NUM_PROCESS=0", "gpus=cpu:1", "TRAIN.FLIP=false",
+                       "TEST.NUM_PROCESS=0", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(tmp_path / "out" / "sniper_synthetic_tiny" / "results" / "val" / "test_summary.json") as f:
+        assert json.load(f)["tested"] == 1

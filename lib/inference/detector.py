@@ -11,17 +11,21 @@ processes around the network (lib.inference.pipeline) when ``num_workers`` > 0.
 """
 import functools
 import logging
+import os
 
 import mxnet as mx
 import numpy as np
 
 from lib.boxes import clip_boxes, decode
 from lib.contexts import fp16_enabled, parse_contexts
+from lib.drawing import draw_detections
 from lib.inference.batching import images_per_device, plan
+from lib.inference.detections import Detections
 from lib.inference.merge import merge_scales
 from lib.inference.pipeline import ArrayImages, run_pipeline
+from lib.run_folder import classes_of, load_run
 from lib.scales import pyramid
-from lib.train.checkpoint import checkpoint_prefix, load_params, params_path
+from lib.train.checkpoint import CheckpointError, checkpoint_prefix, load_params, params_path
 from symbols import inference_symbol, use_compiled_deformable
 
 logger = logging.getLogger(__name__)
@@ -57,24 +61,59 @@ def pool_proposals(per_level, num_proposals):
                            for boxes, scores in per_level]).astype(np.float32)
 
 
+def data_shapes(batch, height, width):
+    """The test graph's inputs for ``batch`` images on a (height, width) canvas."""
+    return [mx.io.DataDesc("data", (batch, 3, height, width)), mx.io.DataDesc("im_info", (batch, 3)),
+            mx.io.DataDesc("im_ids", (batch,)), mx.io.DataDesc("chip_ids", (batch,))]
+
+
+def check_params(symbol, arg_params, aux_params, source, stride):
+    """Every parameter of the test network ``symbol`` present with the right shape, or a CheckpointError
+    naming it."""
+    shapes = {d.name: d.shape for d in data_shapes(1, stride, stride)}
+    arg_shapes, _, aux_shapes = symbol.infer_shape(**shapes)
+    needed = dict(zip(symbol.list_arguments(), arg_shapes))
+    needed.update(zip(symbol.list_auxiliary_states(), aux_shapes))
+    given = {**arg_params, **aux_params}
+    missing = [name for name in needed if name not in shapes and name not in given]
+    if missing:
+        raise CheckpointError(f"{source} lacks {len(missing)} parameters of the test network (wrong symbol or "
+                              f"NUM_CLASSES?), e.g. {', '.join(missing[:5])}")
+    for name, shape in needed.items():
+        if name not in shapes and tuple(given[name].shape) != tuple(shape):
+            raise CheckpointError(f"{source}: parameter {name} has shape {tuple(given[name].shape)}, the test "
+                                  f"network of this config needs {tuple(shape)} (symbol, dataset.NUM_CLASSES?)")
+
+
+def numbered_classes(num_classes):
+    """Class names when only the count is known: background, then "class 1", ..."""
+    return ["__background__"] + [f"class {label}" for label in range(1, num_classes)]
+
+
 class Detector:
     """The test (or RPN-only) symbol of ``cfg`` with trained parameters, on the configured contexts.
 
     ``num_classes`` (background included) is the dataset's; the RPN-only network does not need it.
+    ``classes``: the names of the labels (default: numbered). The Python API::
+
+        det = Detector.from_checkpoint("output/sniper_synthetic_tiny/SNIPER-0004.params")
+        dets = det(image_bgr)                      # Detections: boxes, scores, labels, names
+        cv2.imwrite("out.png", det.draw(image_bgr, dets))
     """
 
     def __init__(self, cfg, num_classes, arg_params, aux_params, contexts=None, rpn_only=False,
-                 source="parameters"):
+                 source="parameters", classes=None):
         self._configure(cfg, contexts, rpn_only, source)
         if rpn_only and cfg.TEST.NUM_PROPOSALS > cfg.TEST.RPN_POST_NMS_TOP_N:
             logger.warning("TEST.NUM_PROPOSALS %d > TEST.RPN_POST_NMS_TOP_N %d: at most %d proposals per scale",
                            cfg.TEST.NUM_PROPOSALS, cfg.TEST.RPN_POST_NMS_TOP_N, cfg.TEST.RPN_POST_NMS_TOP_N)
+        self.classes = None if rpn_only else list(classes or numbered_classes(num_classes))
         symbol = inference_symbol(cfg, num_classes, rpn_only=rpn_only,
                                   compiled_deformable=use_compiled_deformable(cfg, self.contexts))
         stride = cfg.network.RPN_FEAT_STRIDE
-        self._check_params(symbol, arg_params, aux_params, source, stride)
+        check_params(symbol, arg_params, aux_params, source, stride)
         self.module = mx.mod.Module(symbol, data_names=DATA_NAMES, label_names=None, context=self.contexts)
-        self.module.bind(self._data_shapes(len(self.contexts), stride, stride), for_training=False)
+        self.module.bind(data_shapes(len(self.contexts), stride, stride), for_training=False)
         self.module.set_params(arg_params, aux_params, allow_missing=False, allow_extra=True)
 
     def _configure(self, cfg, contexts, rpn_only, source):
@@ -88,32 +127,45 @@ class Detector:
         self.fp16 = fp16_enabled(cfg, "TEST", self.contexts)  # the body only: inputs and outputs stay float32
 
     @classmethod
-    def from_checkpoint(cls, cfg, num_classes, path=None, contexts=None, rpn_only=False):
-        path = path or checkpoint_file(cfg)
+    def from_checkpoint(cls, model, num_classes=None, path=None, contexts=None, rpn_only=False, overrides=()):
+        """A Detector from a checkpoint, in one of two forms:
+
+        - ``from_checkpoint(MODEL, overrides=...)``: MODEL a run folder (its newest checkpoint) or a
+          ``.params`` file of one; the config (the run's config.yaml, then ``overrides``, e.g.
+          ``{"gpus": "cpu"}``), class names and count, RPN-only or not come from the run folder.
+        - ``from_checkpoint(cfg, num_classes, path=None)``: ``path`` (default ``TEST.MODEL`` or epoch
+          ``TEST.TEST_EPOCH`` of the config's run) with the network of ``cfg``; ``num_classes`` None
+          takes the checkpoint's metadata, else ``dataset.NUM_CLASSES``.
+        """
+        if isinstance(model, (str, os.PathLike)):
+            cfg, path, info = load_run(model, overrides)
+            rpn_only = rpn_only or bool(info.get("rpn_only"))
+        else:
+            cfg, path = model, path or checkpoint_file(model)
         arg_params, aux_params = load_params(path)
         logger.info("loaded %s", path)
-        return cls(cfg, num_classes, arg_params, aux_params, contexts=contexts, rpn_only=rpn_only, source=path)
+        classes = None
+        if not rpn_only:
+            num_classes, classes = classes_of(path, cfg, num_classes)
+        return cls(cfg, num_classes, arg_params, aux_params, contexts=contexts, rpn_only=rpn_only, source=path,
+                   classes=classes)
 
-    def _check_params(self, symbol, arg_params, aux_params, source, stride):
-        """Every parameter of the network present with the right shape, or an error naming it."""
-        shapes = {d.name: d.shape for d in self._data_shapes(1, stride, stride)}
-        arg_shapes, _, aux_shapes = symbol.infer_shape(**shapes)
-        needed = dict(zip(symbol.list_arguments(), arg_shapes))
-        needed.update(zip(symbol.list_auxiliary_states(), aux_shapes))
-        given = {**arg_params, **aux_params}
-        missing = [name for name in needed if name not in shapes and name not in given]
-        if missing:
-            raise ValueError(f"{source} lacks {len(missing)} parameters of the test network (wrong symbol or "
-                             f"NUM_CLASSES?), e.g. {', '.join(missing[:5])}")
-        for name, shape in needed.items():
-            if name not in shapes and tuple(given[name].shape) != tuple(shape):
-                raise ValueError(f"{source}: parameter {name} has shape {tuple(given[name].shape)}, the test "
-                                 f"network of this config needs {tuple(shape)} (symbol, dataset.NUM_CLASSES?)")
+    def __call__(self, images):
+        """Detections (lib.inference.detections) of one BGR uint8 (H, W, 3) image, or a list of them
+        for a list of images (batched together, see ``detect``)."""
+        single = not isinstance(images, (list, tuple))
+        batch = [images] if single else list(images)
+        for image in batch:
+            if not (isinstance(image, np.ndarray) and image.ndim == 3 and image.shape[2] == 3 and image.size):
+                raise ValueError(f"expected a BGR image array (H, W, 3), got "
+                                 f"{getattr(image, 'shape', type(image).__name__)}")
+        found = [Detections.from_array(d, self.classes) for d in self.detect(batch)]
+        return found[0] if single else found
 
-    @staticmethod
-    def _data_shapes(batch, height, width):
-        return [mx.io.DataDesc("data", (batch, 3, height, width)), mx.io.DataDesc("im_info", (batch, 3)),
-                mx.io.DataDesc("im_ids", (batch,)), mx.io.DataDesc("chip_ids", (batch,))]
+    def draw(self, image, detections, thresh=0.5):
+        """Copy of ``image`` with ``detections`` (Detections or (N, 6) rows) scoring at least ``thresh``."""
+        rows = detections.to_array() if isinstance(detections, Detections) else detections
+        return draw_detections(image, rows, self.classes, thresh)
 
     def _batch_counts(self, levels):
         """Images per device of each of ``levels``: the config's count of the same scale, else 1."""
@@ -141,7 +193,7 @@ class Detector:
         batch = mx.io.DataBatch(
             data=[mx.nd.from_numpy(data, zero_copy=True), mx.nd.array(im_info), mx.nd.array(ids),
                   mx.nd.zeros(size)],
-            provide_data=self._data_shapes(size, height, width))
+            provide_data=data_shapes(size, height, width))
         self.module.forward(batch, is_train=False)
         return dict(zip(self.module.output_names, (o.asnumpy() for o in self.module.get_outputs())))
 

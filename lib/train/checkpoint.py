@@ -7,10 +7,13 @@ A checkpoint's ``.params`` is what the test network loads: the class-agnostic bo
 de-normalised (multiplied back by the target stds, spec section 7). Multiplying and dividing by the
 stds in float32 is not exact, and a resumed run must continue bit for bit, so the training values of
 the regressor are also kept, under ``train:`` keys that MXNet's own loaders ignore. The optimizer
-state goes beside it as ``prefix-%04d.states`` (pickle-free: lib.train.optimizer_states); an epoch counts
-as complete only when both files exist, and each is written to a temporary name and renamed
-(``lib.atomic``), so a run killed mid-write never leaves a checkpoint that looks complete. A file damaged
-afterwards (a truncated copy, a bad disk) is found by ``last_readable_epoch``, which resume uses.
+state goes beside it as ``prefix-%04d.states`` (pickle-free: lib.train.optimizer_states), and
+``prefix-%04d.progress.json`` holds the iteration counts a resume needs and, under ``model``, what
+inference needs without the config or dataset (lib.run_folder: class names, network, test scales, pixel
+means); an epoch counts as complete only when both files exist, and each is written to a temporary name
+and renamed (``lib.atomic``), so a run killed mid-write never leaves a checkpoint that looks complete. A
+file damaged afterwards (a truncated copy, a bad disk) is found by ``last_readable_epoch``, which resume
+uses.
 """
 import errno
 import glob
@@ -31,6 +34,10 @@ logger = logging.getLogger(__name__)
 BBOX_PRED_WEIGHT = "bbox_pred_weight"
 BBOX_PRED_BIAS = "bbox_pred_bias"
 TRAIN_KIND = "train"  # key prefix of the regressor's exact training values
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be read or does not fit the network asked of it."""
 
 
 def output_dir(cfg):
@@ -122,10 +129,10 @@ def load_params(path, with_training_values=False, plain_names=True):
     try:
         blob = mx.nd.load(path)
     except mx.base.MXNetError as err:
-        raise ValueError(f"checkpoint {path} cannot be read (truncated or not an MXNet .params file): "
+        raise CheckpointError(f"checkpoint {path} cannot be read (truncated or not an MXNet .params file): "
                          f"{str(err).splitlines()[0]}") from None
     if not isinstance(blob, dict):
-        raise ValueError(f"checkpoint {path} holds a list, not named parameters")
+        raise CheckpointError(f"checkpoint {path} holds a list, not named parameters")
     arg_params, aux_params, training_values = {}, {}, {}
     for key, value in blob.items():
         kind, _, name = key.partition(":")
@@ -138,7 +145,7 @@ def load_params(path, with_training_values=False, plain_names=True):
         elif plain_names:
             arg_params[key] = value
         else:
-            raise ValueError(f"{path}: key {key!r} is not 'arg:<name>' or 'aux:<name>'; not an MXNet checkpoint")
+            raise CheckpointError(f"{path}: key {key!r} is not 'arg:<name>' or 'aux:<name>'; not an MXNet checkpoint")
     if with_training_values:
         return arg_params, aux_params, training_values
     return arg_params, aux_params

@@ -1,0 +1,72 @@
+"""A deployable test graph: ``PREFIX-symbol.json`` + ``PREFIX-0000.params`` that a stock MXNet 1.9.1 loads
+with ``mx.model.load_checkpoint`` and binds with ``mx.mod.Module``, without this repository.
+
+The in-repo test graph has two parts stock MXNet lacks: the reference's proposal layer (a Python
+CustomOp, ``TEST.PROPOSAL_LAYER: reference``) and, on CPU contexts, lib/ops' compiled deformable
+operators (``network.CPU_DEFORMABLE_OPS: compiled``). The export builds the graph with MXNet's own
+operators instead: MultiProposal (``TEST.PROPOSAL_LAYER: stock``, whose proposals differ slightly from
+the reference's: docs/reference_differences.md) and the stock deformable convolution and PS-ROI pooling
+(same parameters, same results). ``PREFIX-model.json`` describes the inputs and the classes.
+"""
+import mxnet as mx
+
+from lib.atomic import atomic_path, write_json
+from lib.config import with_overrides
+from lib.inference.detector import DATA_NAMES, check_params, checkpoint_file, numbered_classes
+from lib.run_folder import classes_of, read_model_info
+from lib.train.checkpoint import load_params
+from symbols import inference_symbol
+
+EXPORT_EPOCH = 0
+# The keys the exported graph is built with: stock MXNet operators only.
+STOCK_OPERATORS = {"TEST.PROPOSAL_LAYER": "stock", "network.CPU_DEFORMABLE_OPS": "stock"}
+
+
+def export_test_graph(cfg, prefix):
+    """Write the stock test graph of the checkpoint ``TEST.MODEL`` (or epoch ``TEST.TEST_EPOCH`` of the
+    run of ``cfg``) to ``prefix``; ``cfg`` as lib.run_folder gives it (a run's config.yaml) or a config
+    file with the checkpoint's network. Returns the paths written ``(symbol, params, description)``."""
+    params = checkpoint_file(cfg)
+    arg_params, aux_params = load_params(params)
+    info = read_model_info(params) or {}
+    rpn_only = bool(info.get("rpn_only", cfg.TRAIN.ONLY_PROPOSAL))
+    num_classes, classes = (None, None) if rpn_only else classes_of(params, cfg)
+    cfg = with_overrides(cfg, STOCK_OPERATORS)
+    symbol = inference_symbol(cfg, num_classes, rpn_only=rpn_only, compiled_deformable=False)
+    check_params(symbol, arg_params, aux_params, params, cfg.network.RPN_FEAT_STRIDE)
+    # only what the graph uses: no training-only values, in MXNet's own arg:/aux: layout
+    blob = {f"arg:{name}": arg_params[name] for name in symbol.list_arguments() if name in arg_params}
+    blob.update({f"aux:{name}": aux_params[name] for name in symbol.list_auxiliary_states()})
+    paths = (f"{prefix}-symbol.json", f"{prefix}-{EXPORT_EPOCH:04d}.params", f"{prefix}-model.json")
+    with atomic_path(paths[0]) as tmp:
+        symbol.save(tmp)
+    with atomic_path(paths[1]) as tmp:
+        mx.nd.save(tmp, blob)
+    description = {"source": params, "epoch": EXPORT_EPOCH, "symbol": cfg.symbol, "rpn_only": rpn_only,
+                   "classes": None if rpn_only else classes or numbered_classes(num_classes),
+                   "category_ids": info.get("category_ids"), **describe(cfg, symbol)}
+    write_json(description, paths[2])
+    return paths
+
+
+def describe(cfg, symbol):
+    """What a user of the exported graph needs to feed it and read it."""
+    network = cfg.network
+    return {
+        "inputs": {
+            "data_names": list(DATA_NAMES),
+            "data": "float32 (B, 3, H, W): the image resized by a test scale, minus PIXEL_MEANS (BGR order), "
+                    "channels in CHANNEL_ORDER, placed top-left on the canvas (H, W rounded up to IMAGE_STRIDE "
+                    "when > 0)",
+            "im_info": "float32 (B, 3): scaled height, scaled width, 1",
+            "im_ids": "float32 (B,): any ids, passed through",
+            "chip_ids": "float32 (B,): zeros",
+        },
+        "outputs": symbol.list_outputs(),
+        "PIXEL_MEANS": list(network.PIXEL_MEANS), "CHANNEL_ORDER": network.CHANNEL_ORDER,
+        "IMAGE_STRIDE": network.IMAGE_STRIDE, "TEST.SCALES": list(cfg.TEST.SCALES),
+        "TEST.VALID_RANGES": [list(r) for r in cfg.TEST.VALID_RANGES],
+        "boxes": "rois_output rows [batch index, x1, y1, x2, y2] in scaled pixels; bbox_pred_reshape_output "
+                 "the class-agnostic deltas (stds folded in) to decode on the rois, then divide by the scale",
+        "operators": dict(STOCK_OPERATORS),
+    }

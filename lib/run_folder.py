@@ -1,0 +1,189 @@
+"""A run folder that describes itself, and models named by a run folder or a ``.params`` file.
+
+Training writes ``config.yaml`` (the effective config, loadable by ``--cfg``) into the run folder
+``{output_path}/{name}``, and into each checkpoint's companion ``PREFIX-EPOCH.progress.json`` a ``model``
+entry with what inference needs: class names, dataset category ids, NUM_CLASSES, the network (``symbol``,
+RPN-only or not), the test scales and valid ranges, pixel means and channel order, and where the
+training's working directory lies relative to the run folder (``workdir``).
+
+``load_run(model)`` turns a run folder (its newest checkpoint of ``TRAIN.model_prefix``) or a
+``.params`` file into ``Run(cfg, params, info)``: the saved config, its relative paths resolved against
+the run folder (through ``workdir``) rather than the current directory, ``output_path``/``name`` pointing
+at the run folder itself (results land in it), ``TEST.MODEL`` the checkpoint and ``dataset.NUM_CLASSES``
+the checkpoint's; then the caller's overrides (test-time keys, relative to the current directory).
+"""
+import glob
+import json
+import os
+import re
+import sys
+from collections import namedtuple
+
+from lib.atomic import atomic_open
+from lib.config import ConfigError, add_config_arguments, dump_config, load_config, parse_cli_overrides, \
+    with_overrides
+from lib.train.checkpoint import CheckpointError, output_dir, progress_path
+
+CONFIG_FILE = "config.yaml"
+MODEL_KEY = "model"  # the entry of a checkpoint's progress.json
+# Keys holding file system paths: resolved against the run folder when a run's config is loaded.
+PATH_KEYS = ("dataset.root_path", "dataset.dataset_path", "dataset.proposal", "network.pretrained",
+             "TEST.PROPOSAL_SAVE_PATH")
+_PARAMS_NAME = re.compile(r"(?P<prefix>.+)-(?P<epoch>\d{4})\.params")
+
+Run = namedtuple("Run", "cfg params info")
+
+
+class ModelError(CheckpointError):
+    """A model path that is not a usable run folder or checkpoint (message says what to pass instead)."""
+
+
+def write_run_config(cfg):
+    """``config.yaml`` in the run folder: the effective config (its name included), loadable by ``--cfg``."""
+    path = os.path.join(output_dir(cfg), CONFIG_FILE)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with atomic_open(path, "w") as f:
+        f.write(f"# The effective config of run {cfg.name}. Relative paths are relative to the directory training\n"
+                f"# ran in; main_test.py / demo.py --model resolve them against this folder.\n")
+        f.write(dump_config(cfg))
+    return path
+
+
+def model_info(cfg, dataset, rpn_only):
+    """The ``model`` entry of a checkpoint's companion JSON: what inference needs without the dataset."""
+    classes = list(dataset.classes)
+    category_ids = getattr(dataset, "category_ids", None) or list(range(len(classes)))
+    return {"symbol": cfg.symbol, "rpn_only": bool(rpn_only), "NUM_CLASSES": len(classes), "classes": classes,
+            "category_ids": [int(c) for c in category_ids],
+            "TEST.SCALES": list(cfg.TEST.SCALES), "TEST.VALID_RANGES": [list(r) for r in cfg.TEST.VALID_RANGES],
+            "PIXEL_MEANS": list(cfg.network.PIXEL_MEANS), "CHANNEL_ORDER": cfg.network.CHANNEL_ORDER,
+            "workdir": os.path.relpath(os.getcwd(), os.path.abspath(output_dir(cfg)))}
+
+
+def companion_path(params):
+    """``PREFIX-EPOCH.progress.json`` of ``PREFIX-EPOCH.params``, or None for a file not so named."""
+    match = _PARAMS_NAME.fullmatch(params)
+    return progress_path(match.group("prefix"), int(match.group("epoch"))) if match else None
+
+
+def read_model_info(params):
+    """The ``model`` entry saved with checkpoint ``params``, or None for a checkpoint without one."""
+    path = companion_path(params)
+    if path is None or not os.path.isfile(path):
+        return None
+    try:
+        with open(path) as f:
+            info = json.load(f).get(MODEL_KEY)
+    except (OSError, ValueError, AttributeError) as err:
+        raise ModelError(f"{path} cannot be read as the checkpoint's metadata: {err}") from None
+    if not isinstance(info, dict):
+        return None
+    missing = [key for key in ("symbol", "rpn_only", "NUM_CLASSES", "classes") if key not in info]
+    if missing:
+        raise ModelError(f"{path}: the '{MODEL_KEY}' metadata lacks {', '.join(missing)}")
+    if len(info["classes"]) != info["NUM_CLASSES"]:
+        raise ModelError(f"{path}: the '{MODEL_KEY}' metadata names {len(info['classes'])} classes for "
+                         f"NUM_CLASSES {info['NUM_CLASSES']}")
+    return info
+
+
+def classes_of(params, cfg, num_classes=None):
+    """(class count, class names or None) of checkpoint ``params`` for the detection network of ``cfg``:
+    ``num_classes`` when given, else the checkpoint's metadata, else ``dataset.NUM_CLASSES``."""
+    info = read_model_info(params) or {}
+    if num_classes is None:
+        num_classes = info.get("NUM_CLASSES") or cfg.dataset.NUM_CLASSES
+        if not num_classes:
+            raise ModelError(f"{params} has no metadata naming its classes: set dataset.NUM_CLASSES "
+                             f"(background included) to use it")
+    return num_classes, (info.get("classes") if info.get("NUM_CLASSES") == num_classes else None)
+
+
+def newest_checkpoint(folder, prefix):
+    """The ``{prefix}-NNNN.params`` of the highest epoch in ``folder``, or None."""
+    found = [(int(m.group("epoch")), path) for path in glob.glob(os.path.join(glob.escape(folder), "*.params"))
+             if (m := _PARAMS_NAME.fullmatch(os.path.basename(path))) and m.group("prefix") == prefix]
+    return max(found)[1] if found else None
+
+
+def find_checkpoint(model, prefix=None):
+    """``model`` (a run folder, meaning its newest checkpoint, or a ``.params`` file) -> (params path,
+    run folder); a folder's checkpoints are ``prefix`` (default: ``TRAIN.model_prefix`` of its config.yaml)."""
+    if os.path.isdir(model):
+        config = os.path.join(model, CONFIG_FILE)
+        if prefix is None and not os.path.isfile(config):
+            raise ModelError(f"{model} has no {CONFIG_FILE} (not a run folder, or a run from before they "
+                             f"described themselves): pass --cfg FILE with it")
+        prefix = prefix or load_config(config).TRAIN.model_prefix
+        params = newest_checkpoint(model, prefix)
+        if params is None:
+            raise ModelError(f"{model} holds no checkpoint {prefix}-NNNN.params yet")
+        return params, model
+    if os.path.isfile(model) and model.endswith(".params"):
+        return model, os.path.dirname(model) or "."
+    raise ModelError(f"model {model}: neither a run folder nor a .params file")
+
+
+def _missing_info(params, what):
+    return ModelError(f"{params} has no {what} (checkpoint written before run folders described themselves): "
+                      f"pass --cfg FILE with the config it was trained with (from Python: "
+                      f"Detector.from_checkpoint(cfg, num_classes, path))")
+
+
+def load_run(model, overrides=()):
+    """``Run(cfg, params, info)`` of a run folder or ``.params`` file (see the module docstring);
+    ``overrides``: ``[(key, value), ...]`` or ``{key: value}`` applied last."""
+    params, folder = find_checkpoint(os.fspath(model))
+    folder = os.path.abspath(folder)
+    info = read_model_info(params)
+    if info is None:
+        raise _missing_info(params, f"metadata (a PREFIX-NNNN.progress.json beside it with '{MODEL_KEY}')")
+    config = os.path.join(folder, CONFIG_FILE)
+    if not os.path.isfile(config):
+        raise _missing_info(params, f"{CONFIG_FILE} beside it")
+    cfg = load_config(config)
+    base = os.path.normpath(os.path.join(folder, info.get("workdir", ".")))
+    fixed = []
+    for key in PATH_KEYS:
+        section, name = key.split(".")
+        value = cfg[section][name]
+        if value and not os.path.isabs(value):
+            fixed.append((key, os.path.join(base, value)))
+    fixed += [("output_path", os.path.dirname(folder)), ("TEST.MODEL", os.path.abspath(params))]
+    if not info.get("rpn_only"):
+        fixed.append(("dataset.NUM_CLASSES", info["NUM_CLASSES"]))
+    items = list(overrides.items() if isinstance(overrides, dict) else overrides)
+    return Run(with_overrides(cfg, fixed + items, name=os.path.basename(folder)), os.path.abspath(params), info)
+
+
+# -- the command line of main_test.py and demo.py ------------------------------------------------------
+def add_model_arguments(parser):
+    """``--model RUN_FOLDER|FILE.params`` beside ``--cfg``/``--set`` (then optional)."""
+    add_config_arguments(parser, required=False,
+                         cfg_help="YAML config (not needed with --model RUN_FOLDER or a checkpoint of one: its "
+                                  "config.yaml is used; with --model an older checkpoint's config)")
+    parser.add_argument("--model", default=None,
+                        help="a run folder (its newest checkpoint) or a .params file of one; without --cfg its "
+                             "config.yaml, classes and class count are used, --set overrides test-time keys")
+
+
+def config_from_model_arguments(args):
+    """The config of parsed ``--cfg``/``--set``/``--model`` (``TEST.MODEL`` the model's checkpoint); a
+    bad file, key, value or model exits with a one-line message."""
+    try:
+        overrides = parse_cli_overrides(args.set)
+        if args.model is None:
+            if not args.cfg:
+                raise ModelError("give --model RUN_FOLDER (or a .params file of one) or --cfg FILE")
+            cfg = load_config(args.cfg, overrides)
+        elif args.cfg:  # an explicit config: the checkpoint's metadata names the classes when it has them
+            cfg = load_config(args.cfg, overrides)
+            params, _ = find_checkpoint(args.model, cfg.TRAIN.model_prefix)
+            cfg = with_overrides(cfg, {"TEST.MODEL": params})
+        else:
+            cfg = load_run(args.model, overrides).cfg
+    except ConfigError as err:
+        sys.exit(f"config error: {err}")
+    except ModelError as err:
+        sys.exit(f"model error: {err}")
+    return cfg

@@ -1,0 +1,49 @@
+"""Export a trained model as a test graph that stock MXNet 1.9.1 loads without this repository:
+
+    python tools/export_model.py --model RUN_FOLDER|FILE.params --out PREFIX [--set KEY VALUE ...]
+    python tools/export_model.py --cfg FILE [--model FILE.params] --out PREFIX [--set ...]   (older checkpoints)
+
+writes ``PREFIX-symbol.json`` and ``PREFIX-0000.params`` (load them with
+``mx.model.load_checkpoint(PREFIX, 0)`` and bind an ``mx.mod.Module`` with data names data, im_info,
+im_ids, chip_ids and no labels), and ``PREFIX-model.json`` describing the inputs, outputs and classes.
+
+The graph is built with MXNet's own operators only: the stock MultiProposal proposal layer
+(TEST.PROPOSAL_LAYER stock; its proposals differ slightly from the reference layer's that main_test.py
+uses by default, see docs/reference_differences.md) and the stock deformable convolution / PS-ROI pooling
+(network.CPU_DEFORMABLE_OPS stock; same results as the compiled ones). ``--set`` overrides keys of the
+run's config.yaml, e.g. TEST.RPN_POST_NMS_TOP_N.
+"""
+import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
+import argparse
+import logging
+import sys
+
+from lib.logger import setup_logging
+from lib.run_folder import add_model_arguments, config_from_model_arguments
+
+logger = logging.getLogger("export_model")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_model_arguments(parser)
+    parser.add_argument("--out", required=True, help="prefix of the exported files, e.g. export/sniper_tiny")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    cfg = config_from_model_arguments(args)
+    setup_logging()
+    from lib.inference.export import export_test_graph
+    from lib.train.checkpoint import CheckpointError
+
+    try:
+        paths = export_test_graph(cfg, args.out)
+    except (CheckpointError, FileNotFoundError) as err:
+        sys.exit(f"error: {err}")
+    logger.info("wrote %s", ", ".join(paths))
+
+
+if __name__ == "__main__":
+    main()
