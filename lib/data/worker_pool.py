@@ -51,18 +51,23 @@ def _worker_loop(handler, initializer, tasks, results, parent_pid):
 class ProcessPool:
     """``num_workers`` forked processes running ``handler(task) -> message`` (tasks and messages are small).
 
-    ``initializer()`` runs once in each worker before its first task.
+    ``initializer()`` runs once in each worker before its first task. Tasks go to whichever worker is
+    free, or with ``routed`` to one queue per worker: a task submitted with a ``key`` then always runs
+    in worker ``key % num_workers`` (so a worker's cache sees every task of that key), the others in
+    turn.
     """
 
-    def __init__(self, handler, num_workers, initializer=None, name="data-worker"):
+    def __init__(self, handler, num_workers, initializer=None, name="data-worker", routed=False):
         context = multiprocessing.get_context("fork")
-        self._tasks = context.Queue()
+        self._queues = [context.Queue() for _ in range(num_workers if routed else 1)]
+        self._turn = 0
         self._results = context.Queue()
         self._closed = False
         self._last_check = time.monotonic()
         self.processes = [
-            context.Process(target=_worker_loop, args=(handler, initializer, self._tasks, self._results, os.getpid()),
-                            name=f"{name}-{index}", daemon=True)
+            context.Process(target=_worker_loop, name=f"{name}-{index}", daemon=True,
+                            args=(handler, initializer, self._queues[index % len(self._queues)], self._results,
+                                  os.getpid()))
             for index in range(num_workers)
         ]
         for process in self.processes:
@@ -72,8 +77,10 @@ class ProcessPool:
     def pids(self):
         return [process.pid for process in self.processes]
 
-    def submit(self, task):
-        self._tasks.put(task)
+    def submit(self, task, key=None):
+        if key is None:
+            key, self._turn = self._turn, self._turn + 1
+        self._queues[key % len(self._queues)].put(task)
 
     def get(self, timeout=_POLL_SECONDS):
         """The next message, or None after ``timeout`` s; raises if a worker died or a task failed.
@@ -110,8 +117,8 @@ class ProcessPool:
         self._closed = True
         if all(process.is_alive() for process in self.processes):
             # a dead worker may have died holding the task queue's lock: then only terminate works
-            for _ in self.processes:
-                self._tasks.put(None)
+            for index, _ in enumerate(self.processes):
+                self._queues[index % len(self._queues)].put(None)
             deadline = time.monotonic() + _JOIN_SECONDS
             for process in self.processes:
                 process.join(max(0.0, deadline - time.monotonic()))
@@ -122,7 +129,7 @@ class ProcessPool:
             if process.is_alive():
                 process.kill()
                 process.join()
-        for channel in (self._tasks, self._results):
+        for channel in (*self._queues, self._results):
             channel.cancel_join_thread()
             channel.close()
 
@@ -136,7 +143,7 @@ class InlinePool:
         self._handler = handler
         self._done = deque()
 
-    def submit(self, task):
+    def submit(self, task, key=None):
         self._done.append(self._handler(task))  # an exception propagates with its own traceback
 
     def get(self, timeout=None):
