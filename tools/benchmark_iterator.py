@@ -83,6 +83,28 @@ def synthetic_roidb(folder, count, width, height, seed=0):
     return entries + [flip_entry(entry) for entry in entries]
 
 
+def sizes_argument(text):
+    """``WxH,...`` -> [(width, height)] (argparse type: a bad value is a one-line usage error)."""
+    try:
+        sizes = [tuple(int(v) for v in size.lower().split("x")) for size in text.split(",")]
+    except ValueError:
+        sizes = None
+    if not sizes or any(len(size) != 2 or min(size) < 64 for size in sizes):
+        raise argparse.ArgumentTypeError(f"expected comma-separated WIDTHxHEIGHT of at least 64 px, got {text!r}")
+    return sizes
+
+
+def counts_argument(text):
+    """``a,b,...`` -> sorted distinct integers >= 0 (argparse type)."""
+    try:
+        values = sorted({int(v) for v in text.split(",")})
+    except ValueError:
+        values = [-1]
+    if values[0] < 0:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 0, got {text!r}")
+    return values
+
+
 def run(roidb, cfg, workers, batches, warmup):
     """One configuration: returns a dict of figures. ``batches`` 0: one whole epoch, no warm-up."""
     construction = measure(lambda: ChipLoader(roidb, cfg, cfg.TRAIN.BATCH_IMAGES, num_workers=workers, seed=0),
@@ -136,8 +158,7 @@ def image_sets(cfg, args, folder):
     """``[(name, roidb)]`` to measure: the generated sizes of ``--synthetic``, else the config's images."""
     if args.synthetic:
         sets = []
-        for size in args.synthetic.split(","):
-            width, height = (int(v) for v in size.lower().split("x"))
+        for width, height in args.synthetic:
             sets.append((f"generated {width}x{height}", synthetic_roidb(folder, args.images, width, height)))
         return sets
     roidb, _ = load_roidb(cfg, cfg.dataset.image_set)
@@ -157,15 +178,15 @@ def main(argv=None):
     parser.add_argument("--batches", type=int, default=12,
                         help="timed batches per configuration (0: one whole epoch from a cold start)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed batches first")
-    parser.add_argument("--workers", default=f"0,1,2,{os.cpu_count()}", help="comma-separated process counts")
-    parser.add_argument("--cache-mb", help="comma-separated TRAIN.IMAGE_CACHE_MB values (default: 0 and "
-                                                 "the config's)")
+    parser.add_argument("--workers", type=counts_argument, default=f"0,1,2,{os.cpu_count()}",
+                        help="comma-separated process counts")
+    parser.add_argument("--cache-mb", type=counts_argument,
+                        help="comma-separated TRAIN.IMAGE_CACHE_MB values (default: 0 and the config's)")
     parser.add_argument("--max-side", type=int, default=0, help="re-encode images to this longest side (0: keep)")
-    parser.add_argument("--synthetic", default="", help="comma-separated WIDTHxHEIGHT: generate the images")
+    parser.add_argument("--synthetic", type=sizes_argument, help="comma-separated WIDTHxHEIGHT: generate the images")
     args = parser.parse_args(argv)
     cfg = config_from_arguments(args)
-    caches = sorted({int(c) for c in (args.cache_mb or f"0,{cfg.TRAIN.IMAGE_CACHE_MB}").split(",")})
-    counts = sorted({int(w) for w in args.workers.split(",")})
+    caches = args.cache_mb or sorted({0, cfg.TRAIN.IMAGE_CACHE_MB})
     with tempfile.TemporaryDirectory() as tmp:
         sets = image_sets(cfg, args, tmp)
         print(f"batch {cfg.TRAIN.BATCH_IMAGES} chips, {args.batches or 'one epoch of'} timed batches, "
@@ -173,7 +194,7 @@ def main(argv=None):
         rows = []
         for name, roidb in sets:
             uncached = {}
-            for workers in counts:
+            for workers in args.workers:
                 for cache in caches:
                     r = run(roidb, with_overrides(cfg, {"TRAIN.IMAGE_CACHE_MB": cache}), workers, args.batches,
                             args.warmup)
