@@ -22,6 +22,7 @@ from lib.data.chip_image import render_chip
 from lib.data.chip_worker import ChipWorker, batch_fields
 from lib.data.epoch_plan import _MINE, ChipRef, stream
 from lib.data.image_cache import DecodedImageCache
+from lib.data.worker_pool import ProcessPool
 from lib.data.pixels import network_pixels
 from chip_generator.mining import MiningParams, mine_image_chips
 from lib.dataset import load_roidb, read_image
@@ -376,6 +377,27 @@ def test_without_the_image_cache_every_chip_decodes_and_the_batches_are_the_same
     got, got_second, _, stats = two_epochs(roidb, with_overrides(cfg, {"TRAIN.IMAGE_CACHE_MB": 0}), workers)
     assert_same_batches((first, second), (got, got_second))
     assert stats.decoded_images == stats.chips
+
+
+def _pid_of(task):
+    return ("ran", task, os.getpid())
+
+
+def test_a_routed_pool_runs_every_task_of_a_key_in_one_worker():
+    pool = ProcessPool(_pid_of, 2, routed=True)
+    try:
+        for task in range(12):
+            pool.submit(task, key=task // 2 if task < 8 else None)  # keys 0..3 twice each; 4 unkeyed in turn
+        ran = {}
+        while len(ran) < 12:
+            message = pool.get()
+            if message is not None:
+                ran[message[1]] = message[2]
+    finally:
+        pool.close()
+    assert set(ran.values()) == set(pool.pids)
+    assert [ran[task] for task in range(8)] == [pool.pids[key % 2] for key in (0, 0, 1, 1, 2, 2, 3, 3)]
+    assert [ran[task] for task in range(8, 12)] == [pool.pids[turn % 2] for turn in range(4)]
 
 
 def test_image_cache_keeps_the_least_recently_used_within_its_bytes():
