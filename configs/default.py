@@ -89,6 +89,7 @@ DEFAULTS = {
         # A data loader worker silent this many seconds (stopped, deadlocked, stalled on a network
         # filesystem) stops training with an error naming it and its image (0: wait forever).
         "LOADER_TIMEOUT": 600.0,
+        "IMAGE_CACHE_MB": 256,  # decoded images each loader worker keeps (least recently used out; 0: none)
         "SHUFFLE": True,
         "FLIP": True,
         "ONLY_PROPOSAL": False,  # RPN-only training (first stage of negative chip mining)

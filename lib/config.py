@@ -305,6 +305,8 @@ def validate(cfg):
         timeout = cfg[section].LOADER_TIMEOUT
         _check(math.isfinite(timeout) and timeout >= 0, f"{section}.LOADER_TIMEOUT", timeout,
                "must be a number of seconds >= 0 (0: no limit)")
+    _check(train.IMAGE_CACHE_MB >= 0, "TRAIN.IMAGE_CACHE_MB", train.IMAGE_CACHE_MB,
+           "must be >= 0 (0: decode the image for every chip)")
     _check(train.RCNN_BBOX_LOSS_CHIPS >= 0, "TRAIN.RCNN_BBOX_LOSS_CHIPS", train.RCNN_BBOX_LOSS_CHIPS,
            "must be >= 0 (0: the chips per device)")
     _check(0 <= cfg.dataset.PROPOSAL_NMS <= 1, "dataset.PROPOSAL_NMS", cfg.dataset.PROPOSAL_NMS,

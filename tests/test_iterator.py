@@ -22,6 +22,8 @@ from lib.data.chip_boxes import chip_gt_boxes, chip_valid_range, pack_gt_boxes
 from lib.data.chip_image import render_chip
 from lib.data.chip_worker import ChipWorker, batch_fields
 from lib.data.epoch_plan import _MINE, ChipRef, stream
+from lib.data.image_cache import DecodedImageCache
+from lib.data.worker_pool import ProcessPool
 from lib.data.pixels import network_pixels
 from chip_generator.mining import MiningParams, mine_image_chips
 from lib.dataset import load_roidb, read_image
@@ -339,19 +341,87 @@ def test_epochs_differ_and_chips_are_remined(inline_epochs):
     assert not np.array_equal(first[0][0], second[0][0])
 
 
-def test_workers_give_the_same_batches_as_in_process(inline_epochs, roidb, cfg):
-    first, second, _, _, _ = inline_epochs
-    with ChipLoader(roidb, cfg, CHIPS, num_workers=2, seed=11) as loader:
-        assert len(loader.pids) == 2
-        got = numpy_batches(loader)
-        loader.reset()
-        got_second = numpy_batches(loader)
-        assert loader.stats.chips == sum(4 - b[-1] for b in first + second) + first[-1][-1] + second[-1][-1]
-    for expected, actual in ((first, got), (second, got_second)):
+def assert_same_batches(expected_epochs, actual_epochs):
+    for expected, actual in zip(expected_epochs, actual_epochs, strict=True):
         assert len(expected) == len(actual)
         for batch_expected, batch_actual in zip(expected, actual):
             for a, b in zip(batch_expected, batch_actual):
                 np.testing.assert_array_equal(a, b)
+
+
+def two_epochs(roidb, cfg, workers):
+    """(first epoch's batches, second's, files the two plans read, stats) of a loader with seed 11."""
+    with ChipLoader(roidb, cfg, CHIPS, num_workers=workers, seed=11) as loader:
+        assert len(loader.pids) == workers
+        first = numpy_batches(loader)
+        files = {roidb[i]["image"] for i in loader._plan.chips.image_index}
+        loader.reset()
+        second = numpy_batches(loader)
+        files |= {roidb[i]["image"] for i in loader._plan.chips.image_index}
+        return first, second, files, loader.stats
+
+
+def test_workers_give_the_same_batches_as_in_process(inline_epochs, roidb, cfg):
+    first, second, _, _, _ = inline_epochs
+    got, got_second, files, stats = two_epochs(roidb, cfg, 2)
+    assert stats.chips == sum(4 - b[-1] for b in first + second) + first[-1][-1] + second[-1][-1]
+    assert_same_batches((first, second), (got, got_second))
+    # every chip of a file went to the one worker that kept it decoded: one decode per file in two epochs
+    assert len(files) < len(roidb) < stats.chips
+    assert stats.decoded_images == len(files)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_without_the_image_cache_every_chip_decodes_and_the_batches_are_the_same(inline_epochs, roidb, cfg,
+                                                                                  workers):
+    first, second, _, _, _ = inline_epochs  # built with the default cache
+    got, got_second, _, stats = two_epochs(roidb, with_overrides(cfg, {"TRAIN.IMAGE_CACHE_MB": 0}), workers)
+    assert_same_batches((first, second), (got, got_second))
+    assert stats.decoded_images == stats.chips
+
+
+def _pid_of(task):
+    return ("ran", task, os.getpid())
+
+
+def test_a_routed_pool_runs_every_task_of_a_key_in_one_worker():
+    pool = ProcessPool(_pid_of, 2, routed=True)
+    try:
+        for task in range(12):
+            pool.submit(task, key=task // 2 if task < 8 else None)  # keys 0..3 twice each; 4 unkeyed in turn
+        ran = {}
+        while len(ran) < 12:
+            message = pool.get()
+            if message is not None:
+                ran[message[1]] = message[2]
+    finally:
+        pool.close()
+    assert set(ran.values()) == set(pool.pids)
+    assert [ran[task] for task in range(8)] == [pool.pids[key % 2] for key in (0, 0, 1, 1, 2, 2, 3, 3)]
+    assert [ran[task] for task in range(8, 12)] == [pool.pids[turn % 2] for turn in range(4)]
+
+
+def test_image_cache_keeps_the_least_recently_used_within_its_bytes():
+    images = {name: np.full((10, 10, 3), k, np.uint8) for k, name in enumerate("abcd")}  # 300 bytes each
+    decoded = []
+
+    def decode(name):
+        decoded.append(name)
+        return images[name].copy()
+
+    cache = DecodedImageCache(600)
+    for name in "abacbdd":  # a, b; a hit; c evicts b (a was used last); b evicts a; d evicts c; d hit
+        image, fresh = cache.get(name, decode)
+        np.testing.assert_array_equal(image, images[name])
+    assert decoded == ["a", "b", "c", "b", "d"]
+    assert len(cache) == 2 and cache.nbytes == 600
+    with pytest.raises(ValueError, match="read-only"):
+        cache.get("d", decode)[0][0, 0, 0] = 1  # a chip can never change what the next one reads
+    big = DecodedImageCache(299)  # an image larger than the cache is decoded every time, never kept
+    assert [big.get("a", decode)[1] for _ in range(2)] == [True, True] and len(big) == 0
+    with pytest.raises(OSError):
+        cache.get("missing", lambda path: (_ for _ in ()).throw(OSError(path)))
+    assert len(cache) == 2
 
 
 def test_valid_boxes_are_the_miners(inline_epochs, roidb, cfg):
@@ -496,16 +566,16 @@ def test_a_killed_worker_raises_instead_of_hanging_and_close_reaps_all(roidb, cf
 
 
 def stop_at(module, path, monkeypatch):
-    """Make a worker that reads the image at ``path`` stop itself (SIGSTOP) there: the workers are forked
+    """Make a worker that decodes the image at ``path`` stop itself (SIGSTOP) there: the workers are forked
     after this, so they run the patched reader."""
     from lib.dataset import image_io
 
-    def read(entry):
-        if entry["image"] == path:
+    def read(image_path):
+        if image_path == path:
             os.kill(os.getpid(), signal.SIGSTOP)
-        return image_io.read_roidb_image(entry)
+        return image_io.read_image(image_path)
 
-    monkeypatch.setattr(module, "read_roidb_image", read)
+    monkeypatch.setattr(module, "read_image", read)
 
 
 def test_a_stopped_worker_is_named_with_its_image_instead_of_hanging(roidb, cfg, monkeypatch):
@@ -533,7 +603,7 @@ def start_script(dataset, tmp_path):
     script, cache = tmp_path / "run_loader.py", str(tmp_path / "root")
     script.write_text(textwrap.dedent(f"""
         import time
-        from lib.config import load_config
+        from lib.config import load_config, with_overrides
         from lib.data import ChipLoader
         from lib.dataset import load_roidb
         cfg = load_config(None, [("dataset.dataset_path", {dataset!r}), ("dataset.image_set", "train"),

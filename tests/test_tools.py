@@ -52,3 +52,25 @@ def test_inference_benchmark_with_a_null_forward_reports_each_worker_count(tmp_p
     assert rows[0].split("|")[1].strip() == "TEST.NUM_PROCESS"
     assert [row.split("|")[1].strip() for row in rows[2:]] == ["0", "1"]
     assert all(float(row.split("|")[2]) > 0 for row in rows[2:])
+
+
+def test_iterator_benchmark_generates_images_and_compares_cache_sizes(tmp_path):
+    result = run_tool("benchmark_iterator.py", "--cfg", TINY, "--synthetic", "400x300", "--images", "2",
+                      "--batches", "0", "--workers", "0,1", "--cache-mb", "0,64", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in result.stdout.splitlines()
+            if line.startswith("| generated")]
+    header = [cell.strip() for cell in result.stdout.split("\n| images")[1].split("\n")[0].split("|")[1:-1]]
+    columns = dict(zip(["images"] + header, zip(*rows)))
+    assert columns["processes"] == ("0 (inline)", "0 (inline)", "1", "1")
+    assert columns["cache MB"] == ("0", "64", "0", "64")
+    # a whole cold epoch: without the cache every chip decodes its image; with it, each of the 2 files once
+    entries, chips_each = columns["entries (chips each)"][0].replace("(", "").replace(")", "").split()
+    chips = int(entries) * float(chips_each)
+    assert int(entries) == 4 and chips > 4
+    decodes = [float(v) for v in columns["decodes/chip"]]
+    assert decodes[0] == decodes[2] == 1.0
+    assert decodes[1] == decodes[3] == pytest.approx(2 / chips, abs=0.01)
+    assert columns["vs cache 0"][0] == "-" and columns["vs cache 0"][1].endswith("x")
+    bad = run_tool("benchmark_iterator.py", "--cfg", TINY, "--synthetic", "400", cwd=tmp_path)
+    assert bad.returncode == 2 and "--synthetic: expected comma-separated WIDTHxHEIGHT" in bad.stderr

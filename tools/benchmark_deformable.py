@@ -2,7 +2,10 @@
 
 Rows: each operator (forward, backward) at the network's shapes; the ResNet-101 test forward of one
 800x1280 image (one context); a tiny-default training step (resnet_tiny, the yml's 4 chips of 512x512
-per context on 2 CPU contexts, its 128 rois per chip). Within every repeat the stock and the compiled
+per context on 2 CPU contexts, its 128 rois per chip); ``trainer``: ``--iterations`` real training
+iterations of the tiny default per repeat (the trainer's module and initialisation, SGD updates, batches
+from the ChipLoader over the synthetic training set, which is generated on first use), the two variants
+drawing their batches from one loader. Within every repeat the stock and the compiled
 variant run back to back, so machine load hits both alike; cells are the median / min over ``--repeat``
 repeats, after one warm-up pass of each. The machine load before and after is printed.
 
@@ -12,7 +15,7 @@ thread: both workers call its OpenMP sgemm at once. The ``train`` row therefore 
 ``OMP_NUM_THREADS=1``, which is what MXNet picks on a 2-core machine anyway.
 
     OMP_NUM_THREADS=2 python tools/benchmark_deformable.py --parts ops,test [--repeat 5]
-    OMP_NUM_THREADS=1 python tools/benchmark_deformable.py --parts train [--repeat 5]
+    OMP_NUM_THREADS=1 python tools/benchmark_deformable.py --parts train,trainer [--repeat 5] [--iterations 10]
 """
 import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
 import argparse
@@ -24,12 +27,18 @@ import numpy as np
 import lib.ops  # noqa: F401  (the compiled operators and the training graph's proposal target)
 from lib.benchmarking import markdown_table, measure
 from lib.config import load_config
+from lib.contexts import parse_contexts
+from lib.data import ChipLoader
+from lib.dataset import load_roidb
+from lib.train.optimizer import make_optimizer_params
+from lib.train.pretrained import initial_params
+from lib.train.trainer import bind_module
 from symbols import inference_symbol, training_symbol
 from symbols.deformable import deformable_convolution, deformable_psroi_pooling
 from tools.benchmark_network import bind, run
 
 VARIANTS = ("stock", "compiled")
-PARTS = ("ops", "test", "train")
+PARTS = ("ops", "test", "train", "trainer")
 TINY_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                            "configs", "faster", "sniper_synthetic_tiny.yml")
 
@@ -128,6 +137,36 @@ def training_passes(rng, contexts=2):
     return label, passes, contexts * chips
 
 
+def trainer_passes(loader, cfg, num_classes, iterations):
+    """(label, {variant: pass()}, chips per pass): each pass is ``iterations`` training iterations
+    (forward, backward, SGD update) of the trainer's module for that variant, on batches of ``loader``."""
+    contexts = parse_contexts(cfg.gpus)
+    shapes = dict(loader.provide_data + loader.provide_label)
+    passes = {}
+    for variant in VARIANTS:
+        symbol = training_symbol(cfg, num_classes, cfg.TRAIN.BATCH_IMAGES, compiled_deformable=variant == "compiled")
+        module = bind_module(cfg, symbol, loader, contexts)
+        arg_params, aux_params = initial_params(cfg, symbol, shapes)
+        module.init_params(arg_params=arg_params, aux_params=aux_params, allow_missing=False)
+        module.init_optimizer(kvstore=cfg.default.kvstore, optimizer="sgd",
+                              optimizer_params=make_optimizer_params(cfg, loader.num_batches, 0, False))
+
+        def train(module=module):
+            for _ in range(iterations):
+                try:
+                    batch = next(loader)
+                except StopIteration:
+                    loader.reset()
+                    batch = next(loader)
+                module.forward_backward(batch)
+                module.update()
+            mx.nd.waitall()
+        passes[variant] = train
+    label = (f"tiny-default training, {iterations} iterations of {loader.batch_size} chips ({len(contexts)} contexts, "
+             f"ChipLoader with {cfg.TRAIN.NUM_PROCESS} workers)")
+    return label, passes, iterations * loader.batch_size
+
+
 def side_by_side(calls, repeat, setups=None):
     """Seconds of every call in ``calls`` ({key: function}) per repeat, the keys taking turns; with
     ``setups`` ({key: function}) each timed call gets the value of its untimed setup call."""
@@ -156,14 +195,15 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--parts", default="ops,test", help=f"comma-separated rows to run, of {', '.join(PARTS)}")
+    parser.add_argument("--iterations", type=int, default=10, help="training iterations per repeat (trainer row)")
     args = parser.parse_args()
     parts = args.parts.split(",")
     if set(parts) - set(PARTS):
         parser.error(f"--parts {args.parts!r}: choose from {', '.join(PARTS)}")
     threads = os.environ.get("OMP_NUM_THREADS", "")
-    if "train" in parts and threads != "1":
-        parser.error(f"the train row needs OMP_NUM_THREADS=1 (got {threads or 'unset'}): with more threads per "
-                     f"CPU worker the stock training step hangs in OpenBLAS (see the module docstring)")
+    if {"train", "trainer"} & set(parts) and threads != "1":
+        parser.error(f"the train and trainer rows need OMP_NUM_THREADS=1 (got {threads or 'unset'}): with more "
+                     f"threads per CPU worker the stock training step hangs in OpenBLAS (see the module docstring)")
     load = os.getloadavg()
     print(f"CPU with {os.cpu_count()} cores, OMP_NUM_THREADS={threads or 'unset'}, load average before "
           f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; median / min of {args.repeat} repeats")
@@ -183,6 +223,13 @@ def main():
         seconds = side_by_side(passes, args.repeat)
         rows.append(row(label, seconds))
         rows.append(row("  the same in chips/s", seconds, chips))
+    if "trainer" in parts:
+        cfg = load_config(TINY_CONFIG)
+        roidb, dataset = load_roidb(cfg, cfg.dataset.image_set, training=True)
+        with ChipLoader(roidb, cfg, cfg.TRAIN.BATCH_IMAGES, num_ctx=len(parse_contexts(cfg.gpus)),
+                        seed=cfg.default.seed) as loader:
+            label, passes, chips = trainer_passes(loader, cfg, dataset.num_classes, args.iterations)
+            rows.append(row(label, side_by_side(passes, args.repeat), chips))
     print(markdown_table(["row", "stock (median / min)", "compiled (median / min)", "speed-up"], rows,
                          [None, None, None, ".2f"]))
     load = os.getloadavg()

@@ -14,7 +14,9 @@ side by side, for ``--runs`` rounds; the table gives the median images/s.
 
 Otherwise the tool times ``Detector.detect`` (network, decoding, merging) on the configured contexts for
 one test scale (``--single_scale``, an index into TEST.SCALES) and for all of TEST.SCALES, after a warm-up
-pass, as the median of ``--runs`` runs over ``--images`` random images of ``--image_size``. GluonCV's
+pass, as the median of ``--runs`` runs over ``--images`` random images of ``--image_size``. With
+``--deformable stock compiled`` the SNIPER rows are repeated for each network.CPU_DEFORMABLE_OPS value (the
+same weights), the variants taking turns within every run so that machine load hits them alike. GluonCV's
 ``faster_rcnn_resnet101_v1d_coco`` (built with pretrained=False, pretrained_base=False: no download) runs in
 the same process on the first context at the same input sizes, one image per call. Weights are the
 checkpoint's when it exists, else random: speed does not depend on them, except that random weights give
@@ -33,36 +35,47 @@ import mxnet as mx
 import numpy as np
 
 from lib.benchmarking import PeakMemory, markdown_table, measure
-from lib.config import add_config_arguments, config_from_arguments
+from lib.config import add_config_arguments, config_from_arguments, with_overrides
 from lib.inference.detector import DATA_NAMES, Detector, checkpoint_file
 from lib.inference.pipeline import RoidbImages
 from lib.scales import ScaleLevel, pyramid
 from symbols import inference_symbol
 
 
-def timed(run, runs):
-    """Warm up once, then the median wall time of ``runs`` calls and the peak RSS over them (sampled every
-    20 ms)."""
-    def call():
-        run()
+def side_by_side(calls, runs):
+    """{key: (median seconds, peak RSS)} of ``calls`` ({key: function}) after one warm-up call each, the
+    keys taking turns in each of ``runs`` rounds; the peak RSS (sampled every 20 ms) is the process's up
+    to the end of that key's last call."""
+    def finished(function):
+        function()
         mx.nd.waitall()
 
-    call()
+    for function in calls.values():
+        finished(function)
+    seconds, peaks = {key: [] for key in calls}, {}
     with PeakMemory() as memory:
-        timing = measure(call, repeat=runs, warmup=0)
-    return timing.median, memory.rss
+        for _ in range(runs):
+            for key, function in calls.items():
+                seconds[key] += measure(lambda: finished(function), repeat=1, warmup=0).seconds
+                peaks[key] = memory.rss
+    return {key: (statistics.median(seconds[key]), peaks[key]) for key in calls}
 
 
-def load_detector(cfg, num_classes):
+def load_detectors(cfg, num_classes, variants):
+    """({variant: Detector}, weights): one Detector per network.CPU_DEFORMABLE_OPS value in ``variants``
+    (None: the config's) on the same weights, the checkpoint's when it exists, else random."""
+    cfgs = {variant: cfg if variant is None else with_overrides(cfg, {"network.CPU_DEFORMABLE_OPS": variant})
+            for variant in variants}
     path = checkpoint_file(cfg)
     if os.path.isfile(path):
-        return Detector.from_checkpoint(cfg, num_classes, path), path
+        return {variant: Detector.from_checkpoint(c, num_classes, path) for variant, c in cfgs.items()}, path
     module = mx.mod.Module(inference_symbol(cfg, num_classes), data_names=DATA_NAMES, label_names=None,
                            context=mx.cpu())
     module.bind([("data", (1, 3, 64, 64)), ("im_info", (1, 3)), ("im_ids", (1,)), ("chip_ids", (1,))],
                 for_training=False)
     module.init_params(mx.init.Normal(0.01))
-    return Detector(cfg, num_classes, *module.get_params()), "random weights"
+    params = module.get_params()
+    return {variant: Detector(c, num_classes, *params) for variant, c in cfgs.items()}, "random weights"
 
 
 class NullForwardDetector(Detector):
@@ -168,6 +181,9 @@ def main(argv=None):
                         help="the host pipeline alone, the network replaced by a no-op")
     parser.add_argument("--workers", type=int, nargs="+", default=None,
                         help="null forward: TEST.NUM_PROCESS values to compare (default: 0 and the config's)")
+    parser.add_argument("--deformable", nargs="+", choices=("stock", "compiled"),
+                        help="SNIPER rows for each network.CPU_DEFORMABLE_OPS value, side by side "
+                             "(default: the config's only)")
     args = parser.parse_args(argv)
     cfg = config_from_arguments(args)  # a bad file, key or value stops here
     num_classes = cfg.dataset.NUM_CLASSES or args.num_classes
@@ -184,24 +200,29 @@ def main(argv=None):
         print(f"load average while measuring: {os.getloadavg()[0]:.1f}")
         return
     args.images = args.images or 2
-    detector, weights = load_detector(cfg, num_classes)
+    detectors, weights = load_detectors(cfg, num_classes, args.deformable or [None])
+    detector = next(iter(detectors.values()))
     rng = np.random.default_rng(0)
     images = [rng.integers(0, 255, (*args.image_size, 3), dtype=np.uint8) for _ in range(args.images)]
     single = detector.levels[args.single_scale]
     runs = (("single-scale", (ScaleLevel(single.spec, (-1, -1)),)), ("multi-scale", pyramid(cfg.TEST, "TEST")))
     rows = []
     for name, levels in runs:
-        seconds, peak = timed(lambda: detector.detect(images, levels), args.runs)
-        rows.append((f"SNIPER {cfg.symbol}", name, [level.spec for level in levels], detector.contexts, seconds, peak))
+        calls = {variant: lambda d=d: d.detect(images, levels) for variant, d in detectors.items()}
+        for variant, (seconds, peak) in side_by_side(calls, args.runs).items():
+            ops = f", {variant} deformable ops" if variant else ""
+            rows.append((f"SNIPER {cfg.symbol}{ops}", name, [level.spec for level in levels], detector.contexts,
+                         seconds, peak))
     if not args.no_gluoncv:
         for name, levels in runs:
             run = gluoncv_runner(images, [level.spec for level in levels], detector.contexts[0])
-            seconds, peak = timed(run, args.runs)
+            seconds, peak = side_by_side({None: run}, args.runs)[None]
             rows.append(("GluonCV faster_rcnn_resnet101_v1d_coco", name, [level.spec for level in levels],
                          detector.contexts[:1], seconds, peak))
 
     print(f"\n{args.images} images of {args.image_size[0]}x{args.image_size[1]} per run, median of {args.runs} "
-          f"runs after warm-up, {cores}, MXNet {mx.__version__}; SNIPER weights: {weights}")
+          f"runs after warm-up, {cores}, MXNet {mx.__version__}; SNIPER weights: {weights}; load average "
+          f"{os.getloadavg()[0]:.1f} at the end")
     print(markdown_table(
         ["model", "test", "scales", "contexts", "images/s", "ms/image", "peak RSS MB"],
         [(model, name, ", ".join(_spec_text(spec) for spec in specs), ",".join(map(str, contexts)),

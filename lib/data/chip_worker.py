@@ -16,7 +16,8 @@ from lib.data.batch_ring import Field
 from lib.data.chip_boxes import chip_gt_boxes, chip_valid_range, pack_gt_boxes
 from lib.data.chip_image import render_chip
 from lib.data.epoch_plan import mine_images
-from lib.dataset.image_io import read_roidb_image
+from lib.data.image_cache import DecodedImageCache
+from lib.dataset.image_io import check_annotated_size, read_image
 from lib.scales import scaled_image_size
 
 
@@ -51,6 +52,8 @@ class ChipWorker:
         self.min_gt_size = float(cfg.TRAIN.RPN_MIN_GT_SIZE)
         self.round_gt = bool(cfg.TRAIN.RPN_ROUND_GT)
         self.border_of_content = cfg.TRAIN.RPN_ANCHOR_BORDER == "content"
+        # filled only in the process that builds chips (a forked worker starts with the parent's empty one)
+        self.images = DecodedImageCache(int(cfg.TRAIN.IMAGE_CACHE_MB * (1 << 20)))
 
     @staticmethod
     @contextlib.contextmanager
@@ -89,7 +92,8 @@ class ChipWorker:
         entry = self.roidb[chip.image_index]
         start = time.perf_counter()
         try:
-            image = read_roidb_image(entry)
+            image, decoded_now = self.images.get(entry["image"], read_image)
+            check_annotated_size(entry, image)
         except IOError as err:
             return ("bad_image", tag, position, entry["image"], str(err))
         decoded = time.perf_counter()
@@ -113,7 +117,7 @@ class ChipWorker:
             arrays["valid_ranges"][position] = chip_valid_range(valid_range, chip.im_scale, size)
             dropped = pack_gt_boxes(boxes, classes, arrays["gt_boxes"][position])
         done = time.perf_counter()
-        return ("chip", tag, position, (decoded - start, rendered - decoded, done - rendered), dropped)
+        return ("chip", tag, position, (decoded - start, rendered - decoded, done - rendered), dropped, decoded_now)
 
     def chip_boxes(self, entry, chip):
         """(boxes in chip pixels, classes, valid) of the entry's boxes ``chip`` shows (lib.data.chip_boxes)."""

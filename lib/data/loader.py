@@ -3,8 +3,10 @@
 Each epoch's chips are mined afresh and shuffled (EpochPlan); a pool of worker processes builds the
 chips straight into a ring of shared-memory batch slots (ChipWorker, BatchRing); a prefetching
 thread keeps the pool busy on the next batches and hands finished ones out as NDArrays over the
-shared memory (no copy), so batches are ready while the network runs. With NUM_PROCESS = 0
-everything runs in the calling thread, with the same results.
+shared memory (no copy), so batches are ready while the network runs. Every chip of an image file
+goes to the same worker, which keeps recently decoded images (TRAIN.IMAGE_CACHE_MB, lib.data.image_cache)
+so an image is decoded about once per epoch, not once per chip. With NUM_PROCESS = 0 everything runs in
+the calling thread, with the same results.
 """
 import logging
 import queue
@@ -14,6 +16,7 @@ import weakref
 from collections import Counter, deque
 
 import mxnet as mx
+import numpy as np
 from mxnet.base import _LIB, check_call
 
 from lib.data.batch_ring import BatchRing
@@ -35,12 +38,13 @@ class _Stopped(Exception):
 
 
 class LoaderStats:
-    """What the loader did: chips built (of which negative), time per stage (summed over workers),
-    unreadable images."""
+    """What the loader did: chips built (of which negative), images decoded for them (the rest came from
+    the workers' caches), time per stage (summed over workers), unreadable images."""
 
     def __init__(self):
         self.chips = 0
         self.negative_chips = 0
+        self.decoded_images = 0
         self.decode_seconds = 0.0
         self.image_seconds = 0.0
         self.target_seconds = 0.0
@@ -51,9 +55,10 @@ class LoaderStats:
     def bad_image_count(self):
         return sum(self.bad_images.values())
 
-    def add_chip(self, timings, dropped, negative=False):
+    def add_chip(self, timings, dropped, decoded, negative=False):
         self.chips += 1
         self.negative_chips += bool(negative)
+        self.decoded_images += bool(decoded)
         decode, image, targets = timings
         self.decode_seconds += decode
         self.image_seconds += image
@@ -65,7 +70,8 @@ class LoaderStats:
     def __repr__(self):
         decode, image, targets = (seconds / max(self.chips, 1) * 1e3
                                   for seconds in (self.decode_seconds, self.image_seconds, self.target_seconds))
-        per_chip = f", per chip: decode {decode:.1f} ms, crop/resize {image:.1f} ms, targets {targets:.1f} ms"
+        per_chip = (f", per chip: decode {decode:.1f} ms, crop/resize {image:.1f} ms, targets {targets:.1f} ms; "
+                    f"{self.decoded_images} image decodes ({self.decoded_images / max(self.chips, 1):.2f} per chip)")
         return (f"{self.chips} chips ({self.negative_chips} negative){per_chip if self.chips else ''}; "
                 f"{len(self.bad_images)} unreadable images "
                 f"({self.bad_image_count} chips replaced); {self.dropped_gt_boxes} gt boxes over MAX_GT_PER_CHIP")
@@ -93,8 +99,9 @@ class _Scheduler:
     Driven by one thread at a time (the prefetching thread, or the caller with NUM_PROCESS = 0).
     """
 
-    def __init__(self, pool, plan, roidb, slots, stats):
+    def __init__(self, pool, plan, roidb, file_keys, slots, stats):
         self.pool, self.plan, self.roidb, self.slots, self.stats = pool, plan, roidb, slots, stats
+        self.file_keys = file_keys
         self.building = {}
         self.next_dispatch = 0
         self.next_deliver = 0
@@ -139,7 +146,8 @@ class _Scheduler:
     def _submit(self, batch, position, chip, seed):
         self.pending += 1
         batch.negative[position] = chip.negative
-        self.pool.submit(("chip", batch.slot, position, batch.index, chip, seed))
+        self.pool.submit(("chip", batch.slot, position, batch.index, chip, seed),
+                         key=int(self.file_keys[chip.image_index]))
 
     def _handle(self, message, replace=True):
         kind, index, position = message[:3]
@@ -303,6 +311,9 @@ class ChipLoader(mx.io.DataIter):
         self.num_workers = num_workers
         self.num_shards, self.shard_index = num_shards, shard_index
         self.stats = LoaderStats()
+        # one number per image file (a flipped entry shares its file): the key that routes its chips
+        files = {}
+        self._file_keys = np.array([files.setdefault(entry["image"], len(files)) for entry in roidb], np.int64)
         self.epoch = begin_epoch - 1
         self._prefetch = prefetch
         self._resources = _Resources()
@@ -320,7 +331,8 @@ class ChipLoader(mx.io.DataIter):
             if num_workers:
                 with ChipWorker.fork_guard():
                     self._resources.pool = ProcessPool(worker, num_workers, ChipWorker.process_start, "chip-loader",
-                                                       cfg.TRAIN.LOADER_TIMEOUT, "TRAIN.LOADER_TIMEOUT")
+                                                       cfg.TRAIN.LOADER_TIMEOUT, "TRAIN.LOADER_TIMEOUT",
+                                                       routed=cfg.TRAIN.IMAGE_CACHE_MB > 0)
             else:
                 self._resources.pool = InlinePool(worker)
             self._resources.ring.unlink()  # the workers hold the mapping now
@@ -403,7 +415,7 @@ class ChipLoader(mx.io.DataIter):
         logger.info("epoch %d: %d chips (%d negative, stride %d) in %d batches of %d%s", self.epoch,
                     self._plan.num_chips, self._plan.num_negative, stride, self._plan.num_batches, self.batch_size,
                     shard)
-        self._scheduler = _Scheduler(pool, self._plan, self.roidb, self._resources.slots, self.stats)
+        self._scheduler = _Scheduler(pool, self._plan, self.roidb, self._file_keys, self._resources.slots, self.stats)
         self._exhausted = False
         if self.num_workers:
             resources = self._resources

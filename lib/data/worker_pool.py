@@ -80,14 +80,19 @@ def _worker_loop(handler, initializer, tasks, results, parent_pid, clock, index)
 class ProcessPool:
     """``num_workers`` forked processes running ``handler(task) -> message`` (tasks and messages are small).
 
-    ``initializer()`` runs once in each worker before its first task. A worker silent for more than
-    ``timeout`` seconds (0: no limit; ``timeout_key`` is the config key that set it, for the message) is
-    a WorkerStalledError; ``handler.describe(task)``, when the handler has it, says what it was doing.
+    ``initializer()`` runs once in each worker before its first task. Tasks go to whichever worker is
+    free, or with ``routed`` to one queue per worker: a task submitted with a ``key`` then always runs
+    in worker ``key % num_workers`` (so a worker's cache sees every task of that key), the others in
+    turn. A worker silent for more than ``timeout`` seconds (0: no limit; ``timeout_key`` is the config
+    key that set it, for the message) is a WorkerStalledError; ``handler.describe(task)``, when the
+    handler has it, says what it was doing.
     """
 
-    def __init__(self, handler, num_workers, initializer=None, name="data-worker", timeout=0, timeout_key="timeout"):
+    def __init__(self, handler, num_workers, initializer=None, name="data-worker", timeout=0, timeout_key="timeout",
+                 routed=False):
         context = multiprocessing.get_context("fork")
-        self._tasks = context.Queue()
+        self._queues = [context.Queue() for _ in range(num_workers if routed else 1)]
+        self._turn = 0
         self._results = context.Queue()
         self._closed = False
         self._last_check = time.monotonic()
@@ -97,9 +102,9 @@ class ProcessPool:
         self._running = {}  # serial -> task, until its message arrives
         self._clock = RawArray("d", [self._last_check, -1] * num_workers)
         self.processes = [
-            context.Process(target=_worker_loop, args=(handler, initializer, self._tasks, self._results, os.getpid(),
-                                                       self._clock, index),
-                            name=f"{name}-{index}", daemon=True)
+            context.Process(target=_worker_loop, name=f"{name}-{index}", daemon=True,
+                            args=(handler, initializer, self._queues[index % len(self._queues)], self._results,
+                                  os.getpid(), self._clock, index))
             for index in range(num_workers)
         ]
         for process in self.processes:
@@ -109,10 +114,12 @@ class ProcessPool:
     def pids(self):
         return [process.pid for process in self.processes]
 
-    def submit(self, task):
+    def submit(self, task, key=None):
+        if key is None:
+            key, self._turn = self._turn, self._turn + 1
         self._serial += 1
         self._running[self._serial] = task
-        self._tasks.put((self._serial, task))
+        self._queues[key % len(self._queues)].put((self._serial, task))
 
     def get(self, timeout=_POLL_SECONDS):
         """The next message, or None after ``timeout`` s; raises if a worker died or stalled, or a task failed.
@@ -163,8 +170,8 @@ class ProcessPool:
         self._closed = True
         if all(process.is_alive() for process in self.processes):
             # a dead worker may have died holding the task queue's lock: then only terminate works
-            for _ in self.processes:
-                self._tasks.put(None)
+            for index, _ in enumerate(self.processes):
+                self._queues[index % len(self._queues)].put(None)
             deadline = time.monotonic() + _JOIN_SECONDS
             for process in self.processes:
                 process.join(max(0.0, deadline - time.monotonic()))
@@ -179,7 +186,7 @@ class ProcessPool:
             if process.is_alive():
                 process.kill()
                 process.join()
-        for channel in (self._tasks, self._results):
+        for channel in (*self._queues, self._results):
             channel.cancel_join_thread()
             channel.close()
 
@@ -193,7 +200,7 @@ class InlinePool:
         self._handler = handler
         self._done = deque()
 
-    def submit(self, task):
+    def submit(self, task, key=None):
         self._done.append(self._handler(task))  # an exception propagates with its own traceback
 
     def get(self, timeout=None):

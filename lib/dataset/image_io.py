@@ -83,10 +83,15 @@ def read_image(path):
 
 
 def read_roidb_image(entry):
-    """The image of a roidb entry (``read_image``), refused with IOError when the file's size is not the
-    annotated one (boxes, chips and test canvases are all planned from the annotated size); training's
-    loader and the tester give the same message."""
-    image = read_image(entry["image"])
+    """The image of a roidb entry (``read_image``), refused when its size is not the annotated one
+    (``check_annotated_size``)."""
+    return check_annotated_size(entry, read_image(entry["image"]))
+
+
+def check_annotated_size(entry, image):
+    """``image``, or IOError when its size is not the roidb ``entry``'s annotated one (boxes, chips and test
+    canvases are all planned from the annotated size); training's loader and the tester give the same
+    message."""
     if image.shape[:2] != (entry["height"], entry["width"]):
         raise IOError(f"image {entry['image']} is {image.shape[1]}x{image.shape[0]} pixels, but its annotations say "
                       f"{entry['width']}x{entry['height']}")
