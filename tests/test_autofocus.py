@@ -295,3 +295,63 @@ def test_detections_cut_by_an_inner_chip_border_are_dropped():
     assert border_keep_mask(dets, (0, 0, width, height), width, height).all()
     assert border_keep_mask(dets, (0.4, 0, 999.6, 800), width, height).all()  # within half a pixel of the border
     assert border_keep_mask(np.zeros((0, 5)), chip, width, height).shape == (0,)
+
+
+# ---------------------------------------------------------------- training wiring
+
+def test_loader_gives_every_chip_the_focus_labels_of_its_image_boxes(synthetic_dataset, tmp_path):
+    from lib.data import ChipLoader
+    from lib.dataset import load_roidb
+
+    cfg = build_cfg({"dataset.dataset_path": synthetic_dataset(train=3, val=0), "dataset.image_set": "train",
+                     "dataset.root_path": str(tmp_path), "network.AUTO_FOCUS": True})
+    roidb = load_roidb(cfg, "train")[0]
+    params = FocusLabelParams.from_config(cfg)
+    with ChipLoader(roidb, cfg, 4, num_workers=0, seed=2) as loader:
+        names = [d.name for d in loader.provide_label]
+        assert names[-1] == "scale_label" and loader.provide_label[-1].shape == (4, 32 * 32)
+        positives = 0
+        for number, batch in enumerate(loader):
+            labels = batch.label[-1].asnumpy()
+            for position in range(4 - batch.pad):
+                chip = loader.chip_ref(number, position)
+                entry = roidb[chip.image_index]
+                expected = focus_labels(entry["boxes"], chip.im_scale, chip.box, params)
+                np.testing.assert_array_equal(labels[position], expected.ravel())
+                positives += int((labels[position] == 1).any())
+    assert positives > 0  # the synthetic shapes include small objects
+    with ChipLoader(roidb, cfg, 4, num_workers=0, rpn_only=True) as loader:  # no branch: no labels
+        assert "scale_label" not in [d.name for d in loader.provide_label]
+
+
+def test_focus_metrics_hand_worked():
+    from lib.train.metrics import make_metrics, loss_values
+
+    outputs = ["rpn_cls_prob_output", "rpn_bbox_loss_output", "scale_prob_output"]
+    metric = make_metrics(outputs, ["label", "bbox_target", "bbox_weight", "scale_label"], rpn_only=True)
+    prob = np.zeros((1, 2, 3), np.float32)
+    prob[0, 1] = [0.9, 0.2, 0.6]
+    prob[0, 0] = 1 - prob[0, 1]
+    rpn_prob = np.full((1, 2, 1, 1), 0.5, np.float32)
+    labels = [mx.nd.array([[0]]), mx.nd.zeros((1, 4)), mx.nd.zeros((1, 4)), mx.nd.array([[1, -1, 0]])]
+    metric.update(labels, [mx.nd.array(rpn_prob), mx.nd.zeros((1, 4)), mx.nd.array(prob)])
+    values = loss_values(metric)
+    # cell 0: label 1, p = 0.9 (right); cell 1 ignored; cell 2: label 0, p(0) = 0.4 (wrong)
+    assert values["FocusAcc"] == pytest.approx(0.5)
+    assert values["FocusLogLoss"] == pytest.approx(-(np.log(0.9) + np.log(0.4)) / 2, rel=1e-5)
+    plain = make_metrics(outputs[:2], ["label", "bbox_target", "bbox_weight"], rpn_only=True)
+    assert "FocusAcc" not in loss_values(plain)
+
+
+def test_tiny_autofocus_network_trains_with_finite_falling_focus_loss(tmp_path):
+    from lib.train.trainer import train
+
+    cfg = load_config(os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml"), [
+        ("dataset.dataset_path", str(tmp_path / "data")), ("dataset.synthetic_train", 2),
+        ("dataset.synthetic_val", 1), ("dataset.root_path", str(tmp_path)), ("output_path", str(tmp_path)),
+        ("TRAIN.NUM_PROCESS", 0), ("TRAIN.BATCH_IMAGES", 2), ("TRAIN.end_epoch", 3), ("TRAIN.warmup_step", 5),
+        ("TRAIN.lr_step", "10"), ("TRAIN.lr", 0.01), ("gpus", "cpu:1"), ("network.AUTO_FOCUS", True)])
+    _, history = train(cfg)
+    losses = [epoch["FocusLogLoss"] for epoch in history]
+    assert all(np.isfinite(loss) for epoch in history for loss in epoch.values())
+    assert losses[-1] < losses[0]
