@@ -501,3 +501,80 @@ def test_region_crops_are_whole_pixels_and_may_overhang_their_canvas():
     assert prepare_image(source.read(0), 2.0, (0, 0, 0), "BGR", out, cut=True) == (20, 60)
     with pytest.raises(ValueError, match="does not fit"):
         prepare_image(source.read(0), 2.0, (0, 0, 0), "BGR", out)
+
+
+def test_focus_pixel_boxes_are_the_cells_inside_the_region_in_original_pixels():
+    from lib.inference.focus_chips import focus_pixel_boxes
+
+    focus_map = np.zeros((4, 5))
+    focus_map[1, 2], focus_map[2, 4], focus_map[3, 0] = 0.7, 0.9, 0.8  # (3, 0) lies in the map's padding
+    # region 70 x 40 original pixels at scale 0.5: 35 x 20 scaled = 3 x 2 cells of 16 (the last ones cut at
+    # 35 and 20); cell (1, 2) is x 32..35, y 16..20 scaled -> / 0.5 + (100, 200)
+    boxes, probs = focus_pixel_boxes(focus_map, (100, 200, 170, 240), 0.5, 16, 0.5)
+    np.testing.assert_allclose(boxes, [[164, 232, 170, 240]])
+    np.testing.assert_allclose(probs, [0.7])
+
+
+# ---------------------------------------------------------------- tools
+
+@pytest.fixture(scope="module")
+def focus_everywhere(synthetic_dataset, tmp_path_factory):
+    """A random tiny AutoFocus checkpoint whose FocusPixel branch says "small object" everywhere, and the
+    command-line settings of a 2-image synthetic test set at small scales."""
+    folder, root = synthetic_dataset(train=1, val=2), tmp_path_factory.mktemp("focus_tools")
+    config = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny_autofocus.yml")
+    settings = ["--set", f"dataset.dataset_path={folder}", f"dataset.root_path={root}", f"output_path={root}",
+                "gpus=cpu:1", "TEST.SCALES=[128.0, 0.25, 0.5]", "TEST.CHIP_HYPERPARAMS=[[1, 0.5, 2], [1, 0.5, 2], [-1, -1, -1]]"]
+    cfg = load_config(config, [tuple(s.split("=", 1)) for s in settings[1:]])
+    module = mx.mod.Module(inference_symbol(cfg, 6), data_names=("data", "im_info", "im_ids", "chip_ids"),
+                           label_names=None, context=mx.cpu())
+    module.bind([("data", (1, 3, 64, 64)), ("im_info", (1, 3)), ("im_ids", (1,)), ("chip_ids", (1,))],
+                for_training=False)
+    mx.random.seed(0)
+    module.init_params(mx.init.Normal(0.01))
+    args, aux = module.get_params()
+    args["conv_new_out_weight"][:] = 0
+    args["conv_new_out_bias"][:] = mx.nd.array([-10, 10])
+    path = str(root / "focus-0001.params")
+    mx.nd.save(path, {**{f"arg:{k}": v for k, v in args.items()}, **{f"aux:{k}": v for k, v in aux.items()}})
+    return config, settings, path, root
+
+
+def run_tool(name, *argv):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, os.path.join(ROOT, "tools", name), *argv], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, PYTHONPATH=ROOT))
+
+
+def test_benchmark_tool_compares_autofocus_with_full_inference(focus_everywhere):
+    config, settings, path, root = focus_everywhere
+    result = run_tool("benchmark_autofocus.py", "--cfg", config, *settings, "--images", "2", "--checkpoint", path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
+            for line in result.stdout.splitlines() if line.startswith("| full") or line.startswith("| autofocus")}
+    assert rows["full"][1] == "100.0"
+    # FocusPixels everywhere: every finer scale processes (about) the whole image again
+    assert float(rows["autofocus"][1]) == pytest.approx(100.0, abs=1.0)
+    for mode in ("full", "autofocus"):
+        assert os.path.isfile(os.path.join(root, "sniper_synthetic_tiny_autofocus", "autofocus_benchmark", mode,
+                                           "detections.json"))
+
+
+def test_visualize_focus_draws_a_panel_per_scale(focus_everywhere, tmp_path):
+    import cv2
+
+    config, settings, path, _ = focus_everywhere
+    out = tmp_path / "focus.png"
+    result = run_tool("visualize_focus.py", "1000001", "--cfg", config, *settings, "--checkpoint", path,
+                      "--out", str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    picture = cv2.imread(str(out))
+    assert picture.shape[0] == 24 + 28 + 540  # legend, titles, panels
+    assert picture.shape[1] % 3 == 0
+    panel = picture[24 + 28:, :picture.shape[1] // 3]
+    magenta = (np.abs(panel.astype(int) - [200, 0, 200]).max(axis=2) < 120).mean()
+    assert magenta > 0.5  # FocusPixels everywhere, shaded
+    missing = run_tool("visualize_focus.py", "999", "--cfg", config, *settings, "--checkpoint", path, "--out", str(out))
+    assert missing.returncode != 0 and "image id 999 is not in val" in missing.stderr

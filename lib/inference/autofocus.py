@@ -158,7 +158,7 @@ def run_autofocus(detector, source, num_workers=0, stats=None, on_region=None):
         if stats is not None:
             stats.levels.append(level_stats)
         logger.info("AutoFocus level %d (scale %s): %d regions, %.1f%% of the pixels of whole images", number,
-                    level.spec, level_stats.regions, 100.0 * level_stats.pixels / max(level_stats.full_pixels, 1e-9))
+                    test.SCALES[number], level_stats.regions, 100.0 * level_stats.pixels / max(level_stats.full_pixels, 1e-9))
     for index, state in states.items():
         yield index, suppress(np.concatenate(state.candidates) if state.candidates else np.zeros((0, 6)), test)
 
