@@ -524,7 +524,8 @@ def focus_everywhere(synthetic_dataset, tmp_path_factory):
     folder, root = synthetic_dataset(train=1, val=2), tmp_path_factory.mktemp("focus_tools")
     config = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny_autofocus.yml")
     settings = ["--set", f"dataset.dataset_path={folder}", f"dataset.root_path={root}", f"output_path={root}",
-                "gpus=cpu:1", "TEST.SCALES=[128.0, 0.25, 0.5]", "TEST.CHIP_HYPERPARAMS=[[1, 0.5, 2], [1, 0.5, 2], [-1, -1, -1]]"]
+                "gpus=cpu:1", "TEST.SCALES=[128.0, 0.25, 0.5]",
+                "TEST.CHIP_HYPERPARAMS=[[1, 0.5, 2], [1, 0.5, 2], [-1, -1, -1]]"]
     cfg = load_config(config, [tuple(s.split("=", 1)) for s in settings[1:]])
     module = mx.mod.Module(inference_symbol(cfg, 6), data_names=("data", "im_info", "im_ids", "chip_ids"),
                            label_names=None, context=mx.cpu())

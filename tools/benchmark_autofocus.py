@@ -50,7 +50,8 @@ def main():
         sys.exit(f"{args.cfg}: the benchmark scores COCO-format sets (dataset.dataset coco or synthetic)")
     detector = Detector.from_checkpoint(cfg, dataset.num_classes, path=args.checkpoint)
     out = args.out or os.path.join(output_dir(cfg), "autofocus_benchmark")
-    source, sizes = RoidbImages(roidb), RoidbImages(roidb).sizes()
+    source = RoidbImages(roidb)
+    sizes = source.sizes()
     image_ids = [entry["id"] for entry in roidb]
 
     stats = AutoFocusStats()
@@ -78,8 +79,9 @@ def main():
     print(markdown_table(["inference", "Mpixels / image", "% of full", "images/s", "AP", "AP50", "AP small"], rows,
                          [None, ".2f", ".1f", ".3f", ".3f", ".3f", ".3f"]))
     print()
-    level_rows = [[number, str(cfg.TEST.SCALES[number]), s.regions, s.pixels / len(roidb) / 1e6, 100.0 * s.pixels / s.full_pixels]
-                  for number, (level, s) in enumerate(zip(detector.levels, stats.levels))]
+    level_rows = [[number, str(cfg.TEST.SCALES[number]), s.regions, s.pixels / len(roidb) / 1e6,
+                   100.0 * s.pixels / s.full_pixels]
+                  for number, s in enumerate(stats.levels)]
     print(markdown_table(["level", "scale", "regions", "Mpixels / image", "% of whole images"], level_rows,
                          [None, None, None, ".2f", ".1f"]))
 

@@ -48,7 +48,8 @@ def shade(panel, boxes, probs, factor, colour):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("image_id", type=int, help="an image id of dataset.test_image_set")
-    add_config_arguments(parser, cfg_help="an AutoFocus config, e.g. configs/faster/sniper_synthetic_tiny_autofocus.yml")
+    add_config_arguments(parser,
+                         cfg_help="an AutoFocus config, e.g. configs/faster/sniper_synthetic_tiny_autofocus.yml")
     parser.add_argument("--checkpoint", default=None, help="params file (default: TEST.MODEL or TEST_EPOCH)")
     parser.add_argument("--thresh", type=float, default=0.5, help="score of the detections drawn")
     parser.add_argument("--out", help="PNG path (default {output}/{name}/focus_{IMAGE_ID}.png)")
@@ -82,7 +83,8 @@ def main():
     if isinstance(found[0], Exception):
         sys.exit(f"image id {args.image_id}: {found[0]}")
     factor = PANEL_HEIGHT / image.shape[0]
-    shrunk = cv2.resize(image, (max(int(round(image.shape[1] * factor)), 1), PANEL_HEIGHT), interpolation=cv2.INTER_AREA)
+    shrunk = cv2.resize(image, (max(int(round(image.shape[1] * factor)), 1), PANEL_HEIGHT),
+                        interpolation=cv2.INTER_AREA)
     panels = []
     for number, (level, level_stats) in enumerate(zip(seen, stats.levels)):
         panel = shade(shrunk, np.concatenate(level["focus"] or [np.zeros((0, 4))]),

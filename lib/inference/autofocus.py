@@ -123,8 +123,7 @@ def run_autofocus(detector, source, num_workers=0, stats=None, on_region=None):
     sizes = source.sizes()
     states = {index: _ImageState() for index in range(len(sizes))}
     for number, level in enumerate(levels):
-        pruned = number > 0 and test.DO_PRUNING[number]
-        if pruned:
+        if number > 0 and test.DO_PRUNING[number]:
             regions = [Region(index, tuple(chip)) for index, state in states.items() for chip in state.chips]
         else:
             regions = [Region(index, (0.0, 0.0, float(w), float(h))) for index, (h, w) in enumerate(sizes)
@@ -133,8 +132,7 @@ def run_autofocus(detector, source, num_workers=0, stats=None, on_region=None):
                        if number + 1 < len(levels) and test.DO_PRUNING[number + 1] else None)
         scales = [level.spec.image_scale(*sizes[region.image]) for region in regions]
         level_stats = LevelStats(len(regions), sum(r.extent[0] * r.extent[1] * s * s for r, s in zip(regions, scales)),
-                                 sum(sizes[i][0] * sizes[i][1] * level.spec.image_scale(*sizes[i]) ** 2
-                                     for i in states))
+                                 sum(h * w * level.spec.image_scale(h, w) ** 2 for h, w in (sizes[i] for i in states)))
         for state in states.values():
             state.chips = []
         batch_size = detector._batch_counts([level])[0]
@@ -158,7 +156,8 @@ def run_autofocus(detector, source, num_workers=0, stats=None, on_region=None):
         if stats is not None:
             stats.levels.append(level_stats)
         logger.info("AutoFocus level %d (scale %s): %d regions, %.1f%% of the pixels of whole images", number,
-                    test.SCALES[number], level_stats.regions, 100.0 * level_stats.pixels / max(level_stats.full_pixels, 1e-9))
+                    test.SCALES[number], level_stats.regions,
+                    100.0 * level_stats.pixels / max(level_stats.full_pixels, 1e-9))
     for index, state in states.items():
         yield index, suppress(np.concatenate(state.candidates) if state.candidates else np.zeros((0, 6)), test)
 
