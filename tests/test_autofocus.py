@@ -481,6 +481,25 @@ def test_autofocus_runs_through_the_detector_and_its_worker_processes(tmp_path):
     assert len(full) == 1  # only the large box: at scale 2 the oracle knows no 320 x 400 input
 
 
+
+def test_an_unreadable_image_is_reported_once_and_the_others_complete():
+    from lib.inference.autofocus import run_autofocus
+    from lib.inference.pipeline import ArrayImages
+
+    class Broken(ArrayImages):
+        def read(self, index):
+            if index == 1:
+                raise IOError("cannot decode image 1")
+            return super().read(index)
+
+    detector = focus_detector(two_level_oracle(), pruning=[False, True], **TWO_LEVELS)
+    results = list(run_autofocus(detector, Broken([IMAGE, IMAGE, IMAGE])))
+    assert sorted(index for index, _ in results) == [0, 1, 2]
+    found = dict(results)
+    assert isinstance(found[1], IOError) and "image 1" in str(found[1])
+    np.testing.assert_allclose(found[2], found[0])
+    assert len(found[0]) == 2
+
 def test_region_crops_are_whole_pixels_and_may_overhang_their_canvas():
     from lib.inference.autofocus import Region, RegionImages
     from lib.inference.batching import plan_level
