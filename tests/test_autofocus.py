@@ -295,3 +295,306 @@ def test_detections_cut_by_an_inner_chip_border_are_dropped():
     assert border_keep_mask(dets, (0, 0, width, height), width, height).all()
     assert border_keep_mask(dets, (0.4, 0, 999.6, 800), width, height).all()  # within half a pixel of the border
     assert border_keep_mask(np.zeros((0, 5)), chip, width, height).shape == (0,)
+
+
+# ---------------------------------------------------------------- training wiring
+
+def test_loader_gives_every_chip_the_focus_labels_of_its_image_boxes(synthetic_dataset, tmp_path):
+    from lib.data import ChipLoader
+    from lib.dataset import load_roidb
+
+    cfg = build_cfg({"dataset.dataset_path": synthetic_dataset(train=3, val=0), "dataset.image_set": "train",
+                     "dataset.root_path": str(tmp_path), "network.AUTO_FOCUS": True})
+    roidb = load_roidb(cfg, "train")[0]
+    params = FocusLabelParams.from_config(cfg)
+    with ChipLoader(roidb, cfg, 4, num_workers=0, seed=2) as loader:
+        names = [d.name for d in loader.provide_label]
+        assert names[-1] == "scale_label" and loader.provide_label[-1].shape == (4, 32 * 32)
+        positives = 0
+        for number, batch in enumerate(loader):
+            labels = batch.label[-1].asnumpy()
+            for position in range(4 - batch.pad):
+                chip = loader.chip_ref(number, position)
+                entry = roidb[chip.image_index]
+                expected = focus_labels(entry["boxes"], chip.im_scale, chip.box, params)
+                np.testing.assert_array_equal(labels[position], expected.ravel())
+                positives += int((labels[position] == 1).any())
+    assert positives > 0  # the synthetic shapes include small objects
+    with ChipLoader(roidb, cfg, 4, num_workers=0, rpn_only=True) as loader:  # no branch: no labels
+        assert "scale_label" not in [d.name for d in loader.provide_label]
+
+
+def test_focus_metrics_hand_worked():
+    from lib.train.metrics import make_metrics, loss_values
+
+    outputs = ["rpn_cls_prob_output", "rpn_bbox_loss_output", "scale_prob_output"]
+    metric = make_metrics(outputs, ["label", "bbox_target", "bbox_weight", "scale_label"], rpn_only=True)
+    prob = np.zeros((1, 2, 3), np.float32)
+    prob[0, 1] = [0.9, 0.2, 0.6]
+    prob[0, 0] = 1 - prob[0, 1]
+    rpn_prob = np.full((1, 2, 1, 1), 0.5, np.float32)
+    labels = [mx.nd.array([[0]]), mx.nd.zeros((1, 4)), mx.nd.zeros((1, 4)), mx.nd.array([[1, -1, 0]])]
+    metric.update(labels, [mx.nd.array(rpn_prob), mx.nd.zeros((1, 4)), mx.nd.array(prob)])
+    values = loss_values(metric)
+    # cell 0: label 1, p = 0.9 (right); cell 1 ignored; cell 2: label 0, p(0) = 0.4 (wrong)
+    assert values["FocusAcc"] == pytest.approx(0.5)
+    assert values["FocusLogLoss"] == pytest.approx(-(np.log(0.9) + np.log(0.4)) / 2, rel=1e-5)
+    plain = make_metrics(outputs[:2], ["label", "bbox_target", "bbox_weight"], rpn_only=True)
+    assert "FocusAcc" not in loss_values(plain)
+
+
+def test_tiny_autofocus_network_trains_with_finite_falling_focus_loss(tmp_path):
+    from lib.train.trainer import train
+
+    cfg = load_config(os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml"), [
+        ("dataset.dataset_path", str(tmp_path / "data")), ("dataset.synthetic_train", 2),
+        ("dataset.synthetic_val", 1), ("dataset.root_path", str(tmp_path)), ("output_path", str(tmp_path)),
+        ("TRAIN.NUM_PROCESS", 0), ("TRAIN.BATCH_IMAGES", 2), ("TRAIN.end_epoch", 3), ("TRAIN.warmup_step", 5),
+        ("TRAIN.lr_step", "10"), ("TRAIN.lr", 0.01), ("gpus", "cpu:1"), ("network.AUTO_FOCUS", True)])
+    _, history = train(cfg)
+    losses = [epoch["FocusLogLoss"] for epoch in history]
+    assert all(np.isfinite(loss) for epoch in history for loss in epoch.values())
+    assert losses[-1] < losses[0]
+
+
+# ---------------------------------------------------------------- AutoFocus inference
+
+class FocusOracle:
+    """A stand-in network for the AutoFocus driver: per resized input size (im_info), the rois, class-1
+    scores and FocusPixel cells it returns (zero box deltas); it records every forward pass."""
+
+    def __init__(self, outputs, rois_per_image=4):
+        self.outputs, self.n, self.calls = outputs, rois_per_image, []
+
+    def __call__(self, data, im_info):
+        self.calls.append((data.copy(), im_info.copy()))
+        batch, _, height, width = data.shape
+        rois = np.zeros((batch, self.n, 5), np.float32)
+        scores = np.zeros((batch, self.n, 3), np.float32)
+        scores[:, :, 0] = 1
+        focus = np.zeros((batch, 2, -(-height // 16), -(-width // 16)), np.float32)
+        for slot, (h, w, _) in enumerate(im_info):
+            boxes, probs, cells = self.outputs.get((int(h), int(w)), ([[0, 0, 1, 1]], [0.0], []))
+            rows = np.resize(np.arange(len(boxes)), self.n)
+            rois[slot, :, 1:] = np.array(boxes, np.float32)[rows]
+            scores[slot, :, 1] = np.array(probs, np.float32)[rows]
+            for r, c in cells:
+                focus[slot, 1, r, c] = 1
+        focus[:, 0] = 1 - focus[:, 1]
+        return {"rois_output": rois.reshape(-1, 5), "cls_prob_reshape_output": scores,
+                "bbox_pred_reshape_output": np.zeros((batch, self.n, 4), np.float32), "scale_prob_output": focus}
+
+
+def focus_detector(oracle, scales, ranges, pruning, chip_params):
+    from lib.inference.detector import Detector
+
+    cfg = build_cfg({"symbol": "resnet_tiny", "network.AUTO_FOCUS": True, "TEST.AUTO_FOCUS": True,
+                     "TEST.SCALES": scales, "TEST.VALID_RANGES": ranges, "TEST.DO_PRUNING": pruning,
+                     "TEST.CHIP_HYPERPARAMS": chip_params, "TEST.BATCH_IMAGES": 1, "TEST.SOFT_NMS": False,
+                     "TEST.fp16": False})
+    detector = Detector.__new__(Detector)
+    detector._configure(cfg, [mx.cpu()], False, "oracle")
+    detector.forward = oracle
+    return detector
+
+
+def run_regions(detector, images, num_workers=0):
+    from lib.inference.autofocus import AutoFocusStats, run_autofocus
+    from lib.inference.pipeline import ArrayImages
+
+    regions, stats = [], AutoFocusStats()
+    found = dict(run_autofocus(detector, ArrayImages(images), num_workers, stats,
+                               on_region=lambda level, region, result, chips: regions.append(
+                                   (level, region.image, tuple(region.box), [tuple(c) for c in chips]))))
+    return [found[i] for i in range(len(images))], sorted(regions), stats
+
+
+IMAGE = np.random.default_rng(5).integers(0, 255, (160, 200, 3), dtype=np.uint8)
+TWO_LEVELS = dict(scales=[1.0, 2.0], ranges=[[20, -1], [-1, 20]], chip_params=[[1, 0.5, 4], [-1, -1, -1]])
+
+
+def two_level_oracle():
+    return FocusOracle({
+        # level 0, the whole 200 x 160 image at scale 1: a large and a small detection, a FocusPixel at
+        # row 4, column 5, which grows to 4 x 4 cells: columns 3-6, rows 2-5 = (48, 32, 112, 96)
+        (160, 200): ([[100, 100, 150, 150], [10, 10, 20, 20]], [0.9, 0.95], [(4, 5)]),
+        # level 1, the 64 x 64 chip at scale 2 (128 x 128): (40, 40, 70, 70) -> (68, 52, 83, 67) in the image,
+        # 20+ px from every chip edge; (2, 40, 30, 70) -> (49, 52, 63, 67), 1 px from the chip's left edge
+        (128, 128): ([[40, 40, 70, 70], [2, 40, 30, 70]], [0.8, 0.7], []),
+    })
+
+
+def test_autofocus_processes_the_focus_chip_at_the_next_scale_and_merges_hand_worked():
+    from lib.inference.pipeline import prepare_image
+
+    oracle = two_level_oracle()
+    detector = focus_detector(oracle, pruning=[False, True], **TWO_LEVELS)
+    (dets,), regions, stats = run_regions(detector, [IMAGE])
+    assert regions == [(0, 0, (0, 0, 200, 160), [(48, 32, 112, 96)]), (1, 0, (48, 32, 112, 96), [])]
+    assert [data.shape for data, _ in oracle.calls] == [(1, 3, 160, 200), (1, 3, 128, 128)]
+    np.testing.assert_allclose(oracle.calls[1][1], [[128, 128, 1]])
+    expected = np.zeros((3, 128, 128), np.float32)  # the chip's pixels, cropped from the original image
+    prepare_image(IMAGE[32:96, 48:112], 2.0, detector.cfg.network.PIXEL_MEANS, "RGB", expected)
+    np.testing.assert_array_equal(oracle.calls[1][0][0], expected)
+    # level 0 keeps the large box (area 2500 > 20^2), not the small one; level 1 keeps the box inside the chip
+    # (area 225 <= 20^2) and drops the one its left edge cut
+    np.testing.assert_allclose(dets, [[100, 100, 150, 150, 0.9, 1], [68, 52, 83, 67, 0.8, 1]], rtol=1e-6)
+    assert [(s.regions, s.pixels, s.full_pixels) for s in stats.levels] == [(1, 32000, 32000), (1, 16384, 128000)]
+
+
+def test_without_pruning_the_next_scale_processes_the_whole_image():
+    oracle = two_level_oracle()
+    (dets,), regions, stats = run_regions(focus_detector(oracle, pruning=[False, False], **TWO_LEVELS), [IMAGE])
+    assert [region[:3] for region in regions] == [(0, 0, (0, 0, 200, 160)), (1, 0, (0, 0, 200, 160))]
+    assert regions[0][3] == []  # no chips are made for a level that is not pruned
+    assert [data.shape for data, _ in oracle.calls] == [(1, 3, 160, 200), (1, 3, 320, 400)]
+    assert stats.pixels == stats.full_pixels == 32000 + 128000
+
+
+def test_chips_are_found_in_chips_recursively_and_an_image_without_focus_pixels_stops():
+    oracle = two_level_oracle()
+    # level 1 (scale 2) also finds a FocusPixel at row 1, column 6 of its 8 x 8 cells: 2 x 2 cells, columns 5-6
+    # and rows 0-1 = (80..112, 0..32) scaled, / 2 + the chip's origin (48, 32) = (88, 32, 104, 48)
+    oracle.outputs[(128, 128)] = oracle.outputs[(128, 128)][:2] + ([(1, 6)],)
+    blank = np.zeros((100, 100, 3), np.uint8)  # no FocusPixels: processed at the coarsest scale only
+    detector = focus_detector(oracle, scales=[1.0, 2.0, 4.0], ranges=[[20, -1], [-1, 20], [-1, 10]],
+                              pruning=[False, True, True], chip_params=[[1, 0.5, 4], [1, 0.5, 2], [-1, -1, -1]])
+    _, regions, stats = run_regions(detector, [IMAGE, blank])
+    assert regions == [(0, 0, (0, 0, 200, 160), [(48, 32, 112, 96)]), (0, 1, (0, 0, 100, 100), []),
+                       (1, 0, (48, 32, 112, 96), [(88, 32, 104, 48)]), (2, 0, (88, 32, 104, 48), [])]
+    assert [data.shape for data, _ in oracle.calls][-1] == (1, 3, 64, 64)  # 16 x 16 at scale 4
+    assert [s.regions for s in stats.levels] == [2, 1, 1]
+
+
+def test_autofocus_runs_through_the_detector_and_its_worker_processes(tmp_path):
+    from lib.inference.pipeline import ArrayImages
+
+    detector = focus_detector(two_level_oracle(), pruning=[False, True], **TWO_LEVELS)
+    assert detector.autofocus
+    inline = detector.detect([IMAGE, IMAGE[:, ::-1].copy()])
+    forked = dict(detector.run(ArrayImages([IMAGE, IMAGE[:, ::-1].copy()]), num_workers=2))
+    np.testing.assert_allclose(inline[0], [[100, 100, 150, 150, 0.9, 1], [68, 52, 83, 67, 0.8, 1]], rtol=1e-6)
+    for index in range(2):
+        np.testing.assert_array_equal(forked[index], inline[index])
+    # the whole pyramid on request, without AutoFocus: both scales on the whole image
+    full = detector._results([IMAGE], detector.levels)[0]
+    assert len(full) == 1  # only the large box: at scale 2 the oracle knows no 320 x 400 input
+
+
+
+def test_an_unreadable_image_is_reported_once_and_the_others_complete():
+    from lib.inference.autofocus import run_autofocus
+    from lib.inference.pipeline import ArrayImages
+
+    class Broken(ArrayImages):
+        def read(self, index):
+            if index == 1:
+                raise IOError("cannot decode image 1")
+            return super().read(index)
+
+    detector = focus_detector(two_level_oracle(), pruning=[False, True], **TWO_LEVELS)
+    results = list(run_autofocus(detector, Broken([IMAGE, IMAGE, IMAGE])))
+    assert sorted(index for index, _ in results) == [0, 1, 2]
+    found = dict(results)
+    assert isinstance(found[1], IOError) and "image 1" in str(found[1])
+    np.testing.assert_allclose(found[2], found[0])
+    assert len(found[0]) == 2
+
+def test_region_crops_are_whole_pixels_and_may_overhang_their_canvas():
+    from lib.inference.autofocus import Region, RegionImages
+    from lib.inference.batching import plan_level
+    from lib.inference.pipeline import ArrayImages
+    from lib.scales import ScaleSpec
+
+    regions = [Region(0, (10.7, 20.2, 40.9, 30.1)), Region(0, (150.5, 0.0, 200.0, 160.0))]
+    source = RegionImages(ArrayImages([IMAGE]), regions)
+    np.testing.assert_array_equal(source.read(0), IMAGE[20:30, 10:40])  # int() of the corners
+    np.testing.assert_array_equal(source.read(1), IMAGE[0:160, 150:200])
+    assert source.sizes() == [pytest.approx((9.9, 30.2)), (160.0, 49.5)]
+    # canvases from the fractional extents: ceil(9.9 * 2) = 20 rows, ceil(30.2 * 2) = 61 columns; the crop
+    # of 10 x 30 px resizes to 20 x 60
+    batch, = plan_level(source.sizes()[:1], ScaleSpec(factor=2.0), 1, 1, scales=[2.0])
+    assert batch.canvas == (20, 61)
+    from lib.inference.pipeline import prepare_image
+    out = np.zeros((3, 19, 61), np.float32)  # one row short: the crop is cut, as the reference cuts it
+    assert prepare_image(source.read(0), 2.0, (0, 0, 0), "BGR", out, cut=True) == (20, 60)
+    with pytest.raises(ValueError, match="does not fit"):
+        prepare_image(source.read(0), 2.0, (0, 0, 0), "BGR", out)
+
+
+def test_focus_pixel_boxes_are_the_cells_inside_the_region_in_original_pixels():
+    from lib.inference.focus_chips import focus_pixel_boxes
+
+    focus_map = np.zeros((4, 5))
+    focus_map[1, 2], focus_map[2, 4], focus_map[3, 0] = 0.7, 0.9, 0.8  # (3, 0) lies in the map's padding
+    # region 70 x 40 original pixels at scale 0.5: 35 x 20 scaled = 3 x 2 cells of 16 (the last ones cut at
+    # 35 and 20); cell (1, 2) is x 32..35, y 16..20 scaled -> / 0.5 + (100, 200)
+    boxes, probs = focus_pixel_boxes(focus_map, (100, 200, 170, 240), 0.5, 16, 0.5)
+    np.testing.assert_allclose(boxes, [[164, 232, 170, 240]])
+    np.testing.assert_allclose(probs, [0.7])
+
+
+# ---------------------------------------------------------------- tools
+
+@pytest.fixture(scope="module")
+def focus_everywhere(synthetic_dataset, tmp_path_factory):
+    """A random tiny AutoFocus checkpoint whose FocusPixel branch says "small object" everywhere, and the
+    command-line settings of a 2-image synthetic test set at small scales."""
+    folder, root = synthetic_dataset(train=1, val=2), tmp_path_factory.mktemp("focus_tools")
+    config = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny_autofocus.yml")
+    settings = ["--set", f"dataset.dataset_path={folder}", f"dataset.root_path={root}", f"output_path={root}",
+                "gpus=cpu:1", "TEST.SCALES=[128.0, 0.25, 0.5]",
+                "TEST.CHIP_HYPERPARAMS=[[1, 0.5, 2], [1, 0.5, 2], [-1, -1, -1]]"]
+    cfg = load_config(config, [tuple(s.split("=", 1)) for s in settings[1:]])
+    module = mx.mod.Module(inference_symbol(cfg, 6), data_names=("data", "im_info", "im_ids", "chip_ids"),
+                           label_names=None, context=mx.cpu())
+    module.bind([("data", (1, 3, 64, 64)), ("im_info", (1, 3)), ("im_ids", (1,)), ("chip_ids", (1,))],
+                for_training=False)
+    mx.random.seed(0)
+    module.init_params(mx.init.Normal(0.01))
+    args, aux = module.get_params()
+    args["conv_new_out_weight"][:] = 0
+    args["conv_new_out_bias"][:] = mx.nd.array([-10, 10])
+    path = str(root / "focus-0001.params")
+    mx.nd.save(path, {**{f"arg:{k}": v for k, v in args.items()}, **{f"aux:{k}": v for k, v in aux.items()}})
+    return config, settings, path, root
+
+
+def run_tool(name, *argv):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, os.path.join(ROOT, "tools", name), *argv], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, PYTHONPATH=ROOT))
+
+
+def test_benchmark_tool_compares_autofocus_with_full_inference(focus_everywhere):
+    config, settings, path, root = focus_everywhere
+    result = run_tool("benchmark_autofocus.py", "--cfg", config, *settings, "--images", "2", "--checkpoint", path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
+            for line in result.stdout.splitlines() if line.startswith("| full") or line.startswith("| autofocus")}
+    assert rows["full"][1] == "100.0"
+    # FocusPixels everywhere: every finer scale processes (about) the whole image again
+    assert float(rows["autofocus"][1]) == pytest.approx(100.0, abs=1.0)
+    for mode in ("full", "autofocus"):
+        assert os.path.isfile(os.path.join(root, "sniper_synthetic_tiny_autofocus", "autofocus_benchmark", mode,
+                                           "detections.json"))
+
+
+def test_visualize_focus_draws_a_panel_per_scale(focus_everywhere, tmp_path):
+    import cv2
+
+    config, settings, path, _ = focus_everywhere
+    out = tmp_path / "focus.png"
+    result = run_tool("visualize_focus.py", "1000001", "--cfg", config, *settings, "--checkpoint", path,
+                      "--out", str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    picture = cv2.imread(str(out))
+    assert picture.shape[0] == 24 + 28 + 540  # legend, titles, panels
+    assert picture.shape[1] % 3 == 0
+    panel = picture[24 + 28:, :picture.shape[1] // 3]
+    magenta = (np.abs(panel.astype(int) - [200, 0, 200]).max(axis=2) < 120).mean()
+    assert magenta > 0.5  # FocusPixels everywhere, shaded
+    missing = run_tool("visualize_focus.py", "999", "--cfg", config, *settings, "--checkpoint", path, "--out", str(out))
+    assert missing.returncode != 0 and "image id 999 is not in val" in missing.stderr

@@ -243,3 +243,16 @@ def test_unfit_checkpoints_are_rejected_by_name(tiny_network, tmp_path, corrupti
     cfg = pretrained_cfg(pretrained=write_checkpoint(tmp_path, stored), epoch=3)
     with pytest.raises(PretrainedError, match=message):
         initial_params(cfg, symbol, shapes)
+
+
+def test_a_project_checkpoint_continues_with_its_regressor_as_trained(tiny_network, tmp_path):
+    """Fine-tuning from a checkpoint of this project (e.g. adding the AutoFocus branch): the test-ready
+    regressor under arg: is the trained one times the stds; the trained values under train: are used."""
+    symbol, shapes, arg_shapes, _, stored = tiny_network
+    trained = {n: mx.nd.array(np.full(arg_shapes[n], 0.5)) for n in ("bbox_pred_weight", "bbox_pred_bias")}
+    checkpoint = dict(stored)
+    checkpoint.update({f"arg:{n}": v * 10 for n, v in trained.items()})
+    checkpoint.update({f"train:{n}": v for n, v in trained.items()})
+    args, _ = initial_params(pretrained_cfg(pretrained=write_checkpoint(tmp_path, checkpoint), epoch=3), symbol, shapes)
+    for name in trained:
+        assert (args[name].asnumpy() == 0.5).all(), name

@@ -12,6 +12,7 @@ TINY = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml")
 CONFIG_TOOLS = {
     "pixel_budget.py": [], "visualize_chips.py": ["1"], "visualize_batch.py": [], "ablation_synthetic.py": [],
     "train_neg_chips.py": [], "benchmark_inference.py": [], "benchmark_iterator.py": [], "benchmark_kvstore.py": [],
+    "benchmark_autofocus.py": [], "visualize_focus.py": ["1"],
 }
 
 
@@ -34,6 +35,14 @@ def test_a_missing_config_file_is_one_line(tool, tmp_path):
     result = run_tool(tool, "--cfg", str(missing))
     assert result.returncode == 1
     assert result.stderr == f"config error: cannot read config file {missing}: No such file or directory\n"
+
+
+@pytest.mark.parametrize("tool", ["benchmark_autofocus.py", "visualize_focus.py"])
+def test_autofocus_tools_refuse_a_config_without_autofocus(tool, tmp_path):
+    result = run_tool(tool, "--cfg", TINY, cwd=tmp_path)
+    assert result.returncode == 1 and "TEST.AUTO_FOCUS is false" in result.stderr
+    assert result.stderr.count("\n") == 1  # one line, no traceback
+    assert os.listdir(tmp_path) == []
 
 
 def test_a_bad_value_and_a_missing_cfg_option():

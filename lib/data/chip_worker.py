@@ -16,6 +16,7 @@ from lib.data.batch_ring import Field
 from lib.data.chip_boxes import chip_gt_boxes, chip_valid_range, pack_gt_boxes
 from lib.data.chip_image import render_chip
 from lib.data.epoch_plan import mine_images
+from lib.data.focus_labels import FocusLabelParams, focus_labels
 from lib.data.image_cache import DecodedImageCache
 from lib.dataset.image_io import check_annotated_size, read_image
 from lib.scales import scaled_image_size
@@ -34,7 +35,16 @@ def batch_fields(cfg, targeter, rpn_only):
     ]
     if not rpn_only:
         fields.append(Field("gt_boxes", (max_gt, 5), is_label=True))
+    focus = focus_params(cfg, rpn_only)
+    if focus is not None:  # AutoFocus: the FocusPixel labels of the chip's feature cells, row-major
+        fields.append(Field("scale_label", (focus.map_size ** 2,), is_label=True))
     return fields
+
+
+def focus_params(cfg, rpn_only):
+    """The FocusPixel label parameters when the training graph has the AutoFocus branch, else None (the
+    RPN-only graph has none)."""
+    return FocusLabelParams.from_config(cfg) if cfg.network.AUTO_FOCUS and not rpn_only else None
 
 
 class ChipWorker:
@@ -54,6 +64,7 @@ class ChipWorker:
         self.border_of_content = cfg.TRAIN.RPN_ANCHOR_BORDER == "content"
         # filled only in the process that builds chips (a forked worker starts with the parent's empty one)
         self.images = DecodedImageCache(int(cfg.TRAIN.IMAGE_CACHE_MB * (1 << 20)))
+        self.focus = focus_params(cfg, rpn_only)
 
     @staticmethod
     @contextlib.contextmanager
@@ -116,6 +127,8 @@ class ChipWorker:
             valid_range = self.mining.levels[chip.scale_index].valid_range
             arrays["valid_ranges"][position] = chip_valid_range(valid_range, chip.im_scale, size)
             dropped = pack_gt_boxes(boxes, classes, arrays["gt_boxes"][position])
+        if self.focus is not None:  # from every gt box of the image, whatever the chip's valid boxes
+            arrays["scale_label"][position] = focus_labels(entry["boxes"], chip.im_scale, chip.box, self.focus).ravel()
         done = time.perf_counter()
         return ("chip", tag, position, (decoded - start, rendered - decoded, done - rendered), dropped, decoded_now)
 

@@ -72,16 +72,17 @@ def part_bounds(count, parts):
     return [(start, min(start + per_part, count)) for start in range(0, count, per_part or 1)][:parts]
 
 
-def plan_level(sizes, spec, batch_size, parts, level=0, canvas_multiple=0, extraction=False):
+def plan_level(sizes, spec, batch_size, parts, level=0, canvas_multiple=0, extraction=False, scales=None):
     """The TestBatches of one level for images of ``sizes`` ((height, width) each), in the reference's
-    order; ``spec`` (a lib.scales.ScaleSpec) gives each image's resize factor. ``canvas_multiple`` > 0
+    order; ``spec`` (a lib.scales.ScaleSpec) gives each image's resize factor, or ``scales`` gives them
+    (AutoFocus chips: fractional sizes, resized by their image's factor). ``canvas_multiple`` > 0
     rounds canvases up to a multiple of it (``network.IMAGE_STRIDE``; the reference: 0).
 
     ``extraction`` plans as the reference extracted proposals: ``extraction_order``, and every canvas
     the scale's full resolution, ``short x long`` (``long x short`` for a portrait batch), whatever its
     images (a scale without both sides keeps the detection canvas)."""
-    sizes = [(int(h), int(w)) for h, w in sizes]
-    scales = [spec.image_scale(h, w) for h, w in sizes]
+    sizes = [(float(h), float(w)) for h, w in sizes]
+    scales = [spec.image_scale(h, w) for h, w in sizes] if scales is None else [float(s) for s in scales]
     order_of = extraction_order if extraction else reference_order
     batches = []
     for start, stop in part_bounds(len(sizes), parts):

@@ -19,6 +19,7 @@ import numpy as np
 from lib.boxes import clip_boxes, decode
 from lib.contexts import fp16_enabled, parse_contexts
 from lib.drawing import draw_detections
+from lib.inference.autofocus import run_autofocus
 from lib.inference.batching import images_per_device, plan
 from lib.inference.detections import Detections
 from lib.inference.merge import merge_scales
@@ -224,11 +225,20 @@ class Detector:
                                  test_cfg=self.cfg.TEST)
 
     # -- whole images ------------------------------------------------------------------------------
+    @property
+    def autofocus(self):
+        """Whether ``run`` and ``detect`` on the config's pyramid use AutoFocus (TEST.AUTO_FOCUS)."""
+        return bool(self.cfg.TEST.AUTO_FOCUS) and not self.rpn_only
+
     def run(self, source, levels=None, num_workers=0, combine=None):
         """Yield ``(index, result)`` per image of ``source`` (lib.inference.pipeline: RoidbImages or
         ArrayImages) as it completes, or ``(index, IOError)`` for an unreadable one; results are
         detections (see ``detect``) or, for the RPN-only network, proposals (see ``propose``), or what
-        ``combine`` makes of an image's per-level results."""
+        ``combine`` makes of an image's per-level results. With TEST.AUTO_FOCUS, detections on the
+        config's pyramid come from lib.inference.autofocus (whole images at the coarsest level only)."""
+        if self.autofocus and levels is None and combine is None:
+            yield from run_autofocus(self, source, num_workers)
+            return
         levels = self.levels if levels is None else levels
         network = self.cfg.network
         yield from run_pipeline(self, source, self.plan(source.sizes(), levels), len(levels),

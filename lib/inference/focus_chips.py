@@ -65,6 +65,17 @@ def focus_chips(focus_map, region, scale, params):
     return np.array(chips, np.float64).reshape(-1, 4)
 
 
+def focus_pixel_boxes(focus_map, region, scale, stride, threshold):
+    """The FocusPixels of a region's map as boxes: ``(boxes (K, 4) half-open original pixels, probabilities
+    (K,))`` of the cells inside the region with probability >= ``threshold`` (drawing, inspection)."""
+    width, height = (region[2] - region[0]) * scale, (region[3] - region[1]) * scale
+    rows, cols = np.nonzero(np.asarray(focus_map)[:int(np.ceil(height / stride)), :int(np.ceil(width / stride))]
+                            >= threshold)
+    corners = np.stack([cols, rows, cols + 1, rows + 1], axis=1).astype(np.float64) * stride
+    boxes = np.minimum(corners, [width, height, width, height]) / scale + np.array([*region[:2], *region[:2]])
+    return boxes.reshape(-1, 4), np.asarray(focus_map)[rows, cols]
+
+
 def border_keep_mask(boxes, chip, image_width, image_height):
     """(N,) bool: True for the detections ``boxes`` (N, 4+, original pixels) of ``chip`` that no inner chip
     edge cuts, i.e. none of their edges is within BORDER_MARGIN of a chip edge off the image border."""

@@ -27,6 +27,8 @@ class RoidbImages:
     """Test roidb entries read from their files; a file whose size is not the annotated one is refused,
     with training's message (the canvases are planned from the annotated sizes)."""
 
+    cut_to_canvas = False  # an image larger than its canvas is an error
+
     def __init__(self, roidb):
         self.roidb = roidb
 
@@ -43,6 +45,8 @@ class RoidbImages:
 class ArrayImages:
     """Images already in memory (BGR uint8 (H, W, 3))."""
 
+    cut_to_canvas = False
+
     def __init__(self, images):
         self.images = images
 
@@ -56,18 +60,21 @@ class ArrayImages:
         return f"image {index} (in memory)"
 
 
-def prepare_image(image, scale, pixel_means, channel_order, out):
+def prepare_image(image, scale, pixel_means, channel_order, out, cut=False):
     """Resize ``image`` by ``scale`` as the reference does (``cv2.resize`` with the factors fx = fy, which
     samples differently from an explicit output size) into the top-left corner of ``out`` (3, h, w) in
-    the network's pixels, zeros elsewhere; returns the resized (height, width)."""
+    the network's pixels, zeros elsewhere; returns the resized (height, width). A resized image larger
+    than ``out`` is an error, or with ``cut`` loses what does not fit (AutoFocus chips: the reference
+    plans their canvases from the chips' fractional extents, crops whole pixels and cuts the rest)."""
     resized = cv2.resize(image, None, fx=scale, fy=scale, interpolation=cv2.INTER_LINEAR)
     height, width = resized.shape[:2]
-    if height > out.shape[1] or width > out.shape[2]:
+    if not cut and (height > out.shape[1] or width > out.shape[2]):
         raise ValueError(f"an image resized to {width}x{height} does not fit its {out.shape[2]}x{out.shape[1]} "
                          f"canvas")
-    network_pixels(resized, pixel_means, channel_order, out)
-    out[:, height:, :] = 0
-    out[:, :height, width:] = 0
+    fitted = resized[:out.shape[1], :out.shape[2]]
+    network_pixels(fitted, pixel_means, channel_order, out)
+    out[:, fitted.shape[0]:, :] = 0
+    out[:, :fitted.shape[0], fitted.shape[1]:] = 0
     return height, width
 
 
@@ -117,7 +124,7 @@ class TestWorker:
             return ("bad_image", tag, position, index, str(err))
         canvas = canvas_view(self.ring, slot, shape)
         return ("prepared", tag, position, prepare_image(image, scale, self.pixel_means, self.channel_order,
-                                                         canvas[position]))
+                                                         canvas[position], cut=self.source.cut_to_canvas))
 
 
 def canvas_view(ring, slot, shape):

@@ -2,7 +2,8 @@
 
 The RPN metrics compare ``rpn_cls_prob`` with the iterator's anchor labels; the R-CNN metrics compare
 ``cls_prob`` with the labels the proposal-target operator produced inside the graph (exposed as a
-blocked-gradient output). Anchors and rois labelled -1 are ignored everywhere.
+blocked-gradient output). With AutoFocus the FocusPixel metrics compare ``scale_prob`` with the
+iterator's ``scale_label``. Anchors, rois and cells labelled -1 are ignored everywhere.
 """
 import mxnet as mx
 import numpy as np
@@ -91,14 +92,45 @@ class RCNNL1Loss(_NamedMetric):
         return float(loss.sum()), int((label.reshape(-1) != -1).sum())
 
 
+def _focus_cells(prob, label):
+    """(probabilities (cells, 2), labels (cells,)) of the labelled FocusPixel cells of a batch."""
+    prob = prob.reshape(prob.shape[0], 2, -1).transpose(0, 2, 1).reshape(-1, 2)
+    label = label.reshape(-1)
+    keep = label != -1
+    return prob[keep], label[keep].astype(np.int64)
+
+
+class FocusAccuracy(_NamedMetric):
+    def __init__(self, output_names, label_names):
+        super().__init__("FocusAcc", output_names, label_names, ["scale_prob_output"], ["scale_label"])
+
+    def compute(self, prob, label):
+        prob, label = _focus_cells(prob, label)
+        return float((prob.argmax(axis=1) == label).sum()), len(label)
+
+
+class FocusLogLoss(_NamedMetric):
+    """The FocusPixel loss the network minimises: mean -log p(label) over the labelled cells."""
+
+    def __init__(self, output_names, label_names):
+        super().__init__("FocusLogLoss", output_names, label_names, ["scale_prob_output"], ["scale_label"])
+
+    def compute(self, prob, label):
+        prob, label = _focus_cells(prob, label)
+        return float(-np.log(prob[np.arange(len(label)), label] + EPS).sum()), len(label)
+
+
 RPN_METRICS = (RPNAccuracy, RPNLogLoss, RPNL1Loss)
 RCNN_METRICS = (RCNNAccuracy, RCNNLogLoss, RCNNL1Loss)
+FOCUS_METRICS = (FocusAccuracy, FocusLogLoss)
 
 
 def make_metrics(output_names, label_names, rpn_only=False):
-    """A CompositeEvalMetric with the RPN metrics, plus the R-CNN ones unless ``rpn_only``."""
+    """A CompositeEvalMetric with the RPN metrics, plus the R-CNN ones unless ``rpn_only``, plus the
+    FocusPixel ones when the network has the AutoFocus branch (output ``scale_prob_output``)."""
     composite = mx.metric.CompositeEvalMetric()
-    for metric in RPN_METRICS + (() if rpn_only else RCNN_METRICS):
+    focus = FOCUS_METRICS if "scale_prob_output" in output_names else ()
+    for metric in RPN_METRICS + (() if rpn_only else RCNN_METRICS) + focus:
         composite.add(metric(list(output_names), list(label_names)))
     return composite
 

@@ -81,9 +81,13 @@ def _load_checkpoint(path):
             f"--prefix <prefix>` (downloads them once; or pass --params with a GluonCV .params file), "
             f"use an MXNet resnet checkpoint with the classic naming, or set TRAIN.FROM_SCRATCH true.")
     try:
-        return load_params(path, plain_names=False)
+        arg_params, aux_params, training_values = load_params(path, with_training_values=True, plain_names=False)
     except ValueError as err:
         raise PretrainedError(f"{err} (GluonCV files need tools/convert_gluoncv_resnet.py)") from None
+    # a checkpoint of this project (fine-tuning, e.g. adding the AutoFocus branch to a trained detector) keeps
+    # its box regressor test-ready under arg: and as trained under train:; training continues from the latter
+    arg_params.update(training_values)
+    return arg_params, aux_params
 
 
 def _check_backbone_present(wanted_args, wanted_aux, stored_args, stored_aux, path):

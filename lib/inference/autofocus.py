@@ -1,0 +1,178 @@
+"""AutoFocus inference (Najibi, Singh, Davis, ICCV 2019): the finer test scales process only FocusChips.
+
+``TEST.SCALES`` run coarsest first, one level after the other. The coarsest level processes whole
+images; a level ``i > 0`` with ``TEST.DO_PRUNING[i]`` processes only the FocusChips that the FocusPixel
+maps (``scale_prob``) of level ``i - 1`` give (lib.inference.focus_chips, ``TEST.CHIP_HYPERPARAMS[i - 1]``),
+for every region level ``i - 1`` processed, so chips are found in chips recursively; a level without
+pruning processes whole images again. Each processed region (a whole image or a chip, in original pixels)
+is a test "image" of the Detector's pipeline (lib.inference.pipeline): ``RegionImages`` crops it as the
+reference does (whole pixels, ``int()`` of its corners) and it is resized by its image's factor at the
+level; regions are batched as the reference's AutoFocus iterator batches them (``batching.plan_level`` on
+their fractional extents: by area, landscape first, canvases of the largest ``ceil(extent * s)``, the
+resized crop cut to its canvas; no BATCH_PARTS).
+
+Detections of a region are shifted by its (fractional) origin, those cut by an inner chip edge are
+dropped (``focus_chips.border_keep_mask``), and every level's are kept in the level's valid range above
+``TEST.SCORE_THRESH`` (lib.inference.merge); an image's candidates of all levels are then suppressed
+and capped as for whole images (``merge.suppress``: soft-NMS or NMS, ``TEST.MAX_PER_IMAGE``).
+"""
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lib.inference.batching import plan_level
+from lib.inference.focus_chips import FocusChipParams, border_keep_mask, focus_chips
+from lib.inference.merge import scale_candidates, suppress
+from lib.inference.pipeline import run_pipeline
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Region:
+    """A part of image ``image`` processed at a level: ``box`` (x1, y1, x2, y2), half-open, original pixels."""
+
+    image: int
+    box: tuple
+
+    @property
+    def extent(self):
+        """(height, width) in original pixels, fractional for a FocusChip."""
+        return self.box[3] - self.box[1], self.box[2] - self.box[0]
+
+
+class RegionImages:
+    """The regions of a level as pipeline images: each read is the crop of its image (the reference's
+    ``int()`` of the corners, inside the image); ``sizes()`` are the fractional extents the canvases are
+    planned from, so a crop resized may overhang its canvas and is cut."""
+
+    cut_to_canvas = True
+
+    def __init__(self, source, regions):
+        self.source, self.regions = source, regions
+        self._last = (None, None)  # the image of the last read: an image's chips come one after another
+
+    def sizes(self):
+        return [region.extent for region in self.regions]
+
+    def read(self, index):
+        region = self.regions[index]
+        if self._last[0] != region.image:
+            self._last = (region.image, self.source.read(region.image))
+        image = self._last[1]
+        x1, y1, x2, y2 = region.box
+        return image[max(int(y1), 0):min(int(y2), image.shape[0]), max(int(x1), 0):min(int(x2), image.shape[1])]
+
+
+class _FocusNetwork:
+    """The Detector as the pipeline's network, adding each region's FocusPixel map (channel 1 of
+    ``scale_prob``, the whole canvas: lib.inference.focus_chips keeps chips inside the region)."""
+
+    def __init__(self, detector):
+        self.detector = detector
+
+    def forward_shape(self, batch):
+        return self.detector.forward_shape(batch)
+
+    def forward(self, data, im_info):
+        return self.detector.forward(data, im_info)
+
+    def image_result(self, outputs, batch_size, slot, scale, resized, size):
+        boxes, scores = self.detector.image_result(outputs, batch_size, slot, scale, resized, size)
+        return boxes, scores, np.array(outputs["scale_prob_output"][slot, 1]), scale
+
+
+@dataclass
+class LevelStats:
+    """What a level processed: regions, and pixels at the level's resolution (the regions' fractional
+    extents times the scale squared, as the reference counts them) against the whole images'."""
+
+    regions: int = 0
+    pixels: float = 0.0
+    full_pixels: float = 0.0
+
+
+@dataclass
+class AutoFocusStats:
+    levels: list = field(default_factory=list)
+
+    @property
+    def pixels(self):
+        return sum(level.pixels for level in self.levels)
+
+    @property
+    def full_pixels(self):
+        return sum(level.full_pixels for level in self.levels)
+
+
+@dataclass
+class _ImageState:
+    candidates: list = field(default_factory=list)  # (N, 6) per processed region, level after level
+    chips: list = field(default_factory=list)  # FocusChips found at the current level, for the next
+
+
+def run_autofocus(detector, source, num_workers=0, stats=None, on_region=None):
+    """Yield ``(index, detections (N, 6) or IOError)`` per image of ``source`` once its last level is done
+    (see the module docstring). ``stats`` (an AutoFocusStats) receives a LevelStats per level;
+    ``on_region(level, region, result, chips)`` sees every processed region (tools/visualize_focus.py):
+    ``result`` is ``(boxes, scores, focus_map, scale)`` in the region's own original pixels, ``chips``
+    the FocusChips it gave for the next level."""
+    cfg, levels = detector.cfg, detector.levels
+    test, network = cfg.TEST, cfg.network
+    sizes = source.sizes()
+    states = {index: _ImageState() for index in range(len(sizes))}
+    for number, level in enumerate(levels):
+        if number > 0 and test.DO_PRUNING[number]:
+            regions = [Region(index, tuple(chip)) for index, state in states.items() for chip in state.chips]
+        else:
+            regions = [Region(index, (0.0, 0.0, float(w), float(h))) for index, (h, w) in enumerate(sizes)
+                       if index in states]
+        chip_params = (FocusChipParams.from_config(cfg, number)
+                       if number + 1 < len(levels) and test.DO_PRUNING[number + 1] else None)
+        scales = [level.spec.image_scale(*sizes[region.image]) for region in regions]
+        level_stats = LevelStats(len(regions), sum(r.extent[0] * r.extent[1] * s * s for r, s in zip(regions, scales)),
+                                 sum(h * w * level.spec.image_scale(h, w) ** 2 for h, w in (sizes[i] for i in states)))
+        for state in states.values():
+            state.chips = []
+        batch_size = detector._batch_counts([level])[0]
+        # one pipeline run per level: its batches are the run's level 0
+        batches = [batch for batch in plan_level([r.extent for r in regions], level.spec, batch_size, 1, 0,
+                                                 network.IMAGE_STRIDE, scales=scales) if batch.images]
+        results = run_pipeline(_FocusNetwork(detector), RegionImages(source, regions), batches, 1, list,
+                               network.PIXEL_MEANS, network.CHANNEL_ORDER, num_workers,
+                               timeout=detector.cfg.TEST.LOADER_TIMEOUT) if regions else ()
+        for position, result in results:
+            region = regions[position]
+            state = states.get(region.image)
+            if state is None:  # unreadable: already reported
+                continue
+            if isinstance(result, Exception):
+                del states[region.image]
+                yield region.image, result
+                continue
+            chips = _region_outcome(region, result[0], sizes[region.image], level, chip_params, test, state)
+            if on_region is not None:
+                on_region(number, region, result[0], chips)
+        if stats is not None:
+            stats.levels.append(level_stats)
+        logger.info("AutoFocus level %d (scale %s): %d regions, %.1f%% of the pixels of whole images", number,
+                    test.SCALES[number], level_stats.regions,
+                    100.0 * level_stats.pixels / max(level_stats.full_pixels, 1e-9))
+    for index, state in states.items():
+        yield index, suppress(np.concatenate(state.candidates) if state.candidates else np.zeros((0, 6)), test)
+
+
+def _region_outcome(region, result, size, level, chip_params, test, state):
+    """Keep a region's detections (shifted to the image, not cut by an inner chip edge, in the level's range)
+    in ``state`` and collect its FocusChips for the next level; returns those chips."""
+    boxes, scores, focus_map, scale = result
+    origin = np.array(region.box[:2] * 2, np.float64)
+    boxes = np.asarray(boxes, np.float64) + origin
+    keep = border_keep_mask(boxes, region.box, size[1], size[0])
+    state.candidates.append(scale_candidates(boxes[keep], scores[keep], level.valid_range, test.SCORE_THRESH))
+    chips = np.zeros((0, 4))
+    if chip_params is not None:
+        chips = focus_chips(focus_map, region.box, scale, chip_params)
+        state.chips.extend(tuple(float(v) for v in chip) for chip in chips)
+    return chips
