@@ -105,7 +105,7 @@ def main():
     chips = args.chips // args.contexts  # per context
     stride = BODIES[args.symbol].stride
     cfg = load_config(args.cfg, [("symbol", args.symbol), ("network.RPN_FEAT_STRIDE", stride),
-                                 ("network.RCNN_FEAT_STRIDE", stride), ("TRAIN.fp16", False),
+                                 ("network.RCNN_FEAT_STRIDE", stride), ("TRAIN.fp16", False), ("TEST.fp16", False),
                                  ("TRAIN.RPN_POST_NMS_TOP_N", args.rois)])
     size, anchors, feat = args.size, cfg.network.NUM_ANCHORS, args.size // stride
     train_shapes = dict(data=(chips, 3, size, size), im_info=(chips, 3), valid_ranges=(chips, 2),
