@@ -89,14 +89,29 @@ def read_model_info(params):
 
 def classes_of(params, cfg, num_classes=None):
     """(class count, class names or None) of checkpoint ``params`` for the detection network of ``cfg``:
-    ``num_classes`` when given, else the checkpoint's metadata, else ``dataset.NUM_CLASSES``."""
+    ``num_classes`` when given, else the checkpoint's metadata, else ``dataset.NUM_CLASSES``, else the
+    classes of the config's test set when its annotations are on disk (a checkpoint from before
+    checkpoints carried metadata)."""
     info = read_model_info(params) or {}
     if num_classes is None:
         num_classes = info.get("NUM_CLASSES") or cfg.dataset.NUM_CLASSES
         if not num_classes:
-            raise ModelError(f"{params} has no metadata naming its classes: set dataset.NUM_CLASSES "
-                             f"(background included) to use it")
+            classes = _test_set_classes(cfg)
+            if classes is None:
+                raise ModelError(f"{params} has no metadata naming its classes and the test set's annotations "
+                                 f"are not on disk: set dataset.NUM_CLASSES (background included) to use it")
+            return len(classes), classes
     return num_classes, (info.get("classes") if info.get("NUM_CLASSES") == num_classes else None)
+
+
+def _test_set_classes(cfg):
+    """Class names of ``dataset.test_image_set`` (background first), or None when it cannot be read."""
+    from lib.dataset import load_roidb
+
+    try:
+        return list(load_roidb(cfg, cfg.dataset.test_image_set, training=False)[1].classes)
+    except (FileNotFoundError, FileExistsError, ValueError):
+        return None
 
 
 def newest_checkpoint(folder, prefix):

@@ -10,8 +10,9 @@ import sys
 import numpy as np
 import pytest
 
-from lib.config import load_config
+from lib.config import load_config, with_overrides
 from lib.inference.detections import Detections
+from lib.train.checkpoint import CheckpointError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml")
@@ -197,6 +198,16 @@ def test_cfg_form_takes_the_class_count_from_the_checkpoint(trained):
     shutil.copy(folder / "SNIPER-0001.params", plain)  # no companion metadata: numbered classes
     assert Detector.from_checkpoint(stripped, None, str(plain)).classes == ["__background__"] + [
         f"class {i}" for i in range(1, 6)]
+    # no metadata and no count: the classes of the config's test set when its annotations are on disk ...
+    on_disk = load_config(str(folder / "config.yaml"), [("gpus", "cpu:1"), ("dataset.NUM_CLASSES", "0"),
+                                                        ("dataset.dataset_path", str(work / "data" / "synthetic")),
+                                                        ("dataset.root_path", str(work / "data"))])
+    assert Detector.from_checkpoint(on_disk, None, str(plain)).classes[1:] == [
+        "circle", "square", "triangle", "cross", "star"]
+    # ... else an error saying what to set
+    absent = with_overrides(on_disk, {"dataset.dataset": "coco", "dataset.dataset_path": str(work / "absent")})
+    with pytest.raises(CheckpointError, match=r"no metadata naming its classes .* set dataset.NUM_CLASSES"):
+        Detector.from_checkpoint(absent, None, str(plain))
 
 
 def test_detections_sort_by_score_and_name_their_labels():
