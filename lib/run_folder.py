@@ -12,7 +12,6 @@ the run folder (through ``workdir``) rather than the current directory, ``output
 at the run folder itself (results land in it), ``TEST.MODEL`` the checkpoint and ``dataset.NUM_CLASSES``
 the checkpoint's; then the caller's overrides (test-time keys, relative to the current directory).
 """
-import glob
 import json
 import os
 import re
@@ -22,7 +21,7 @@ from collections import namedtuple
 from lib.atomic import atomic_open
 from lib.config import ConfigError, add_config_arguments, dump_config, load_config, parse_cli_overrides, \
     with_overrides
-from lib.train.checkpoint import CheckpointError, output_dir, progress_path
+from lib.train.checkpoint import CheckpointError, output_dir, params_epochs, params_path, progress_path
 
 CONFIG_FILE = "config.yaml"
 MODEL_KEY = "model"  # the entry of a checkpoint's progress.json
@@ -116,9 +115,8 @@ def _test_set_classes(cfg):
 
 def newest_checkpoint(folder, prefix):
     """The ``{prefix}-NNNN.params`` of the highest epoch in ``folder``, or None."""
-    found = [(int(m.group("epoch")), path) for path in glob.glob(os.path.join(glob.escape(folder), "*.params"))
-             if (m := _PARAMS_NAME.fullmatch(os.path.basename(path))) and m.group("prefix") == prefix]
-    return max(found)[1] if found else None
+    epochs = params_epochs(os.path.join(folder, prefix))
+    return params_path(os.path.join(folder, prefix), epochs[-1]) if epochs else None
 
 
 def find_checkpoint(model, prefix=None):

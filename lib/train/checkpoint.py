@@ -171,14 +171,19 @@ def load_progress(prefix, epoch):
     return progress
 
 
-def complete_epochs(prefix):
-    """The epochs with both params and optimizer states on disk, in increasing order."""
+def params_epochs(prefix):
+    """The epochs with a ``{prefix}-NNNN.params`` on disk, in increasing order."""
     epochs = []
     for path in glob.glob(glob.escape(prefix) + "-*.params"):
         match = re.fullmatch(re.escape(prefix) + r"-(\d{4})\.params", path)
-        if match and os.path.isfile(states_path(prefix, int(match.group(1)))):
+        if match:
             epochs.append(int(match.group(1)))
     return sorted(epochs)
+
+
+def complete_epochs(prefix):
+    """The epochs with both params and optimizer states on disk, in increasing order."""
+    return [epoch for epoch in params_epochs(prefix) if os.path.isfile(states_path(prefix, epoch))]
 
 
 def last_complete_epoch(prefix):
