@@ -145,7 +145,6 @@ def test_progress_counts_this_runs_edges_and_restarts_on_a_new_total():
     assert tracker.update(101, 560) == "progress: 101/560 (18.0 %), elapsed 0s, ETA ?"  # resumed at 100
     now[0] = 230.0  # 100 s for edges 101..110 (10 edges of this run): 10 s each, 450 left
     assert tracker.update(110, 560) == "progress: 110/560 (19.6 %), elapsed 1m40s, ETA 1h15m"
-    assert progress.format_duration(59.6) == "1m00s" and progress.format_duration(7) == "7s"
 
 
 def test_progress_filter_passes_ninja_output_through(tmp_path):

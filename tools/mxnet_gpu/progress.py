@@ -9,9 +9,13 @@ longer than C++ ones and are interleaved with them, so it is rough early and set
 passes every line through and, at most every SECONDS, adds "progress: N/M (P %), elapsed ..., ETA ...".
 """
 import argparse
+import os
 import re
 import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+from lib.train.progress import format_duration  # noqa: E402  (no MXNet needed: any Python runs this)
 
 STATUS = re.compile(r"^\[(\d+)/(\d+)\]")
 
@@ -20,16 +24,6 @@ def parse_status(line):
     """``(finished, total)`` of a ninja status line, or None for any other line."""
     match = STATUS.match(line)
     return (int(match.group(1)), int(match.group(2))) if match else None
-
-
-def format_duration(seconds):
-    """``1h05m`` / ``7m12s`` / ``40s``."""
-    seconds = int(round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
 class Progress:
