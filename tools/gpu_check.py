@@ -56,6 +56,8 @@ def main(argv=None):
                         help="synthetic data, logs and per-run results (default: %(default)s)")
     parser.add_argument("--iterations", type=int, help="training iterations per precision (plan's default)")
     parser.add_argument("--chips", type=int, help="chips per iteration on GPU 0 (even; plan's default)")
+    parser.add_argument("--budget", type=float, help="seconds for the whole check: every run stops by then "
+                        "(a device lease's end); the report so far is written before each run")
     parser.add_argument("--section", choices=sorted(SECTIONS), help=argparse.SUPPRESS)
     parser.add_argument("--plan", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
@@ -72,7 +74,7 @@ def main(argv=None):
         parser.error(f"--chips must be an even number >= 2, got {plan['chips']}")
     if plan["iterations"] < 2 * plan["distinct_batches"]:
         parser.error(f"--iterations must be at least {2 * plan['distinct_batches']} (two passes over the chips)")
-    return check_plan(plan_name, plan, os.path.abspath(args.workdir), args.out)
+    return check_plan(plan_name, plan, os.path.abspath(args.workdir), args.out, budget=args.budget)
 
 
 if __name__ == "__main__":

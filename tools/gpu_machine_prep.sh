@@ -113,7 +113,8 @@ case "${1:-}" in
     mkdir -p "$out"
     install 2>&1 | tee "$out/install.log"
     environment
+    # the budget stops the runs in time for the report; timeout is the safety net
     timeout "${CHECK_SECONDS:-660}" "$PYTHON" tools/gpu_check.py --out "$out/gpu_check.json" \
-      --workdir /tmp/gpu_check | tee "$out/gpu_check.md" ;;
+      --workdir /tmp/gpu_check --budget "$(( ${CHECK_SECONDS:-660} - 20 ))" | tee "$out/gpu_check.md" ;;
   *) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 2 ;;
 esac
