@@ -114,7 +114,7 @@ def test_every_patch_explains_itself_and_touches_few_files():
         with open(patch) as f:
             text = f.read()
         assert len(text.split("\n--- ")[0].strip()) > 40, f"{patch}: no explanation before the diff"
-        assert 1 <= len(patched_files(patch)) <= 2
+        assert 1 <= len(patched_files(patch)) <= 3  # small and about one thing
 
 
 @pytest.mark.skipif(not os.path.isdir(MXNET_MIRROR), reason="no mirror of apache/mxnet on this machine")
