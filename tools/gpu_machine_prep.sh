@@ -95,8 +95,9 @@ environment() {  # the package, the CUDA 13 libraries it links, the numpy 2 shim
   # on the build machine, the toolchain's (a CPU machine also needs its driver stub to load the library)
   local toolchain=$MXNET_GPU_BUILD/toolchain/cuda/nvidia
   if [ -z "$libs" ] && [ -d "$toolchain/cu13/lib" ]; then
-    libs="$PWD/$toolchain/cu13/lib:$PWD/$toolchain/cudnn/lib"
-    ldconfig -p | grep -q 'libcuda\.so\.1 ' || libs="$libs:$PWD/$toolchain/cu13/lib/stubs"
+    toolchain=$(cd "$toolchain" && pwd)
+    libs="$toolchain/cu13/lib:$toolchain/cudnn/lib"
+    ldconfig -p | grep -q 'libcuda\.so\.1 ' || libs="$libs:$toolchain/cu13/lib/stubs"
   fi
   export LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export CUDA_CACHE_MAXSIZE=4294967296  # room for the driver's PTX JIT cache, should any PTX be compiled
