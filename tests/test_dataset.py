@@ -18,8 +18,9 @@ import pytest
 
 from conftest import ROOT, build_cfg
 
+from lib.boxes import flip_boxes
 from lib.dataset import coco as coco_module
-from lib.dataset import flip_boxes, load_roidb, read_image
+from lib.dataset import load_roidb, read_image
 from lib.dataset.proposals import write_proposals
 
 # Two categories with non-contiguous ids, listed out of order: labels follow sorted ids.

@@ -24,6 +24,7 @@ import numpy as np
 from tqdm import tqdm
 
 from lib.atomic import write_bytes
+from lib.boxes import flip_boxes
 from lib.dataset.coco import CocoDataset
 from lib.dataset.pascal_voc import PascalVocDataset
 from lib.dataset.proposals import read_proposals
@@ -84,15 +85,6 @@ def load_roidb(cfg, image_set, training=True):
     if training and cfg.TRAIN.USE_NEG_CHIPS and cfg.dataset.proposal:
         attach_proposals(roidb, cfg.dataset.proposal, cfg.dataset.PROPOSAL_NMS)
     return roidb, dataset
-
-
-def flip_boxes(boxes, width):
-    """Mirror inclusive boxes horizontally in an image ``width`` pixels wide."""
-    boxes = np.asarray(boxes, dtype=np.float32).reshape(-1, 4)
-    flipped = boxes.copy()
-    flipped[:, 0] = width - 1 - boxes[:, 2]
-    flipped[:, 2] = width - 1 - boxes[:, 0]
-    return flipped
 
 
 def flip_entry(entry):
