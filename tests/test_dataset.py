@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import pickle
+import re
 import subprocess
 import sys
 
@@ -718,3 +719,41 @@ def test_a_truncated_jpeg_with_a_complete_thumbnail_inside_is_refused(tmp_path):
     assert whole[:len(whole) - len(main) // 3].rfind(b"\xff\xd9") > 0
     with pytest.raises(IOError, match="truncated image .*exif.jpg"):
         read_image(str(tmp_path / "exif.jpg"))
+
+
+# ---------------------------------------------------------------- image paths stay inside the data
+
+
+@pytest.mark.parametrize("name", ["../../../../etc/passwd", "/etc/passwd", "a/../../b.jpg", ".."])
+def test_a_coco_file_name_leading_outside_the_image_folder_is_refused_at_load(tmp_path, name):
+    images = [image_record(1), dict(image_record(2), file_name=name)]
+    path = write_coco(str(tmp_path / "data"), "train", images[:1], [ann(1, 1, [10, 20, 30, 40])])
+    with open(path, "w") as f:  # the escaping record written without an image file
+        json.dump({"images": images, "annotations": [ann(1, 1, [10, 20, 30, 40])], "categories": CATEGORIES}, f)
+    with pytest.raises(ValueError, match=rf"COCO annotation file .*instances_train.json: image id 2 has file_name "
+                                         rf"'{re.escape(name)}', which leads outside the image folder"):
+        load_roidb(dataset_cfg(tmp_path), "train")
+
+
+def test_a_symlink_inside_the_image_folder_and_a_subfolder_name_stay_allowed(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    cv2.imwrite(str(elsewhere / "real.jpg"), np.zeros((80, 100, 3), np.uint8))
+    images = [image_record(1), dict(image_record(2), file_name="sub/./2.jpg")]
+    write_coco(str(tmp_path / "data"), "train", images, [ann(1, 1, [10, 20, 30, 40]), ann(2, 2, [0, 0, 5, 5])],
+               image_files=False)
+    folder = tmp_path / "data" / "images" / "train"
+    os.symlink(elsewhere / "real.jpg", folder / "1.jpg")  # as the COCO minival layout links val2014 images
+    (folder / "sub").mkdir()
+    cv2.imwrite(str(folder / "sub" / "2.jpg"), np.zeros((80, 100, 3), np.uint8))
+    roidb, _ = load_roidb(dataset_cfg(tmp_path, **{"TRAIN.FLIP": False}), "train")
+    assert [read_image(entry["image"]).shape for entry in roidb] == [(80, 100, 3)] * 2
+
+
+def test_a_voc_list_entry_leading_outside_the_dataset_is_refused(tmp_path):
+    root = str(tmp_path / "data")
+    write_voc(root, "2007", "trainval", {"000005": voc_xml(100, 80, [("dog", (11, 21, 40, 60), False)])})
+    with open(os.path.join(root, "VOC2007", "ImageSets", "Main", "trainval.txt"), "a") as f:
+        f.write("../../../etc/passwd\n")
+    with pytest.raises(ValueError, match=r"names image '../../../etc/passwd', which leads outside"):
+        load_roidb(dataset_cfg(tmp_path, dataset="pascal_voc"), "2007_trainval", training=False)
