@@ -104,6 +104,8 @@ def test_encoding_truncates_polygons_as_the_reference_hand_worked():
     assert out[3, :3].tolist() == [3, 1, 496] and out[3, 498] != -1 and out[3, 499] == -1
     # no polygon (RLE-only annotation): an empty mask
     assert out[4, :2].tolist() == [4, 0] and (out[4, 2:] == -1).all() and (out[5:] == -1).all()
+    # a chip without boxes: padding only
+    assert (encode_polygons(np.zeros(0, int), np.zeros(0, int), np.zeros(0), [], out) == -1).all()
 
 
 def test_encoding_layout_against_an_independent_decoding():
