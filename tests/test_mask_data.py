@@ -197,6 +197,17 @@ def test_with_mask_roidb_is_cached_apart_and_flipped(tmp_path):
     np.testing.assert_array_equal(mirrored["mask_coords"][1::2], unflipped["mask_coords"][1::2])
 
 
+def test_with_mask_on_a_voc_dataset_is_refused_naming_the_key(tmp_path):
+    lists = tmp_path / "VOC2007" / "ImageSets" / "Main"
+    lists.mkdir(parents=True)
+    (lists / "trainval.txt").write_text("000001\n")
+    cfg = load_config(None, [("dataset.dataset", "pascal_voc"), ("dataset.dataset_path", str(tmp_path)),
+                             ("dataset.image_set", "2007_trainval"), ("dataset.root_path", str(tmp_path / "root")),
+                             ("TRAIN.WITH_MASK", True)])
+    with pytest.raises(ValueError, match="TRAIN.WITH_MASK.*COCO-format"):
+        load_roidb(cfg, "2007_trainval")
+
+
 # -- the loader ------------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
