@@ -93,6 +93,9 @@ DEFAULTS = {
         "SHUFFLE": True,
         "FLIP": True,
         "ONLY_PROPOSAL": False,  # RPN-only training (first stage of negative chip mining)
+        # Instance masks: COCO polygons are loaded with the boxes and every chip's batch gets ``gt_masks``
+        # (B, 100, 500: lib/data/chip_masks.py) for the mask branch (not in RPN-only training).
+        "WITH_MASK": False,
         "USE_NEG_CHIPS": True,
         "MAX_NEG_CHIPS": 2,  # negative chips sampled per image and epoch
         # Training scales: factors with an optional last "longer side in pixels" entry (> 10), or
