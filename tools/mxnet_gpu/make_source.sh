@@ -6,8 +6,9 @@
 #
 # MIRRORS (default /work/.mirror) holds OWNER+NAME/repo bare repositories: apache+mxnet, dmlc+dmlc-core,
 # dmlc+dlpack, apache+tvm and google+googletest, each holding the commit MXNet 1.9.1 pins (its gitlinks).
-# A mirror may lack large blobs (then `git archive` of the whole tree fails), so MXNet is archived directory
-# by directory: the ones CMake reads with oneDNN, intgemm, ps-lite, ONNX-TensorRT and the bundled OpenMP off.
+# A mirror may lack large blobs (then `git archive` of the whole tree fails, and even a path-limited one
+# complains about them), so MXNet is archived subtree by subtree: the ones CMake reads with oneDNN, intgemm,
+# ps-lite, ONNX-TensorRT and the bundled OpenMP off.
 set -euo pipefail
 DEST=${1:?usage: make_source.sh DEST [MIRRORS]}
 MIRRORS=${2:-/work/.mirror}
@@ -17,9 +18,12 @@ MXNET_GIT=$MIRRORS/apache+mxnet/repo
 git -C "$MXNET_GIT" rev-parse -q --verify "$TAG^{commit}" >/dev/null \
   || { echo "error: $MXNET_GIT has no tag $TAG" >&2; exit 1; }
 mkdir -p "$DEST.partial"
-# CMake also builds example/extensions (customop_lib ...) and always adds tests/ (a stub is enough).
-git -C "$MXNET_GIT" archive "$TAG" CMakeLists.txt LICENSE NOTICE cmake include src 3rdparty python plugin tools \
-  config contrib Makefile make example/extensions | tar -x -C "$DEST.partial"
+for file in CMakeLists.txt LICENSE NOTICE Makefile; do git -C "$MXNET_GIT" show "$TAG:$file" > "$DEST.partial/$file"; done
+# CMake also builds example/extensions (customop_lib ...)
+for dir in cmake include src 3rdparty python plugin tools config contrib make example/extensions; do
+  git -C "$MXNET_GIT" archive --prefix="$dir/" "$TAG:$dir" | tar -x -C "$DEST.partial"
+done
+# CMake always adds tests/: a stub is enough.
 mkdir -p "$DEST.partial/tests" && echo "# tests are not built here" > "$DEST.partial/tests/CMakeLists.txt"
 # Submodules at the commits MXNet pins; tvm contributes only nnvm (compiled into libmxnet) and its headers.
 for sub in dmlc+dmlc-core:3rdparty/dmlc-core dmlc+dlpack:3rdparty/dlpack google+googletest:3rdparty/googletest \
