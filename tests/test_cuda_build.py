@@ -174,3 +174,21 @@ def test_object_checker_wants_sm_90_machine_code(tmp_path):
     assert check_objects.describe(str(host))[0] is False
     assert check_objects.describe(str(tmp_path / "absent.o"))[0] is False
     assert check_objects.main([str(good)]) == 0 and check_objects.main([str(good), str(old)]) == 1
+
+
+@pytest.mark.skipif(not all(os.path.isdir(f"/work/.mirror/{m}/repo") for m in (
+    "apache+mxnet", "dmlc+dmlc-core", "dmlc+dlpack", "apache+tvm", "google+googletest")),
+    reason="no mirrors of apache/mxnet and its submodules on this machine")
+def test_make_source_builds_a_tree_the_build_accepts(tmp_path):
+    tree = tmp_path / "mxnet"
+    made = subprocess.run([os.path.join(MXNET_GPU, "make_source.sh"), str(tree)], capture_output=True, text=True)
+    assert made.returncode == 0 and made.stderr == "", made.stderr
+    base = (tree / "include" / "mxnet" / "base.h").read_text()
+    assert "#define MXNET_MINOR 9" in base and "#define MXNET_PATCH 1" in base
+    for path in ("3rdparty/dmlc-core/include/dmlc/base.h", "3rdparty/tvm/nnvm/src", "3rdparty/dlpack/include",
+                 "3rdparty/googletest/googletest", "example/extensions/lib_custom_op", "tests/CMakeLists.txt"):
+        assert (tree / path).exists(), path
+    dangling = [p for p in tree.rglob("*") if p.is_symlink() and not p.exists()]
+    assert dangling == []
+    again = subprocess.run([os.path.join(MXNET_GPU, "make_source.sh"), str(tree)], capture_output=True, text=True)
+    assert again.returncode != 0 and "exists; give a new folder" in again.stderr

@@ -17,7 +17,7 @@ MXNET_GIT=$MIRRORS/apache+mxnet/repo
 [ ! -e "$DEST" ] || { echo "error: $DEST exists; give a new folder" >&2; exit 1; }
 git -C "$MXNET_GIT" rev-parse -q --verify "$TAG^{commit}" >/dev/null \
   || { echo "error: $MXNET_GIT has no tag $TAG" >&2; exit 1; }
-mkdir -p "$DEST.partial"
+rm -rf "$DEST.partial" && mkdir -p "$DEST.partial"  # what an interrupted run left
 for file in CMakeLists.txt LICENSE NOTICE Makefile; do git -C "$MXNET_GIT" show "$TAG:$file" > "$DEST.partial/$file"; done
 # CMake also builds example/extensions (customop_lib ...)
 for dir in cmake include src 3rdparty python plugin tools config contrib make example/extensions; do
