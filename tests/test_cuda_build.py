@@ -174,6 +174,14 @@ def test_object_checker_wants_sm_90_machine_code(tmp_path):
     assert check_objects.describe(str(host))[0] is False
     assert check_objects.describe(str(tmp_path / "absent.o"))[0] is False
     assert check_objects.main([str(good)]) == 0 and check_objects.main([str(good), str(old)]) == 1
+    # a library: one fat binary per CUDA unit, and every one must carry sm_90
+    library = tmp_path / "libmxnet.so"
+    sm90 = fat_binary([(KIND_SASS, 90, b"\3" * 8)])
+    library.write_bytes(elf_with_sections([(".nv_fatbin", sm90 + sm90 + fat_binary([(KIND_PTX, 90, b"\0")]))]))
+    assert check_objects.describe(str(library)) == (
+        False, f"{library}: FAILED: 1 of 3 fat binaries lack sm_90 machine code (SASS sm_90, PTX compute_90)")
+    library.write_bytes(elf_with_sections([(".nv_fatbin", sm90 + sm90)]))
+    assert check_objects.describe(str(library)) == (True, f"{library}: sm_90 (SASS sm_90, PTX none, 2 fat binaries)")
 
 
 @pytest.mark.skipif(not all(os.path.isdir(f"/work/.mirror/{m}/repo") for m in (
