@@ -89,7 +89,8 @@ $(STAMP): requirements.txt constraints.txt $(if $(filter mxnet-local-gpu,$(MXNET
 	# mxnet-local-gpu's package is the CPU wheel's with another libmxnet.so: reinstall it after that variant
 	[ "$$(cat $(VENV)/.mxnet-variant 2>/dev/null)" != mxnet-local-gpu ] || $(PY) -m pip uninstall -y -q mxnet
 	$(PY) -m pip install -q -c constraints.txt "$(MXNET_PIP)==$(MXNET_VERSION)" -r requirements.txt
-	$(if $(filter mxnet-local-gpu,$(MXNET)),$(PY) -m pip install -q --no-deps $(CUDA13_RUNTIME_WHEELS) && \
+	$(if $(filter mxnet-local-gpu,$(MXNET)),$(PY) -m pip install -q --no-deps $(sort $(CUDA13_RUNTIME_WHEELS) \
+	$(CUDA13_CHECK_PACKAGES)) && \
 	cp $(MXNET_GPU_LIB) "$$($(PY) -c 'import mxnet.libinfo as i,os;print(os.path.dirname(i.__file__))')/libmxnet.so")
 	# gluoncv asks for the non-headless opencv-python; its real dependencies are in requirements.txt
 	$(PY) -m pip install -q --no-deps gluoncv==$(GLUONCV_VERSION)
