@@ -189,12 +189,13 @@ def fork_proposals(cls_prob, bbox_pred, im_info, valid_range, stride, ratios, sc
     return boxes, scores, areas
 
 
-def fork_nms(boxes, scores, areas, pre_nms_top_n, post_nms_top_n, threshold):
-    """The host sort, then NonMaximumSuppressionCu over the first pre_nms_top_n positions: each kept
-    box marks every later box whose overlap with it is > threshold dropped. Kept element indices."""
+def fork_nms(boxes, scores, areas, pre_nms_top_n, post_nms_top_n, threshold, sort=libstdcxx_sort):
+    """The host sort (``sort(items, less)``), then NonMaximumSuppressionCu over the first pre_nms_top_n
+    positions: each kept box marks every later box whose overlap with it is > threshold dropped.
+    Kept element indices."""
     keys = scores.astype(np.float64).tolist()
     order = list(range(len(keys)))
-    libstdcxx_sort(order, lambda i, j: keys[i] > keys[j])
+    sort(order, lambda i, j: keys[i] > keys[j])
     order = np.array(order[:pre_nms_top_n] if pre_nms_top_n > 0 else order, np.int64)
     alive = scores[order] != DROPPED
     kept = []
