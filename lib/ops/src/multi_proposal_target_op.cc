@@ -23,7 +23,6 @@
 using mxnet::ext::MXContext;
 using mxnet::ext::MXReturnValue;
 using mxnet::ext::MXTensor;
-using mxnet::ext::OpResource;
 using mxnet::ext::MX_FAIL;
 using mxnet::ext::MX_SUCCESS;
 using sniper::ParseNumber;
@@ -33,7 +32,7 @@ using sniper::ShapeString;
 
 namespace {
 
-constexpr const char* kOpName = "MultiProposalTarget";
+constexpr char kOpName[] = "MultiProposalTarget";
 constexpr int kNumInputs = 5;
 constexpr int kNumOutputs = 4;
 const char* const kInputNames[kNumInputs] = {"cls_prob", "bbox_pred", "im_info", "gt_boxes", "valid_ranges"};
@@ -152,34 +151,14 @@ MXReturnValue inferType(const Attrs& attrs, std::vector<int>* in_types, std::vec
   return sniper::InferFloat32(kOpName, kInputNames, in_types, out_types);
 }
 
-bool CheckShape(int input, const std::vector<unsigned int>& shape, const std::vector<unsigned int>& expected,
-                const char* layout) {
-  return sniper::CheckInputShape(kOpName, kInputNames[input], shape, expected, layout);
-}
-
 MXReturnValue inferShape(const Attrs& attrs, std::vector<std::vector<unsigned int>>* in_shapes,
                          std::vector<std::vector<unsigned int>>* out_shapes) {
   ProposalTargetParams params{};
   if (!ParseParams(attrs, &params)) return MX_FAIL;
-  const auto& shapes = *in_shapes;
-  unsigned int batch = 0, height = 0, width = 0;
-  for (const auto& shape : shapes) {
-    if (batch == 0 && !shape.empty()) batch = shape[0];
-  }
-  for (int i : {0, 1}) {
-    if (shapes[i].size() == 4) {
-      height = height ? height : shapes[i][2];
-      width = width ? width : shapes[i][3];
-    }
-  }
   const unsigned int anchors = static_cast<unsigned int>(params.num_anchors());
-  const std::string score_layout =
-      "(B, 2A, H, W) with A = len(scales) * len(ratios) = " + std::to_string(anchors);
-  if (!CheckShape(0, shapes[0], {batch, 2 * anchors, height, width}, score_layout.c_str()) ||
-      !CheckShape(1, shapes[1], {batch, 4 * anchors, height, width}, "(B, 4A, H, W) like cls_prob") ||
-      !CheckShape(2, shapes[2], {batch, 3}, "(B, 3)") ||
-      !CheckShape(3, shapes[3], {batch, 0, 5}, "(B, G, 5)") ||
-      !CheckShape(4, shapes[4], {batch, 2}, "(B, 2)")) {
+  unsigned int batch, height, width;
+  if (!sniper::CheckProposalInputs(kOpName, kInputNames, *in_shapes, anchors, 0, "(B, G, 5)", &batch, &height,
+                                   &width)) {
     return MX_FAIL;
   }
   if (static_cast<uint64_t>(anchors) * height * width >= (1u << 26)) {  // the tie ranks' range
@@ -227,40 +206,17 @@ MXReturnValue ComputeOnHost(const Attrs& attrs, const std::vector<MXTensor>& ten
   return MX_SUCCESS;
 }
 
-MXReturnValue forwardCPU(const Attrs& attrs, std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
-                         const OpResource& res) {
-  return sniper::ForwardHostBuffers(ComputeOnHost, attrs, inputs, outputs);
-}
-
-// Gradients of the 5 inputs (the last 5 of the backward's outputs) are zero.
-MXReturnValue backwardCPU(const Attrs& attrs, std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
-                          const OpResource& res) {
-  return sniper::ZeroHostGradients(outputs);
-}
-
-#ifdef SNIPER_WITH_CUDA
-MXReturnValue forwardGPU(const Attrs& attrs, std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
-                         const OpResource& res) {
-  return sniper::ForwardDeviceBuffers(kOpName, ComputeOnHost, attrs, inputs, outputs, res);
-}
-
-MXReturnValue backwardGPU(const Attrs& attrs, std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
-                          const OpResource& res) {
-  return sniper::ZeroDeviceGradients(kOpName, outputs, res);
-}
-#endif  // SNIPER_WITH_CUDA
-
 }  // namespace
 
 REGISTER_OP(MultiProposalTarget)
     .setParseAttrs(parseAttrs)
     .setInferType(inferType)
     .setInferShape(inferShape)
-    .setForward(forwardCPU, "cpu")
-    .setBackward(backwardCPU, "cpu")
+    .setForward(sniper::HostForward<ComputeOnHost>, "cpu")
+    .setBackward(sniper::HostZeroBackward, "cpu")
 #ifdef SNIPER_WITH_CUDA
-    .setForward(forwardGPU, "gpu")
-    .setBackward(backwardGPU, "gpu")
+    .setForward(sniper::DeviceForward<kOpName, ComputeOnHost>, "gpu")
+    .setBackward(sniper::DeviceZeroBackward<kOpName>, "gpu")
 #endif
     ;
 
