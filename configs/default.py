@@ -93,6 +93,9 @@ DEFAULTS = {
         "SHUFFLE": True,
         "FLIP": True,
         "ONLY_PROPOSAL": False,  # RPN-only training (first stage of negative chip mining)
+        # Instance masks: COCO polygons are loaded with the boxes and every chip's batch gets ``gt_masks``
+        # (B, 100, 500: lib/data/chip_masks.py) for the mask branch (not in RPN-only training).
+        "WITH_MASK": False,
         "USE_NEG_CHIPS": True,
         "MAX_NEG_CHIPS": 2,  # negative chips sampled per image and epoch
         # Training scales: factors with an optional last "longer side in pixels" entry (> 10), or
@@ -179,7 +182,7 @@ DEFAULTS = {
         "LOADER_TIMEOUT": 600.0,  # as TRAIN.LOADER_TIMEOUT, for those workers
         "SCALES": [[1400, 2000], [800, 1280], [480, 512]],
         "VALID_RANGES": [[-1, 90], [32, 180], [75, -1]],
-        # "reference": the proposal rules the reference ran (lib/inference/proposal_layer.py, on the host);
+        # "reference": the proposal rules the reference ran (lib/ops/proposal_layer.py, on the host);
         # "stock": MXNet's MultiProposal (on the device, but it drops the anchors of each image's last
         # partial feature row and column and pads by repeats).
         "PROPOSAL_LAYER": "reference",
