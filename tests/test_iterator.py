@@ -570,12 +570,12 @@ def stop_at(module, path, monkeypatch):
     after this, so they run the patched reader."""
     from lib.dataset import image_io
 
-    def read(image_path):
-        if image_path == path:
+    def read(entry):
+        if entry["image"] == path:
             os.kill(os.getpid(), signal.SIGSTOP)
-        return image_io.read_image(image_path)
+        return image_io.read_roidb_image(entry)
 
-    monkeypatch.setattr(module, "read_image", read)
+    monkeypatch.setattr(module, "read_roidb_image", read)
 
 
 def test_a_stopped_worker_is_named_with_its_image_instead_of_hanging(roidb, cfg, monkeypatch):

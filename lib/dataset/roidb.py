@@ -85,6 +85,7 @@ def load_roidb(cfg, image_set, training=True):
         _write_cache(cache_path, (dataset, roidb))
         logger.info("roidb of %s %r: %d entries, cached to %s", dataset.kind, image_set, len(roidb), cache_path)
     check_num_classes(cfg, dataset)
+    check_image_sizes(roidb, dataset, cfg.dataset.MAX_IMAGE_PIXELS)
     check_image_files(roidb)
     if training and cfg.dataset.INTEGER_BOXES:
         roidb = truncate_to_whole_pixels(roidb)
@@ -119,6 +120,18 @@ def training_roidb(entries, flip):
         logger.warning("dropped %d of %d training images without usable boxes (e.g. image ids %s)",
                        len(dropped), len(entries), ", ".join(str(e["id"]) for e in dropped[:MAX_LISTED]))
     return usable + [flip_entry(entry) for entry in usable] if flip else usable
+
+
+def check_image_sizes(roidb, dataset, max_pixels):
+    """Every annotated image size must be within ``max_pixels`` (dataset.MAX_IMAGE_PIXELS): refused at load,
+    before anything decodes it or plans chips over it."""
+    sizes = np.array([entry["height"] * entry["width"] for entry in roidb], dtype=np.float64)
+    if len(sizes) and sizes.max() > max_pixels:
+        entry = roidb[int(np.argmax(sizes))]
+        raise ValueError(f"{dataset.kind} image set {dataset.image_set!r}: image id {entry['id']} ({entry['image']}) "
+                         f"is annotated {entry['width']}x{entry['height']} pixels ({sizes.max() / 1e6:.0f} Mpx), "
+                         f"more than dataset.MAX_IMAGE_PIXELS ({max_pixels / 1e6:.0f} Mpx); {len({e['id'] for e, s in zip(roidb, sizes) if s > max_pixels})} "
+                         f"image(s) are over it: fix their annotated sizes, or raise the limit for genuine large images")
 
 
 def check_num_classes(cfg, dataset):
