@@ -90,13 +90,13 @@ def test_mxnet_local_gpu_needs_the_built_library_and_installs_it_over_the_cpu_wh
     assert re.search(rf"cp {re.escape(str(library))} .*/libmxnet\.so", planned.stdout)
 
 
-def test_mxnet_gpu_targets_need_the_sources():
+def test_mxnet_gpu_targets_need_the_sources(tmp_path):
     for target in ("mxnet-gpu", "mxnet-gpu-smoke"):
         refused = make(target)
         assert refused.returncode != 0 and f"error: give the MXNet 1.9.1 sources: make {target} MXNET_SRC=DIR" \
             in refused.stderr
     not_mxnet = subprocess.run([os.path.join(MXNET_GPU, "build.sh"), "smoke", os.path.join(ROOT, "lib"),
-                                os.path.join(ROOT, "build", "mxnet-gpu-test")], capture_output=True, text=True)
+                                str(tmp_path / "build")], capture_output=True, text=True)
     assert not_mxnet.returncode != 0 and "is not an MXNet source tree with its submodules" in not_mxnet.stderr
 
 
