@@ -77,7 +77,9 @@ install() {
   mkdir -p "$PACK" "$SITE"
   cat "$PIECES/$TARBALL".part-* > "$PACK/$TARBALL"
   (cd "$PACK" && sha256sum --quiet -c "../pieces/SHA256SUMS")
-  xz -dc "$PACK/$TARBALL" | tar -x -C "$SITE"
+  # Python's lzma and tarfile, not the xz tool, which an image may lack; only plain files and folders
+  "$PYTHON" -c 'import sys, tarfile; tarfile.open(sys.argv[1], "r:xz").extractall(sys.argv[2], filter="data")' \
+    "$PACK/$TARBALL" "$SITE"
   cp "$SITE/$OPS_LIBRARY" lib/ops/libsniper_ops.so  # the GPU variant: CPU and GPU forward
   echo "installed into $SITE in $((SECONDS - start)) s"
   start=$SECONDS
