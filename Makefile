@@ -134,11 +134,13 @@ test: build
 train: build
 	$(PY) main_train.py --cfg configs/faster/sniper_synthetic_tiny.yml --eval $(TRAIN_ARGS)
 
+# clean keeps the default MXNet GPU build (hours of compiling, build/mxnet-gpu); distclean removes it too
 clean:
-	rm -rf build $(OPS_LIB)
+	[ ! -d build ] || find build -mindepth 1 -maxdepth 1 ! -name mxnet-gpu -exec rm -rf {} +
+	rm -f $(OPS_LIB)
 	find lib chip_generator \( -name '*.so' -o -name '*.cpp' -path '*_cy*' \) -delete
 	find lib chip_generator -name '*.pyx' | sed 's/\.pyx$$/.c/' | xargs rm -f
 	find lib chip_generator -name '*.pyx' | sed 's/\.pyx$$/.cpp/' | xargs rm -f
 
 distclean: clean
-	rm -rf $(VENV) data/synthetic output
+	rm -rf $(VENV) data/synthetic output build
