@@ -53,7 +53,7 @@ PY
 
 check_source() {
   [ -f "$SRC_IN/CMakeLists.txt" ] && [ -d "$SRC_IN/3rdparty/dmlc-core/include" ] && [ -d "$SRC_IN/3rdparty/tvm/nnvm" ] \
-    || { echo "error: $SRC_IN is not an MXNet source tree with its submodules (git clone --recursive -b 1.9.1)" >&2; exit 1; }
+    || { echo "error: $SRC_IN is not an MXNet source tree with its submodules (git clone --recursive -b 1.9.1; from bare git mirrors: tools/mxnet_gpu/make_source.sh)" >&2; exit 1; }
   grep -q '^#define MXNET_MINOR 9' "$SRC_IN/include/mxnet/base.h" && grep -q '^#define MXNET_PATCH 1' "$SRC_IN/include/mxnet/base.h" \
     || { echo "error: $SRC_IN/include/mxnet/base.h is not MXNet 1.9.1" >&2; exit 1; }
 }
