@@ -18,6 +18,10 @@ from configs.default import DEFAULTS
 
 # Keys that were renamed: using the old name is an error that names the new one.
 RENAMED_KEYS = {"TRAIN.scale": "TRAIN.fp16_loss_scale"}
+# Keys that a record now gives: refused as settings; a file may still hold them (the config.yaml of an
+# older run folder) when its value is the record's.
+DERIVED_KEYS = {"network.RPN_FEAT_STRIDE": "the backbone's stride (symbols/backbones.py, after `symbol`)",
+                "network.RCNN_FEAT_STRIDE": "the backbone's stride (symbols/backbones.py, after `symbol`)"}
 _KEY_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
 
 
@@ -156,6 +160,8 @@ def _coerce(key, default, value):
 
 
 def _unknown(key):
+    if key in DERIVED_KEYS:
+        return ConfigError(f"config key {key} is no longer set: it is {DERIVED_KEYS[key]}")
     if key in RENAMED_KEYS:
         return ConfigError(f"config key {key} was renamed to {RENAMED_KEYS[key]}; use that name")
     return ConfigError(f"unknown config key {key}")
@@ -218,12 +224,35 @@ def load_config(path=None, overrides=()):
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {path} must hold a mapping of keys, got {type(loaded).__name__}")
         loaded.pop("name", None)  # a saved run config records its name; the file's own stem wins
+        derived = _pop_derived(loaded)
         try:
             _merge(cfg, loaded)
         except ConfigError as err:
             raise ConfigError(f"{path}: {err}") from None
         name = os.path.splitext(os.path.basename(path))[0]
+        cfg = _finish(_to_attrdict(cfg), overrides, name)
+        _check_derived(cfg, derived, path)
+        return cfg
     return _finish(_to_attrdict(cfg), overrides, name)
+
+
+def _pop_derived(loaded):
+    """The DERIVED_KEYS a loaded file holds, ``{key: value}``, removed from it."""
+    found = {}
+    for key in DERIVED_KEYS:
+        section, name = key.split(".")
+        if isinstance(loaded.get(section), dict) and name in loaded[section]:
+            found[key] = loaded[section].pop(name)
+    return found
+
+
+def _check_derived(cfg, derived, path):
+    from symbols.backbones import feature_stride
+
+    for key, value in derived.items():
+        if value != feature_stride(cfg):
+            raise ConfigError(f"{path}: config key {key} = {value!r}, but it is no longer set: it is "
+                              f"{DERIVED_KEYS[key]}, {feature_stride(cfg)} for symbol {cfg.symbol}; remove the key")
 
 
 def with_overrides(cfg, overrides, name=None):
@@ -265,6 +294,12 @@ VARIANT_KEYS = {
 def validate(cfg):
     """Cross-key and range checks that types alone cannot catch, each naming its key."""
     from lib.scales import ScaleError, pyramid
+    from symbols.backbones import UnknownBackboneError, feature_stride
+
+    try:
+        feature_stride(cfg)
+    except UnknownBackboneError as err:
+        raise ConfigError(str(err)) from None
 
     for key, choices in VARIANT_KEYS.items():
         section, name = key.split(".")
@@ -286,8 +321,9 @@ def validate(cfg):
     strides = stride if isinstance(stride, (list, tuple)) else [stride]
     if not (1 <= len(strides) <= 2 and all(isinstance(s, (int, float)) and s > 0 for s in strides)):
         raise ConfigError(f"TRAIN.CHIP_STRIDE must be a positive number or [lo, hi), got {stride!r}")
-    if train.CHIP_SIZE % network.RPN_FEAT_STRIDE:
-        raise ConfigError("TRAIN.CHIP_SIZE must be a multiple of network.RPN_FEAT_STRIDE")
+    stride = feature_stride(cfg)
+    _check(train.CHIP_SIZE % stride == 0, "TRAIN.CHIP_SIZE", train.CHIP_SIZE,
+           f"must be a multiple of the {cfg.symbol} features' stride ({stride})")
     for key in ("lr", "warmup_lr"):
         _check(math.isfinite(train[key]) and train[key] > 0, f"TRAIN.{key}", train[key], "must be a positive number")
     _check(math.isfinite(train.wd) and train.wd >= 0, "TRAIN.wd", train.wd, "must be >= 0")

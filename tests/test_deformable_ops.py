@@ -206,8 +206,7 @@ COMPILED_COUNTERPARTS = {"_contrib_DeformableConvolution": "DeformableIm2Col",
 @pytest.mark.parametrize("is_train", [False, True])
 def test_network_parameters_do_not_depend_on_the_operators(symbol_name, is_train):
     stride = 32 if symbol_name.startswith("mobilenet") else 16
-    cfg = build_cfg({"symbol": symbol_name, "TRAIN.fp16": False, "TEST.fp16": False,
-                     "network.RPN_FEAT_STRIDE": stride, "network.RCNN_FEAT_STRIDE": stride})
+    cfg = build_cfg({"symbol": symbol_name, "TRAIN.fp16": False, "TEST.fp16": False})
     shapes = train_shapes(2, 256, stride=stride) if is_train else inference_shapes(1, 512)
     stock, compiled = (network(cfg, is_train, num_classes=81, compiled=c) for c in VARIANTS)
     assert compiled.list_arguments() == stock.list_arguments()

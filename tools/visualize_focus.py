@@ -26,6 +26,7 @@ from lib.inference.focus_chips import focus_pixel_boxes
 from lib.inference.pipeline import RoidbImages
 from lib.logger import setup_logging
 from lib.train.checkpoint import output_dir
+from symbols.backbones import feature_stride
 
 PANEL_HEIGHT = 540
 TITLE_HEIGHT = 28
@@ -66,7 +67,7 @@ def main():
     source = RoidbImages(entries[:1])
     image = source.read(0)
 
-    test, stride = cfg.TEST, cfg.network.RPN_FEAT_STRIDE
+    test, stride = cfg.TEST, feature_stride(cfg)
     thresholds = [params[1] if number + 1 < len(test.SCALES) and test.DO_PRUNING[number + 1] else 0.5
                   for number, params in enumerate(test.CHIP_HYPERPARAMS)]
     seen = [{"regions": [], "focus": [], "probs": [], "chips": []} for _ in test.SCALES]

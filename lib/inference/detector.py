@@ -28,6 +28,7 @@ from lib.run_folder import classes_of, load_run
 from lib.scales import pyramid
 from lib.train.checkpoint import CheckpointError, checkpoint_prefix, load_params, params_path
 from symbols import inference_symbol, use_compiled_deformable
+from symbols.backbones import feature_stride
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +112,7 @@ class Detector:
         self.classes = None if rpn_only else list(classes or numbered_classes(num_classes))
         symbol = inference_symbol(cfg, num_classes, rpn_only=rpn_only,
                                   compiled_deformable=use_compiled_deformable(cfg, self.contexts))
-        stride = cfg.network.RPN_FEAT_STRIDE
+        stride = feature_stride(cfg)
         check_params(symbol, arg_params, aux_params, source, stride)
         self.module = mx.mod.Module(symbol, data_names=DATA_NAMES, label_names=None, context=self.contexts)
         self.module.bind(data_shapes(len(self.contexts), stride, stride), for_training=False)

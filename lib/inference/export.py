@@ -16,6 +16,7 @@ from lib.inference.detector import DATA_NAMES, check_params, checkpoint_file, nu
 from lib.run_folder import classes_of, read_model_info
 from lib.train.checkpoint import load_params
 from symbols import inference_symbol
+from symbols.backbones import feature_stride
 
 EXPORT_EPOCH = 0
 # The keys the exported graph is built with: stock MXNet operators only.
@@ -33,7 +34,7 @@ def export_test_graph(cfg, prefix):
     num_classes, classes = (None, None) if rpn_only else classes_of(params, cfg)
     cfg = with_overrides(cfg, STOCK_OPERATORS)
     symbol = inference_symbol(cfg, num_classes, rpn_only=rpn_only, compiled_deformable=False)
-    check_params(symbol, arg_params, aux_params, params, cfg.network.RPN_FEAT_STRIDE)
+    check_params(symbol, arg_params, aux_params, params, feature_stride(cfg))
     # only what the graph uses: no training-only values, in MXNet's own arg:/aux: layout
     blob = {f"arg:{name}": arg_params[name] for name in symbol.list_arguments() if name in arg_params}
     blob.update({f"aux:{name}": aux_params[name] for name in symbol.list_auxiliary_states()})
