@@ -293,34 +293,23 @@ VARIANT_KEYS = {
 
 def validate(cfg):
     """Cross-key and range checks that types alone cannot catch, each naming its key."""
-    from lib.scales import ScaleError, pyramid
-    from symbols.backbones import UnknownBackboneError, feature_stride
+    from symbols.backbones import feature_stride
 
+    _check(0 <= cfg.TRAIN.begin_epoch < cfg.TRAIN.end_epoch, "TRAIN.end_epoch", cfg.TRAIN.end_epoch,
+           f"must be greater than TRAIN.begin_epoch ({cfg.TRAIN.begin_epoch})")
     try:
-        feature_stride(cfg)
-    except UnknownBackboneError as err:
+        _parse_sections(cfg)  # each section's own parsing is the rule, applied here once at load
+    except ValueError as err:
         raise ConfigError(str(err)) from None
 
     for key, choices in VARIANT_KEYS.items():
         section, name = key.split(".")
         _check(cfg[section][name] in choices, key, cfg[section][name], f"must be one of {', '.join(choices)}")
 
-    levels = {}
-    for section in ("TRAIN", "TEST"):
-        try:
-            levels[section] = pyramid(cfg[section], section)
-        except ScaleError as err:
-            raise ConfigError(str(err)) from None
     network, train = cfg.network, cfg.TRAIN
     if len(network.ANCHOR_RATIOS) * len(network.ANCHOR_SCALES) != network.NUM_ANCHORS:
         raise ConfigError(f"network.NUM_ANCHORS = {network.NUM_ANCHORS}, but ANCHOR_RATIOS x ANCHOR_SCALES give "
                           f"{len(network.ANCHOR_RATIOS) * len(network.ANCHOR_SCALES)} anchors")
-    if len(train.NEG_CHIP_MIN_PROPOSALS) != len(train.SCALES):
-        raise ConfigError("TRAIN.NEG_CHIP_MIN_PROPOSALS needs one value per training scale")
-    stride = train.CHIP_STRIDE
-    strides = stride if isinstance(stride, (list, tuple)) else [stride]
-    if not (1 <= len(strides) <= 2 and all(isinstance(s, (int, float)) and s > 0 for s in strides)):
-        raise ConfigError(f"TRAIN.CHIP_STRIDE must be a positive number or [lo, hi), got {stride!r}")
     stride = feature_stride(cfg)
     _check(train.CHIP_SIZE % stride == 0, "TRAIN.CHIP_SIZE", train.CHIP_SIZE,
            f"must be a multiple of the {cfg.symbol} features' stride ({stride})")
@@ -334,7 +323,7 @@ def validate(cfg):
     for section, key in (("TRAIN", "BATCH_IMAGES"), ("TRAIN", "CHIP_SIZE"), ("TRAIN", "RPN_POST_NMS_TOP_N"),
                          ("TEST", "RPN_POST_NMS_TOP_N"), ("TEST", "RPN_PRE_NMS_TOP_N"), ("TEST", "BATCH_PARTS")):
         _check(cfg[section][key] >= 1, f"{section}.{key}", cfg[section][key], "must be at least 1")
-    _validate_test(cfg.TEST)
+    _check(cfg.TEST.NUM_PROCESS >= 0, "TEST.NUM_PROCESS", cfg.TEST.NUM_PROCESS, "must be >= 0 (0: in the main process)")
     _check(train.NUM_PROCESS >= 0, "TRAIN.NUM_PROCESS", train.NUM_PROCESS, "must be >= 0 (0: build chips in the "
            "main process)")
     for section in ("TRAIN", "TEST"):
@@ -347,9 +336,7 @@ def validate(cfg):
            "must be >= 0 (0: the chips per device)")
     _check(0 <= cfg.dataset.PROPOSAL_NMS <= 1, "dataset.PROPOSAL_NMS", cfg.dataset.PROPOSAL_NMS,
            "must be in [0, 1] (0: no NMS)")
-    _check(0 <= train.begin_epoch < train.end_epoch, "TRAIN.end_epoch", train.end_epoch,
-           f"must be greater than TRAIN.begin_epoch ({train.begin_epoch})")
-    _validate_auto_focus(cfg, len(levels["TEST"]))
+    _validate_auto_focus(cfg, len(cfg.TEST.SCALES))
     if cfg.dataset.dataset == "synthetic":
         _check(cfg.dataset.synthetic_train > 0, "dataset.synthetic_train", cfg.dataset.synthetic_train,
                "the synthetic dataset needs at least one training image")
@@ -387,13 +374,21 @@ def _validate_auto_focus(cfg, num_test_scales):
                    "the minimum chip size must be an integer >= 1 (feature cells)")
 
 
-def _validate_test(test):
-    per_scale = isinstance(test.BATCH_IMAGES, (list, tuple))
-    counts = test.BATCH_IMAGES if per_scale else [test.BATCH_IMAGES]
-    _check(all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in counts)
-           and (not per_scale or len(counts) == len(test.SCALES)), "TEST.BATCH_IMAGES", test.BATCH_IMAGES,
-           f"must be a positive integer or one per test scale ({len(test.SCALES)})")
-    _check(test.NUM_PROCESS >= 0, "TEST.NUM_PROCESS", test.NUM_PROCESS, "must be >= 0 (0: in the main process)")
+def _parse_sections(cfg):
+    """The parsing every stage does with its section, once: the backbone of ``symbol``, the training and
+    test pyramids, the chip-mining parameters, the test batches and the lr schedule (ValueErrors naming
+    their key)."""
+    from chip_generator.mining import MiningParams
+    from lib.inference.batching import images_per_device
+    from lib.scales import pyramid
+    from lib.train.optimizer import lr_step_epochs
+    from symbols.backbones import backbone_of
+
+    backbone_of(cfg)
+    pyramid(cfg.TEST, "TEST")
+    MiningParams.from_config(cfg)  # the training pyramid included
+    images_per_device(cfg.TEST, len(cfg.TEST.SCALES))
+    lr_step_epochs(cfg.TRAIN)
 
 
 def dump_config(cfg):

@@ -350,7 +350,7 @@ def test_tiny_autofocus_network_trains_with_finite_falling_focus_loss(tmp_path):
         ("dataset.dataset_path", str(tmp_path / "data")), ("dataset.synthetic_train", 2),
         ("dataset.synthetic_val", 1), ("dataset.root_path", str(tmp_path)), ("output_path", str(tmp_path)),
         ("TRAIN.NUM_PROCESS", 0), ("TRAIN.BATCH_IMAGES", 2), ("TRAIN.end_epoch", 3), ("TRAIN.warmup_step", 5),
-        ("TRAIN.lr_step", "10"), ("TRAIN.lr", 0.01), ("gpus", "cpu:1"), ("network.AUTO_FOCUS", True)])
+        ("TRAIN.lr_step", ""), ("TRAIN.lr", 0.01), ("gpus", "cpu:1"), ("network.AUTO_FOCUS", True)])
     _, history = train(cfg)
     losses = [epoch["FocusLogLoss"] for epoch in history]
     assert all(np.isfinite(loss) for epoch in history for loss in epoch.values())

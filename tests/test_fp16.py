@@ -182,7 +182,7 @@ def mixed_precision_module(contexts, arg_params=None):
     module.init_params(arg_params=arg_params or {"half_weight": mx.nd.array(W16, dtype="float16"),
                                                  "full_weight": mx.nd.array(W32)})
     cfg = build_cfg({"TRAIN.lr": LR, "TRAIN.wd": WD, "TRAIN.momentum": MOMENTUM, "TRAIN.warmup": False,
-                     "TRAIN.fp16_loss_scale": LOSS_SCALE, "TRAIN.lr_step": "1000"})
+                     "TRAIN.fp16_loss_scale": LOSS_SCALE, "TRAIN.lr_step": ""})
     module.init_optimizer(kvstore="device", optimizer="sgd",
                           optimizer_params=make_optimizer_params(cfg, iters_per_epoch=10, num_update=0, fp16=True))
     return module

@@ -17,7 +17,7 @@ from lib.train.checkpoint import CheckpointError
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml")
 RUN_OVERRIDES = ["dataset.dataset_path=data/synthetic", "dataset.root_path=data", "dataset.synthetic_train=2",
-                 "dataset.synthetic_val=1", "output_path=out", "TRAIN.FLIP=false", "TRAIN.end_epoch=2",
+                 "dataset.synthetic_val=1", "output_path=out", "TRAIN.FLIP=false", "TRAIN.end_epoch=2", "TRAIN.lr_step=",
                  "TRAIN.BATCH_IMAGES=2", "TRAIN.NUM_PROCESS=0", "TRAIN.warmup_step=5", "gpus=cpu:1",
                  "TEST.NUM_PROCESS=0"]
 EVERY_SCORE = ["TEST.SCORE_THRESH", "0"]  # a barely trained network scores below the default threshold
