@@ -20,6 +20,9 @@ from conftest import ROOT, build_cfg
 
 from lib.dataset import coco as coco_module
 from lib.dataset import flip_boxes, load_roidb, read_image
+from lib.dataset import roidb as roidb_module
+from lib.dataset.annotations import make_entry
+from lib.dataset.base import Dataset
 from lib.dataset.proposals import write_proposals
 
 # Two categories with non-contiguous ids, listed out of order: labels follow sorted ids.
@@ -703,3 +706,35 @@ def test_a_truncated_jpeg_with_a_complete_thumbnail_inside_is_refused(tmp_path):
     assert whole[:len(whole) - len(main) // 3].rfind(b"\xff\xd9") > 0
     with pytest.raises(IOError, match="truncated image .*exif.jpg"):
         read_image(str(tmp_path / "exif.jpg"))
+
+
+
+class ToyDataset(Dataset):
+    """A format of one image given in code (module level: the roidb cache pickles it)."""
+
+    kind = "toy"
+    classes = ("__background__", "thing")
+    category_ids = (0, 7)
+
+    @property
+    def annotation_files(self):
+        return []
+
+    def load_entries(self):
+        self.image_ids = [1]
+        return [make_entry(os.path.join(self.dataset_path, "a.jpg"), 1, 20, 30, [[1, 2, 10, 12]], [1], [], [False])]
+
+    def evaluate(self, entries, detections, out_dir):
+        return {"scored": [(e["id"], len(d)) for e, d in zip(entries, detections)]}
+
+
+def test_a_dataset_format_is_one_subclass_and_its_registration(tmp_path, monkeypatch):
+    # registered by name, the format's entries become the roidb (flips, cache) and its evaluate scores them
+    os.makedirs(tmp_path / "data")
+    cv2.imwrite(str(tmp_path / "data" / "a.jpg"), np.zeros((20, 30, 3), np.uint8))
+    monkeypatch.setitem(roidb_module.DATASETS, "toy", ToyDataset)
+    cfg = dataset_cfg(tmp_path, "toy", **{"TRAIN.FLIP": True})
+    roidb, dataset = load_roidb(cfg, "train")
+    assert [(e["id"], e["flipped"]) for e in roidb] == [(1, False), (1, True)] and dataset.num_classes == 2
+    np.testing.assert_array_equal(roidb[1]["boxes"], [[19, 2, 28, 12]])  # mirrored in a 30 px wide image
+    assert dataset.evaluate(roidb[:1], [np.zeros((3, 6))], str(tmp_path)) == {"scored": [(1, 3)]}

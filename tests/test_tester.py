@@ -320,7 +320,7 @@ def test_test_dev_results_are_written_and_evaluation_is_skipped(tiny, tmp_path, 
     cfg = with_overrides(tiny[0], {"TEST.SOFT_NMS": False, "output_path": str(tmp_path / "out"),
                                    "dataset.root_path": str(tmp_path), "dataset.dataset_path": str(root),
                                    "dataset.test_image_set": "test-dev2015"})
-    with caplog.at_level(logging.INFO, logger="lib.inference.tester"):
+    with caplog.at_level(logging.INFO, logger="lib.dataset.coco"):
         summary = tester.test(cfg, detector=OracleDetector(cfg, images=images))
     assert (summary["images"], summary["tested"], summary["skipped"]) == (2, 2, 0)
     assert "stats" not in summary

@@ -7,17 +7,17 @@ import os
 
 import numpy as np
 
-from lib.dataset.coco import CocoDataset
+from lib.dataset.coco import CocoDataset, SyntheticDataset
 from lib.dataset.pascal_voc import PascalVocDataset
 from lib.dataset.proposals import read_proposals
 from lib.dataset.reference_rules import suppress_pooled_proposals, truncate_to_whole_pixels
 from lib.dataset.roidb_cache import cache_path, read_cache, write_cache
-from lib.dataset.synthetic import ensure_synthetic_dataset
 
 logger = logging.getLogger(__name__)
 
-# The synthetic set is a COCO-format folder that is generated when absent.
-DATASETS = {"coco": CocoDataset, "pascal_voc": PascalVocDataset, "synthetic": CocoDataset}
+# The dataset formats (lib.dataset.base.Dataset) by their dataset.dataset name: a new format is a file of
+# its own and a line here.
+DATASETS = {"coco": CocoDataset, "pascal_voc": PascalVocDataset, "synthetic": SyntheticDataset}
 # How many missing ids an error or log line lists.
 MAX_LISTED = 5
 
@@ -27,7 +27,7 @@ def make_dataset(cfg, image_set):
     kind = cfg.dataset.dataset
     if kind not in DATASETS:
         raise ValueError(f"config key dataset.dataset: unknown dataset {kind!r}; expected one of {sorted(DATASETS)}")
-    return DATASETS[kind](cfg.dataset.dataset_path, image_set)
+    return DATASETS[kind].from_config(cfg, image_set)
 
 
 def load_roidb(cfg, image_set, training=True):
@@ -41,9 +41,6 @@ def load_roidb(cfg, image_set, training=True):
     smaller dataset would change training and make AP incomparable. The project's synthetic
     dataset (``dataset.dataset: synthetic``) is generated first when absent.
     """
-    if cfg.dataset.dataset == "synthetic":
-        ensure_synthetic_dataset(cfg.dataset.dataset_path, train=cfg.dataset.synthetic_train,
-                                 val=cfg.dataset.synthetic_val, seed=cfg.dataset.synthetic_seed)
     dataset = make_dataset(cfg, image_set)
     flip = bool(training and cfg.TRAIN.FLIP)
     path = cache_path(cfg.dataset.root_path, dataset, training, flip)

@@ -21,7 +21,6 @@ from lib.dataset import load_roidb
 from lib.dataset.proposals import write_proposals
 from lib.inference.detector import Detector
 from lib.inference.pipeline import RoidbImages
-from lib.inference.evaluator import coco_results, evaluate_coco, evaluate_voc
 from lib.train.checkpoint import output_dir
 
 logger = logging.getLogger(__name__)
@@ -73,37 +72,13 @@ def test(cfg, detector=None, checkpoint=None):
     summary = {"image_set": image_set, "checkpoint": detector.source,
                "images": len(roidb), "tested": len(tested), "skipped": len(skipped),
                "skipped_images": [entry["image"] for entry in skipped]}
-    if dataset.kind == "coco":
-        summary.update(_coco(dataset, roidb, found, tested, out_dir, image_set))
-    else:
-        summary.update(_voc(dataset, roidb, found, tested, out_dir))
+    summary.update(dataset.evaluate([roidb[i] for i in tested], [found[i] for i in tested], out_dir))
     if skipped:
         logger.warning("%d of %d images could not be read and were skipped (listed in %s)", len(skipped),
                        len(roidb), os.path.join(out_dir, "test_summary.json"))
     write_json(summary, os.path.join(out_dir, "test_summary.json"))
     logger.info("tested %d of %d images of %s, %d skipped", len(tested), len(roidb), image_set, len(skipped))
     return summary
-
-
-def _coco(dataset, roidb, found, tested, out_dir, image_set):
-    image_ids = [roidb[i]["id"] for i in tested]
-    results = coco_results([found[i] for i in tested], image_ids, dataset.category_ids)
-    path = os.path.join(out_dir, f"detections_{image_set}_results.json")
-    write_json(results, path)
-    logger.info("wrote %d detections to %s", len(results), path)
-    if not dataset.coco.dataset.get("annotations"):
-        logger.info("%s has no annotations (e.g. test-dev): results written for submission, not evaluated",
-                    image_set)
-        return {"results": path}
-    return {"results": path, "stats": evaluate_coco(dataset.coco, path, out_dir, image_ids=image_ids)}
-
-
-def _voc(dataset, roidb, found, tested, out_dir):
-    entries = [roidb[i] for i in tested]
-    result = evaluate_voc([found[i] for i in tested], [e["boxes"] for e in entries],
-                          [e["gt_classes"] for e in entries], [e["difficult"] for e in entries],
-                          list(dataset.classes), out_dir, dataset.use_07_metric)
-    return {"stats": result}
 
 
 def extract_proposals(cfg, detector=None):
