@@ -21,7 +21,7 @@ from lib.dataset import load_roidb
 from lib.dataset.proposals import write_proposals
 from lib.inference.detector import Detector
 from lib.inference.pipeline import RoidbImages
-from lib.train.checkpoint import output_dir
+from lib.run.checkpoint import output_dir
 
 logger = logging.getLogger(__name__)
 
