@@ -42,14 +42,17 @@ def main(argv=None):
     setup_logging()
     from lib.dataset import read_image
     from lib.inference import Detector
+    from lib.inference.detector import checkpoint_file
     from lib.run.checkpoint import CheckpointError
+    from lib.run.folder import checkpoint_classes
 
     try:
         image = read_image(args.im_path)
     except IOError as err:
         sys.exit(str(err))
     try:
-        detector = Detector.from_checkpoint(cfg)
+        params = checkpoint_file(cfg)
+        detector = Detector.from_config(cfg, params, checkpoint_classes(params, cfg))
     except (CheckpointError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
     detections = detector(image)

@@ -392,9 +392,8 @@ def focus_detector(oracle, scales, ranges, pruning, chip_params):
                      "TEST.SCALES": scales, "TEST.VALID_RANGES": ranges, "TEST.DO_PRUNING": pruning,
                      "TEST.CHIP_HYPERPARAMS": chip_params, "TEST.BATCH_IMAGES": 1, "TEST.SOFT_NMS": False,
                      "TEST.fp16": False})
-    detector = Detector.__new__(Detector)
-    detector._configure(cfg, [mx.cpu()], False, "oracle")
-    detector.forward = oracle
+    detector = Detector(cfg, ["__background__", "thing"], contexts=[mx.cpu()], source="oracle")
+    detector.forward = oracle  # a stand-in network: everything around it is the real Detector
     return detector
 
 

@@ -21,7 +21,7 @@ from lib.config import add_config_arguments, config_from_arguments
 from lib.dataset import load_roidb
 from lib.drawing import draw_boxes, draw_detections, grid, legend
 from lib.inference.autofocus import AutoFocusStats, run_autofocus
-from lib.inference.detector import Detector
+from lib.inference.detector import Detector, checkpoint_file
 from lib.inference.focus_chips import focus_pixel_boxes
 from lib.inference.pipeline import RoidbImages
 from lib.logger import setup_logging
@@ -63,7 +63,7 @@ def main():
     entries = [entry for entry in roidb if entry["id"] == args.image_id]
     if not entries:
         sys.exit(f"image id {args.image_id} is not in {cfg.dataset.test_image_set} ({len(roidb)} images)")
-    detector = Detector.from_checkpoint(cfg, dataset.num_classes, path=args.checkpoint)
+    detector = Detector.from_config(cfg, args.checkpoint or checkpoint_file(cfg), dataset.classes)
     source = RoidbImages(entries[:1])
     image = source.read(0)
 

@@ -19,7 +19,7 @@ from tqdm import tqdm
 from lib.atomic import write_json
 from lib.dataset import load_roidb
 from lib.dataset.proposals import write_proposals
-from lib.inference.detector import Detector
+from lib.inference.detector import Detector, checkpoint_file
 from lib.inference.pipeline import RoidbImages
 from lib.run.checkpoint import output_dir
 
@@ -63,7 +63,7 @@ def test(cfg, detector=None, checkpoint=None):
     ``test_summary.json``."""
     image_set = cfg.dataset.test_image_set
     roidb, dataset = load_roidb(cfg, image_set, training=False)
-    detector = detector or Detector.from_checkpoint(cfg, dataset.num_classes, path=checkpoint)
+    detector = detector or Detector.from_config(cfg, checkpoint or checkpoint_file(cfg), dataset.classes)
     logger.info("testing %d images of %s at scales %s on %s", len(roidb), image_set, cfg.TEST.SCALES,
                 detector.contexts)
     found, skipped = run_images(roidb, detector, cfg.TEST.NUM_PROCESS, "testing")
@@ -87,7 +87,7 @@ def extract_proposals(cfg, detector=None):
     unflipped pixels to ``proposal_file(cfg)`` (lib.dataset.proposals); returns the path."""
     image_set = cfg.dataset.image_set
     roidb, _ = load_roidb(cfg, image_set, training=False)
-    detector = detector or Detector.from_checkpoint(cfg, None, rpn_only=True)
+    detector = detector or Detector.from_config(cfg, checkpoint_file(cfg), rpn_only=True)
     found, skipped = run_images(roidb, detector, cfg.TEST.NUM_PROCESS, "proposals")
     proposals = {roidb[i]["id"]: found[i] for i in sorted(found)}
     path = proposal_file(cfg)
