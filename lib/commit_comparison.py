@@ -9,6 +9,7 @@ checkpoint (bit-identical) and the test detections (identical).
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -26,8 +27,11 @@ TIMING_FIELDS = ("chips_per_s", "seconds")
 
 
 def checkout(repo, commit, folder):
-    """A detached worktree of ``commit`` at ``folder`` with ``repo``'s ``.venv`` linked and ``make`` run."""
-    if not os.path.isdir(folder):
+    """A detached worktree of ``commit`` at ``folder`` (made, or moved to the commit) with ``repo``'s ``.venv``
+    linked and ``make`` run."""
+    if os.path.isdir(folder):
+        subprocess.run(["git", "-C", folder, "checkout", "-q", "--detach", commit], check=True)
+    else:
         subprocess.run(["git", "-C", repo, "worktree", "add", "--detach", folder, commit], check=True)
     venv = os.path.join(folder, ".venv")
     if not os.path.exists(venv):
@@ -37,8 +41,9 @@ def checkout(repo, commit, folder):
 
 
 def train_and_test(tree, work, overrides=SMALL_RUN):
-    """Train and test the small run of ``CONFIG`` in ``tree``, data and outputs under ``work``; returns the
-    run folder."""
+    """Train and test the small run of ``CONFIG`` in ``tree``, data and outputs under ``work`` (emptied
+    first); returns the run folder."""
+    shutil.rmtree(work, ignore_errors=True)
     settings = {**overrides, "output_path": os.path.join(work, "output"),
                 "dataset.root_path": os.path.join(work, "data"),
                 "dataset.dataset_path": os.path.join(work, "data", "synthetic")}
