@@ -210,7 +210,9 @@ def apply_overrides(cfg, overrides):
 
 
 def load_config(path=None, overrides=()):
-    """Build the frozen configuration: defaults, then the YAML file at ``path``, then ``overrides``."""
+    """Build the frozen configuration: defaults, then the YAML file at ``path``, then ``overrides``
+    (``[(dotted.key, value), ...]`` or a ``{dotted.key: value}`` dict; Python values or command-line text)."""
+    overrides = list(overrides.items() if isinstance(overrides, dict) else overrides)
     cfg = copy.deepcopy(DEFAULTS)
     name = "default"
     if path:

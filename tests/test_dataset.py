@@ -17,9 +17,9 @@ import cv2
 import numpy as np
 import pytest
 
-from conftest import ROOT, build_cfg
-
+from lib.bootstrap import ROOT
 from lib.boxes import flip_boxes
+from lib.config import load_config
 from lib.dataset import coco as coco_module
 from lib.dataset import load_roidb, read_image
 from lib.dataset import roidb as roidb_module
@@ -61,8 +61,8 @@ def write_coco(root, image_set, images, annotations, categories=CATEGORIES, imag
 
 def dataset_cfg(tmp_path, dataset="coco", **overrides):
     """The default config reading ``dataset`` from ``tmp_path/data``, caching under ``tmp_path/root``."""
-    return build_cfg({"dataset.dataset": dataset, "dataset.dataset_path": str(tmp_path / "data"),
-                      "dataset.root_path": str(tmp_path / "root"), **overrides})
+    return load_config(None, {"dataset.dataset": dataset, "dataset.dataset_path": str(tmp_path / "data"),
+                              "dataset.root_path": str(tmp_path / "root"), **overrides})
 
 
 def by_id(roidb, flipped=False):
@@ -760,7 +760,6 @@ def test_a_voc_list_entry_leading_outside_the_dataset_is_refused(tmp_path):
         f.write("../../../etc/passwd\n")
     with pytest.raises(ValueError, match=r"names image '../../../etc/passwd', which leads outside"):
         load_roidb(dataset_cfg(tmp_path, dataset="pascal_voc"), "2007_trainval", training=False)
-
 
 
 class ToyDataset(Dataset):

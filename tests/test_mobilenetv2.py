@@ -8,9 +8,9 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from conftest import ROOT, build_cfg
 from network_helpers import bind_random, graph_nodes, inference_shapes, node_attrs, parameter_shapes, train_shapes
 
+from lib.bootstrap import ROOT
 from lib.config import ConfigError, load_config
 from lib.data.anchor_target import AnchorTargeter, AnchorTargetParams
 from lib.run.checkpoint import params_path
@@ -161,7 +161,7 @@ def test_rcnn_classification_loss_is_averaged_over_all_rois():
     onehot = np.eye(4)[np.where(label >= 0, label, 0).astype(int)]
     expected = ((prob - onehot) * (label >= 0)[:, None]).sum(axis=0) / (rois * chips)
     np.testing.assert_allclose(executor.grad_dict["cls_score_bias"].asnumpy(), expected, rtol=1e-4, atol=1e-7)
-    resnet = training_symbol(build_cfg({"symbol": "resnet_tiny"}), 4, chips)
+    resnet = training_symbol(load_config(None, {"symbol": "resnet_tiny"}), 4, chips)
     assert node_attrs(resnet)["cls_prob"]["normalization"] == "valid"
 
 

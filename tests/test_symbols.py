@@ -7,10 +7,9 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from conftest import build_cfg
 from network_helpers import bind_random, graph_nodes, inference_shapes, parameter_shapes, train_shapes
 
-from lib.config import with_overrides
+from lib.config import load_config, with_overrides
 from symbols import get_fixed_param_names, inference_symbol, training_symbol
 from symbols.backbones import backbone_of
 
@@ -21,7 +20,7 @@ TRAIN_INPUTS = ("data", "im_info", "valid_ranges", "gt_boxes", "label", "bbox_ta
 
 
 def network_cfg(symbol="resnet_tiny", fp16=False):
-    return build_cfg({"symbol": symbol, "TRAIN.fp16": fp16, "TEST.fp16": fp16})
+    return load_config(None, {"symbol": symbol, "TRAIN.fp16": fp16, "TEST.fp16": fp16})
 
 
 def network(cfg, is_train, rpn_only=False, num_classes=5, chips=2):
