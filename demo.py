@@ -47,7 +47,7 @@ def main(argv=None):
     from lib.run.folder import checkpoint_classes
 
     try:
-        image = read_image(args.im_path)
+        image = read_image(args.im_path, max_pixels=cfg.dataset.MAX_IMAGE_PIXELS)
     except IOError as err:
         sys.exit(str(err))
     try:

@@ -10,6 +10,7 @@ import numpy as np
 from lib.boxes import flip_boxes
 from lib.dataset.coco import CocoDataset, SyntheticDataset
 from lib.dataset.pascal_voc import PascalVocDataset
+from lib.dataset.polygons import flip_polygons, select_polygons
 from lib.dataset.proposals import read_proposals
 from lib.dataset.reference_rules import suppress_pooled_proposals, truncate_to_whole_pixels
 from lib.dataset.roidb_cache import cache_path, read_cache, write_cache
@@ -35,8 +36,9 @@ def load_roidb(cfg, image_set, training=True):
     """``(roidb, dataset)`` for ``image_set``.
 
     Training: images without usable boxes are dropped, VOC difficult objects become ignore regions
-    (``crowd_boxes``), mirrored copies are appended when ``cfg.TRAIN.FLIP``, and proposals are
-    attached when ``cfg.dataset.proposal`` names a file. Test: every image, in the dataset's order,
+    (``crowd_boxes``), mirrored copies are appended when ``cfg.TRAIN.FLIP``, proposals are attached
+    when ``cfg.dataset.proposal`` names a file, and with ``cfg.TRAIN.WITH_MASK`` (COCO-format sets only)
+    every box has its polygons (lib/dataset/polygons.py). Test: every image, in the dataset's order,
     with all its boxes and their ``difficult`` flags (the VOC evaluator's ground truth).
     An image file missing from disk is an error listing the first few, not a skip: a silently
     smaller dataset would change training and make AP incomparable. The project's synthetic
@@ -44,17 +46,22 @@ def load_roidb(cfg, image_set, training=True):
     """
     dataset = make_dataset(cfg, image_set)
     flip = bool(training and cfg.TRAIN.FLIP)
-    path = cache_path(cfg.dataset.root_path, dataset, training, flip)
+    masks = bool(training and cfg.TRAIN.WITH_MASK)
+    if masks and dataset.kind != "coco":
+        raise ValueError(f"config key TRAIN.WITH_MASK: instance masks need a COCO-format dataset (polygons), "
+                         f"but dataset.dataset is {cfg.dataset.dataset!r}")
+    path = cache_path(cfg.dataset.root_path, dataset, training, flip, masks)
     cached = read_cache(path)
     if cached is not None:
         dataset, roidb = cached
         logger.info("roidb of %s %r: %d entries from cache %s", dataset.kind, image_set, len(roidb), path)
     else:
-        entries = dataset.load_entries()
+        entries = dataset.load_entries(masks=True) if masks else dataset.load_entries()
         roidb = training_roidb(entries, flip) if training else entries
         write_cache(path, (dataset, roidb))
         logger.info("roidb of %s %r: %d entries, cached to %s", dataset.kind, image_set, len(roidb), path)
     check_num_classes(cfg, dataset)
+    check_image_sizes(roidb, dataset, cfg.dataset.MAX_IMAGE_PIXELS)
     check_image_files(roidb)
     if training and cfg.dataset.INTEGER_BOXES:
         roidb = truncate_to_whole_pixels(roidb)
@@ -68,6 +75,8 @@ def flip_entry(entry):
     flipped = dict(entry, flipped=True)
     for key in ("boxes", "crowd_boxes"):
         flipped[key] = flip_boxes(entry[key], entry["width"])
+    if "mask_coords" in entry:
+        flipped["mask_coords"] = flip_polygons(entry["mask_coords"], entry["width"])
     return flipped
 
 
@@ -78,6 +87,8 @@ def training_roidb(entries, flip):
         entry = dict(entry)
         difficult = entry.pop("difficult")
         entry["crowd_boxes"] = np.concatenate([entry["crowd_boxes"], entry["boxes"][difficult]])
+        if "mask_counts" in entry:
+            entry.update(select_polygons(entry, ~difficult))
         entry["boxes"] = entry["boxes"][~difficult]
         entry["gt_classes"] = entry["gt_classes"][~difficult]
         (usable if len(entry["boxes"]) else dropped).append(entry)
@@ -85,6 +96,18 @@ def training_roidb(entries, flip):
         logger.warning("dropped %d of %d training images without usable boxes (e.g. image ids %s)",
                        len(dropped), len(entries), ", ".join(str(e["id"]) for e in dropped[:MAX_LISTED]))
     return usable + [flip_entry(entry) for entry in usable] if flip else usable
+
+
+def check_image_sizes(roidb, dataset, max_pixels):
+    """Every annotated image size must be within ``max_pixels`` (dataset.MAX_IMAGE_PIXELS): refused at load,
+    before anything decodes it or plans chips over it."""
+    sizes = np.array([entry["height"] * entry["width"] for entry in roidb], dtype=np.float64)
+    if len(sizes) and sizes.max() > max_pixels:
+        entry = roidb[int(np.argmax(sizes))]
+        raise ValueError(f"{dataset.kind} image set {dataset.image_set!r}: image id {entry['id']} ({entry['image']}) "
+                         f"is annotated {entry['width']}x{entry['height']} pixels ({sizes.max() / 1e6:.0f} Mpx), "
+                         f"more than dataset.MAX_IMAGE_PIXELS ({max_pixels / 1e6:.0f} Mpx); {len({e['id'] for e, s in zip(roidb, sizes) if s > max_pixels})} "
+                         f"image(s) are over it: fix their annotated sizes, or raise the limit for genuine large images")
 
 
 def check_num_classes(cfg, dataset):

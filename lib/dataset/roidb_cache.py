@@ -42,13 +42,14 @@ def _file_digest(path):
     return digest.hexdigest()
 
 
-def cache_path(root_path, dataset, training, flip):
+def cache_path(root_path, dataset, training, flip, masks):
     """Cache file named after the dataset and a hash of its annotation files and the options."""
     files = dataset.annotation_files
-    key = hashlib.sha1(json.dumps({
-        "version": CACHE_VERSION, "kind": dataset.kind, "path": dataset.dataset_path,
-        "image_set": dataset.image_set, "training": training, "flip": flip,
-    }, sort_keys=True).encode())
+    options = {"version": CACHE_VERSION, "kind": dataset.kind, "path": dataset.dataset_path,
+               "image_set": dataset.image_set, "training": training, "flip": flip}
+    if masks:  # only then, so that the caches of box-only training keep their names
+        options["masks"] = True
+    key = hashlib.sha1(json.dumps(options, sort_keys=True).encode())
     for path in tqdm(files, desc="hashing annotations", leave=False, disable=len(files) < 100):
         key.update(os.path.relpath(path, dataset.dataset_path).encode())
         key.update(_file_digest(path).encode())
