@@ -100,9 +100,12 @@ def compare_runs(run_a, run_b, epoch=1):
 
 
 def compare_commits(repo, commit_a, commit_b, work):
-    """Check out, train, test and compare ``commit_a`` and ``commit_b`` (work folders under ``work``)."""
+    """Check out, train, test and compare ``commit_a`` and ``commit_b`` (revisions of ``repo``, e.g. main and
+    HEAD; work folders under ``work``)."""
     runs = []
-    for label, commit in (("a", commit_a), ("b", commit_b)):
+    for label, revision in (("a", commit_a), ("b", commit_b)):
+        commit = subprocess.run(["git", "-C", repo, "rev-parse", "--verify", f"{revision}^{{commit}}"], check=True,
+                                capture_output=True, text=True).stdout.strip()
         tree = checkout(repo, commit, os.path.join(work, f"tree_{label}"))
         print(f"== {label}: {commit} in {tree}", file=sys.stderr, flush=True)
         runs.append(train_and_test(tree, os.path.join(work, f"run_{label}")))
