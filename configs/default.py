@@ -93,6 +93,9 @@ DEFAULTS = {
         "SHUFFLE": True,
         "FLIP": True,
         "ONLY_PROPOSAL": False,  # RPN-only training (first stage of negative chip mining)
+        # Instance masks (the reference's mask network): COCO polygons in the batch (gt_masks), the RPN on
+        # res4, the mask branch and its loss (symbols/mask.py); ResNet bodies only.
+        "WITH_MASK": False,
         "USE_NEG_CHIPS": True,
         "MAX_NEG_CHIPS": 2,  # negative chips sampled per image and epoch
         # Training scales: factors with an optional last "longer side in pixels" entry (> 10), or
