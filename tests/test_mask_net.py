@@ -209,3 +209,26 @@ def test_tiny_mask_training_graph_forward_backward():
                  "stage4_unit1_conv3_weight"):
         grad = executor.grad_dict[name].asnumpy()
         assert np.isfinite(grad).all() and np.abs(grad).sum() > 0, name
+
+
+def _flat(value, prefix=""):
+    if isinstance(value, dict):
+        return {k: v for key, item in value.items() for k, v in _flat(item, f"{prefix}{key}.").items()}
+    return {prefix[:-1]: value}
+
+
+@pytest.mark.parametrize("detector, with_masks, differences", [
+    ("sniper_res101_e2e", "sniper_res101_e2e_mask", {"TRAIN.WITH_MASK", "TRAIN.BATCH_IMAGES"}),
+    ("sniper_res101_e2e_autofocus", "sniper_res101_e2e_mask_autofocus", {"TRAIN.WITH_MASK", "TRAIN.BATCH_IMAGES"}),
+    ("sniper_synthetic_tiny", "sniper_synthetic_tiny_mask", {"TRAIN.WITH_MASK"}),
+])
+def test_mask_configs_are_their_detectors_with_masks(detector, with_masks, differences):
+    """As the reference's mask configs to their detection ones: masks on, 10 chips per GPU (the name, and
+    the output folder derived from it, apart)."""
+    from lib.config import plain
+
+    folder = os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", "faster")
+    base, masks = (_flat(plain(build_cfg(path=os.path.join(folder, f"{name}.yml")))) for name in (detector, with_masks))
+    changed = {key for key in base if base[key] != masks[key]} - {"name"}
+    assert changed == differences
+    assert masks["TRAIN.WITH_MASK"] is True and masks["TRAIN.BATCH_IMAGES"] == (10 if "res101" in detector else 4)

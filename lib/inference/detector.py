@@ -9,6 +9,7 @@ decoded in the scaled image, clipped to it, then divided by the scale. The Modul
 whenever a batch's canvas differs from the previous one. Preparing images and merging run in worker
 processes around the network (lib.inference.pipeline) when ``num_workers`` > 0.
 """
+import dataclasses
 import functools
 import logging
 import os
@@ -22,6 +23,7 @@ from lib.drawing import draw_detections
 from lib.inference.autofocus import run_autofocus
 from lib.inference.batching import images_per_device, plan
 from lib.inference.detections import Detections
+from lib.inference.masks import MaskHead
 from lib.inference.merge import merge_scales
 from lib.inference.pipeline import ArrayImages, run_pipeline
 from lib.run_folder import classes_of, load_run
@@ -98,7 +100,7 @@ class Detector:
     ``classes``: the names of the labels (default: numbered). The Python API::
 
         det = Detector.from_checkpoint("output/sniper_synthetic_tiny/SNIPER-0004.params")
-        dets = det(image_bgr)                      # Detections: boxes, scores, labels, names
+        dets = det(image_bgr)                      # Detections: boxes, scores, labels, names (, masks)
         cv2.imwrite("out.png", det.draw(image_bgr, dets))
     """
 
@@ -116,6 +118,9 @@ class Detector:
         self.module = mx.mod.Module(symbol, data_names=DATA_NAMES, label_names=None, context=self.contexts)
         self.module.bind(data_shapes(len(self.contexts), stride, stride), for_training=False)
         self.module.set_params(arg_params, aux_params, allow_missing=False, allow_extra=True)
+        if cfg.TRAIN.WITH_MASK and not rpn_only:
+            self.mask_head = MaskHead(cfg, num_classes, arg_params, aux_params, self.contexts[0], self.levels,
+                                      use_compiled_deformable(cfg, self.contexts))
 
     def _configure(self, cfg, contexts, rpn_only, source):
         """Everything but the network (a stand-in network, e.g. for tests or benchmarks, calls only this)."""
@@ -126,6 +131,7 @@ class Detector:
         self.images_per_device = images_per_device(cfg.TEST, len(self.levels))
         self.contexts = contexts if contexts is not None else parse_contexts(cfg.gpus)
         self.fp16 = fp16_enabled(cfg, "TEST", self.contexts)  # the body only: inputs and outputs stay float32
+        self.mask_head = None  # lib.inference.masks on the final detections (TRAIN.WITH_MASK networks)
 
     @classmethod
     def from_checkpoint(cls, model, num_classes=None, path=None, contexts=None, rpn_only=False, overrides=()):
@@ -161,12 +167,16 @@ class Detector:
                 raise ValueError(f"expected a BGR image array (H, W, 3), got "
                                  f"{getattr(image, 'shape', type(image).__name__)}")
         found = [Detections.from_array(d, self.classes) for d in self.detect(batch)]
+        if self.mask_head is not None:
+            found = [dataclasses.replace(dets, masks=self.mask_head.masks(image, dets.boxes, dets.labels))
+                     for dets, image in zip(found, batch)]
         return found[0] if single else found
 
     def draw(self, image, detections, thresh=0.5):
         """Copy of ``image`` with ``detections`` (Detections or (N, 6) rows) scoring at least ``thresh``."""
-        rows = detections.to_array() if isinstance(detections, Detections) else detections
-        return draw_detections(image, rows, self.classes, thresh)
+        if isinstance(detections, Detections):
+            return draw_detections(image, detections.to_array(), self.classes, thresh, masks=detections.masks)
+        return draw_detections(image, detections, self.classes, thresh)
 
     def _batch_counts(self, levels):
         """Images per device of each of ``levels``: the config's count of the same scale, else 1."""

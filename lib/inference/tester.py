@@ -22,6 +22,7 @@ from lib.dataset.proposals import write_proposals
 from lib.inference.detector import Detector
 from lib.inference.pipeline import RoidbImages
 from lib.inference.evaluator import coco_results, evaluate_coco, evaluate_voc
+from lib.inference.masks import image_segmentations
 from lib.train.checkpoint import output_dir
 
 logger = logging.getLogger(__name__)
@@ -74,7 +75,7 @@ def test(cfg, detector=None, checkpoint=None):
                "images": len(roidb), "tested": len(tested), "skipped": len(skipped),
                "skipped_images": [entry["image"] for entry in skipped]}
     if dataset.kind == "coco":
-        summary.update(_coco(dataset, roidb, found, tested, out_dir, image_set))
+        summary.update(_coco(dataset, roidb, found, tested, out_dir, image_set, detector.mask_head))
     else:
         summary.update(_voc(dataset, roidb, found, tested, out_dir))
     if skipped:
@@ -85,9 +86,13 @@ def test(cfg, detector=None, checkpoint=None):
     return summary
 
 
-def _coco(dataset, roidb, found, tested, out_dir, image_set):
+def _coco(dataset, roidb, found, tested, out_dir, image_set, mask_head=None):
     image_ids = [roidb[i]["id"] for i in tested]
-    results = coco_results([found[i] for i in tested], image_ids, dataset.category_ids)
+    segmentations = None
+    if mask_head is not None:  # instance masks of the final detections (lib.inference.masks)
+        by_index = image_segmentations(mask_head, RoidbImages(roidb), {i: found[i] for i in tested})
+        segmentations = [by_index[i] for i in tested]
+    results = coco_results([found[i] for i in tested], image_ids, dataset.category_ids, segmentations)
     path = os.path.join(out_dir, f"detections_{image_set}_results.json")
     write_json(results, path)
     logger.info("wrote %d detections to %s", len(results), path)
