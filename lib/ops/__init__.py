@@ -105,7 +105,11 @@ import os
 import mxnet as mx
 
 LIBRARY_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libsniper_ops.so")
-OPERATOR_NAMES = ("MultiProposalTarget", "CompiledDeformablePSROIPooling", "DeformableIm2Col")
+OPERATOR_NAMES = ("MultiProposalTarget", "CompiledDeformablePSROIPooling", "DeformableIm2Col",
+                  "MultiProposalTargetMask", "MaskRcnnTarget")
+# The reference fork's input names of the operators its mask symbol calls by keyword.
+KEYWORD_INPUTS = {"MultiProposalTargetMask": ("cls_prob", "bbox_pred", "im_info", "gt_boxes", "valid_ranges"),
+                  "MaskRcnnTarget": ("rois", "mask_polys", "mask_ids")}
 PROPOSAL_TARGET_RULES = ("reference", "exact")
 
 
@@ -138,6 +142,23 @@ def proposal_target_attrs(cfg):
     }
 
 
+def _accepting_input_keywords(function, op_name, input_names):
+    """``function`` (a library operator's generated front, inputs positional only) also taking its inputs
+    by the fork's names, as the reference's symbol files pass them."""
+    def operator(*inputs, **kwargs):
+        given_twice = [name for name in input_names[:len(inputs)] if name in kwargs]
+        if given_twice:
+            raise TypeError(f"{op_name}: input {given_twice[0]} given both by position and by name")
+        inputs += tuple(kwargs.pop(name) for name in input_names[len(inputs):] if name in kwargs)
+        if len(inputs) != len(input_names):
+            raise TypeError(f"{op_name}: takes the {len(input_names)} inputs {', '.join(input_names)} "
+                            f"(by position or by name), got {len(inputs)}")
+        return function(*inputs, **kwargs)
+    operator.__name__ = op_name
+    operator.__doc__ = f"{op_name}({', '.join(input_names)}, **attributes): see lib/ops/__init__.py."
+    return operator
+
+
 def load_library(path=LIBRARY_PATH):
     """Load the operator library once (later calls, or a second copy of this module, are no-ops)."""
     if not os.path.exists(path):
@@ -146,6 +167,8 @@ def load_library(path=LIBRARY_PATH):
         return
     mx.library.load(os.path.abspath(path), verbose=False)
     for namespace in (mx.nd, mx.sym):
+        for name, input_names in KEYWORD_INPUTS.items():
+            setattr(namespace, name, _accepting_input_keywords(getattr(namespace, name), name, input_names))
         for name in OPERATOR_NAMES:
             setattr(namespace.contrib, name, getattr(namespace, name))
 
