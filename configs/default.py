@@ -93,8 +93,9 @@ DEFAULTS = {
         "SHUFFLE": True,
         "FLIP": True,
         "ONLY_PROPOSAL": False,  # RPN-only training (first stage of negative chip mining)
-        # Instance masks (the reference's mask network): COCO polygons in the batch (gt_masks), the RPN on
-        # res4, the mask branch and its loss (symbols/mask.py); ResNet bodies only.
+        # Instance masks (the reference's mask network): COCO polygons are loaded with the boxes and every
+        # chip's batch gets ``gt_masks`` (B, 100, 500: lib/data/chip_masks.py); the network's RPN reads res4,
+        # and the mask branch and its loss are added (symbols/mask.py; not in RPN-only training). ResNets only.
         "WITH_MASK": False,
         "USE_NEG_CHIPS": True,
         "MAX_NEG_CHIPS": 2,  # negative chips sampled per image and epoch
