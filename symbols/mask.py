@@ -24,10 +24,33 @@ MASK_POOLED_SIZE = 14
 MASK_SIZE = 2 * MASK_POOLED_SIZE  # after the stride-2 deconvolution
 MASK_CONVS = 4
 MASK_ROIS_PER_CHIP = 50  # MultiProposalTargetMask's max_masks, MaskRcnnTarget's num_proposals
-MAX_GTS = 100  # gt_masks (chips, MAX_GTS, MAX_POLYGON_LEN): the iterator's polygon encoding
-MAX_POLYGON_LEN = 500
 OFFSET_LR_MULT = 0.01
 TRANS_STD = 0.1
+# What the fork's MultiProposalTargetMask fixes in its kernel (lib/ops): the config must agree.
+MASK_PROPOSAL_FIXED = {"PROPOSAL_TARGET_RULES": "reference", "FG_THRESH": 0.5, "BBOX_STDS": [0.1, 0.1, 0.2, 0.2],
+                       "BBOX_MEANS": [0.0, 0.0, 0.0, 0.0]}
+
+
+def proposal_target_mask_attrs(cfg, chips_per_device):
+    """MultiProposalTargetMask's attributes from the config. The operator is the fork's (its rules, fg
+    threshold and box-target stds are fixed): a config asking for others is refused, naming the key."""
+    for key, fixed in MASK_PROPOSAL_FIXED.items():
+        value = cfg.TRAIN[key]
+        if (list(value) if isinstance(fixed, list) else value) != fixed:
+            raise ValueError(f"config key TRAIN.{key} = {value!r}: the mask network's proposal targets "
+                             f"(MultiProposalTargetMask, the reference's) have {fixed!r}")
+    return {
+        "feature_stride": cfg.network.RPN_FEAT_STRIDE,
+        "scales": tuple(cfg.network.ANCHOR_SCALES),
+        "ratios": tuple(cfg.network.ANCHOR_RATIOS),
+        "rpn_pre_nms_top_n": cfg.TRAIN.RPN_PRE_NMS_TOP_N,
+        "rpn_post_nms_top_n": cfg.TRAIN.RPN_POST_NMS_TOP_N,
+        "threshold": cfg.TRAIN.RPN_NMS_THRESH,
+        "rpn_min_size": cfg.TRAIN.RPN_MIN_SIZE,
+        "batch_size": chips_per_device,
+        "max_masks": MASK_ROIS_PER_CHIP,
+        "max_gts": cfg.TRAIN.MAX_GT_PER_CHIP,
+    }
 
 
 def mask_logits(cfg, reduced, rois, head, num_fg_classes, fp16, compiled_deformable):

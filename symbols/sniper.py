@@ -32,8 +32,8 @@ import mxnet as mx
 from symbols.batch_norm import BatchNormPolicy
 from symbols.bodies import body_of
 from symbols.deformable import deformable_psroi_pooling
-from symbols.mask import MASK_ROIS_PER_CHIP, MASK_SIZE, MAX_GTS, MAX_POLYGON_LEN, mask_logits, mask_loss, \
-    mask_probabilities
+from symbols.mask import MASK_ROIS_PER_CHIP, MASK_SIZE, mask_logits, mask_loss, mask_probabilities, \
+    proposal_target_mask_attrs
 
 # Head widths: RPN 3x3 conv, R-CNN 1x1 reduction before pooling, the two fully connected layers; the
 # bilinear samples per pooled bin side; and how the R-CNN classification loss is normalised. The tiny
@@ -173,7 +173,7 @@ def _training_outputs(cfg, features, rpn, num_classes, chips_per_device, rpn_onl
     with mx.AttrScope(ctx_group=PROPOSAL_TARGET_GROUP):
         if cfg.TRAIN.WITH_MASK:
             targets = mx.sym.MultiProposalTargetMask(*proposal_inputs, name="proposal_target",
-                                                     **ops.proposal_target_mask_attrs(cfg, chips_per_device))
+                                                     **proposal_target_mask_attrs(cfg, chips_per_device))
         else:
             targets = mx.sym.MultiProposalTarget(*proposal_inputs, name="proposal_target",
                                                  **ops.proposal_target_attrs(cfg))
@@ -210,12 +210,13 @@ def _mask_training_outputs(cfg, reduced, targets, head, num_fg_classes, chips_pe
                            compiled_deformable):
     """[mask_prob, mask_targets]: the mask loss on MultiProposalTargetMask's mask rois (B*50, 5) and their
     gt indices (B*50, 1), -1 for none, whose 28x28 targets MaskRcnnTarget rasterises from ``gt_masks``."""
+    from lib.data.chip_masks import MAX_POLYGON_LEN  # gt_masks (chips, TRAIN.MAX_GT_PER_CHIP, MAX_POLYGON_LEN)
     mask_rois, mask_ids = mx.sym.BlockGrad(targets[4]), mx.sym.BlockGrad(targets[5])
     with mx.AttrScope(ctx_group=PROPOSAL_TARGET_GROUP):
         mask_targets, class_ids = mx.sym.MaskRcnnTarget(
             mask_rois, mx.sym.var("gt_masks"), mask_ids, name="mask_target", batch_size=chips_per_device,
             mask_size=MASK_SIZE, num_proposals=MASK_ROIS_PER_CHIP, max_polygon_len=MAX_POLYGON_LEN,
-            max_num_gts=MAX_GTS, num_classes=num_fg_classes)
+            max_num_gts=cfg.TRAIN.MAX_GT_PER_CHIP, num_classes=num_fg_classes)
     mask_targets, class_ids = mx.sym.BlockGrad(mask_targets), mx.sym.BlockGrad(class_ids)
     logits = mask_logits(cfg, reduced, mask_rois, head, num_fg_classes, bool(cfg.TRAIN.fp16), compiled_deformable)
     return [mask_loss(logits, mask_targets, class_ids, num_fg_classes, loss_scale),

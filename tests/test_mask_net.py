@@ -217,18 +217,22 @@ def _flat(value, prefix=""):
     return {prefix[:-1]: value}
 
 
+MASK_KEYS = {"TRAIN.WITH_MASK", "TRAIN.RPN_PRE_NMS_TOP_N"}
+
+
 @pytest.mark.parametrize("detector, with_masks, differences", [
-    ("sniper_res101_e2e", "sniper_res101_e2e_mask", {"TRAIN.WITH_MASK", "TRAIN.BATCH_IMAGES"}),
-    ("sniper_res101_e2e_autofocus", "sniper_res101_e2e_mask_autofocus", {"TRAIN.WITH_MASK", "TRAIN.BATCH_IMAGES"}),
-    ("sniper_synthetic_tiny", "sniper_synthetic_tiny_mask", {"TRAIN.WITH_MASK"}),
+    ("sniper_res101_e2e", "sniper_res101_e2e_mask", MASK_KEYS | {"TRAIN.BATCH_IMAGES"}),
+    ("sniper_res101_e2e_autofocus", "sniper_res101_e2e_mask_autofocus", MASK_KEYS | {"TRAIN.BATCH_IMAGES"}),
+    ("sniper_synthetic_tiny", "sniper_synthetic_tiny_mask", MASK_KEYS),
 ])
 def test_mask_configs_are_their_detectors_with_masks(detector, with_masks, differences):
     """As the reference's mask configs to their detection ones: masks on, 10 chips per GPU (the name, and
-    the output folder derived from it, apart)."""
+    the output folder derived from it, apart); and the proposals entering the training NMS capped at the
+    6000 the reference's mask proposal-target kernel keeps whatever its attribute says."""
     from lib.config import plain
 
     folder = os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", "faster")
     base, masks = (_flat(plain(build_cfg(path=os.path.join(folder, f"{name}.yml")))) for name in (detector, with_masks))
     changed = {key for key in base if base[key] != masks[key]} - {"name"}
     assert changed == differences
-    assert masks["TRAIN.WITH_MASK"] is True and masks["TRAIN.BATCH_IMAGES"] == (10 if "res101" in detector else 4)
+    assert masks["TRAIN.WITH_MASK"] is True and masks["TRAIN.RPN_PRE_NMS_TOP_N"] == 6000 and masks["TRAIN.BATCH_IMAGES"] == (10 if "res101" in detector else 4)
