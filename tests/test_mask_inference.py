@@ -200,3 +200,29 @@ def test_detector_of_a_mask_network_returns_and_draws_masks(tiny_mask_network):
     changed = (with_masks != plain).any(axis=2)
     assert not (changed & ~strongest.masks.any(axis=0)).any()
     assert strongest.masks.any() and changed.any()  # seeded weights: this mask covers 648 px
+
+
+def test_export_writes_the_mask_graph_stock_mxnet_runs(tiny_mask_network, tmp_path):
+    """The exported mask graph (stock operators) gives the in-repo mask graph's maps (compiled operators:
+    the same float32 sampling, different summation order, hence a tolerance)."""
+    from lib.config import with_overrides
+    from lib.inference.export import export_test_graph
+
+    cfg, (args, aux) = tiny_mask_network
+    model = str(tmp_path / "SNIPER-0001.params")
+    mx.nd.save(model, {**{f"arg:{k}": v for k, v in args.items()}, **{f"aux:{k}": v for k, v in aux.items()}})
+    cfg = with_overrides(cfg, {"TEST.MODEL": model, "dataset.NUM_CLASSES": 4})
+    paths = export_test_graph(cfg, str(tmp_path / "export" / "tiny"))
+    assert [os.path.basename(p) for p in paths] == ["tiny-symbol.json", "tiny-0000.params", "tiny-mask-symbol.json",
+                                                    "tiny-mask-0000.params", "tiny-model.json"]
+    with open(paths[-1]) as f:
+        assert json.load(f)["masks"]["outputs"] == ["mask_prob_output"]
+    symbol, exported_args, exported_aux = mx.model.load_checkpoint(str(tmp_path / "export" / "tiny-mask"), 0)
+    assert not any(n["op"].startswith("Compiled") for n in json.loads(symbol.tojson())["nodes"])
+    rng = np.random.RandomState(3)
+    data = mx.nd.array(rng.uniform(-100, 100, (1, 3, 64, 96)))
+    rois = mx.nd.array([[0, 4, 6, 40, 50], [0, 30, 10, 90, 60]])
+    stock = symbol.bind(mx.cpu(), {**exported_args, "data": data, "mask_rois": rois}, aux_states=exported_aux)
+    repo = mask_inference_symbol(cfg, 4, compiled_deformable=True).bind(
+        mx.cpu(), {**args, "data": data, "mask_rois": rois}, aux_states=aux)
+    np.testing.assert_allclose(stock.forward()[0].asnumpy(), repo.forward()[0].asnumpy(), rtol=1e-4, atol=1e-5)
