@@ -18,35 +18,30 @@ At test time ``mask_probabilities`` turns the logits into the per-class object p
 """
 import mxnet as mx
 
-from symbols.deformable import deformable_psroi_pooling
+from symbols.deformable import deformable_roi_pool
 
 MASK_POOLED_SIZE = 14
 MASK_SIZE = 2 * MASK_POOLED_SIZE  # after the stride-2 deconvolution
 MASK_CONVS = 4
 MASK_ROIS_PER_CHIP = 50  # MultiProposalTargetMask's max_masks, MaskRcnnTarget's num_proposals
-OFFSET_LR_MULT = 0.01
-TRANS_STD = 0.1
 # What the fork's MultiProposalTargetMask fixes in its kernel (lib/ops): the config must agree.
-MASK_PROPOSAL_FIXED = {"PROPOSAL_TARGET_RULES": "reference", "FG_THRESH": 0.5, "BBOX_STDS": [0.1, 0.1, 0.2, 0.2],
-                       "BBOX_MEANS": [0.0, 0.0, 0.0, 0.0]}
+MASK_PROPOSAL_FIXED = {"PROPOSAL_TARGET_RULES": "reference", "FG_THRESH": 0.5, "BBOX_STDS": [0.1, 0.1, 0.2, 0.2]}
+MASK_OPERATOR_FIXED = ("rules", "fg_thresh", "bbox_stds")  # MultiProposalTarget's attributes for those keys
 
 
 def proposal_target_mask_attrs(cfg, chips_per_device):
     """MultiProposalTargetMask's attributes from the config. The operator is the fork's (its rules, fg
-    threshold and box-target stds are fixed): a config asking for others is refused, naming the key."""
+    threshold and box-target stds are fixed): a config asking for others is refused, naming the key
+    (non-zero TRAIN.BBOX_MEANS as for MultiProposalTarget)."""
+    from lib.ops import proposal_target_attrs  # the attributes both proposal-target operators share
+
     for key, fixed in MASK_PROPOSAL_FIXED.items():
         value = cfg.TRAIN[key]
         if (list(value) if isinstance(fixed, list) else value) != fixed:
             raise ValueError(f"config key TRAIN.{key} = {value!r}: the mask network's proposal targets "
                              f"(MultiProposalTargetMask, the reference's) have {fixed!r}")
     return {
-        "feature_stride": cfg.network.RPN_FEAT_STRIDE,
-        "scales": tuple(cfg.network.ANCHOR_SCALES),
-        "ratios": tuple(cfg.network.ANCHOR_RATIOS),
-        "rpn_pre_nms_top_n": cfg.TRAIN.RPN_PRE_NMS_TOP_N,
-        "rpn_post_nms_top_n": cfg.TRAIN.RPN_POST_NMS_TOP_N,
-        "threshold": cfg.TRAIN.RPN_NMS_THRESH,
-        "rpn_min_size": cfg.TRAIN.RPN_MIN_SIZE,
+        **{key: value for key, value in proposal_target_attrs(cfg).items() if key not in MASK_OPERATOR_FIXED},
         "batch_size": chips_per_device,
         "max_masks": MASK_ROIS_PER_CHIP,
         "max_gts": cfg.TRAIN.MAX_GT_PER_CHIP,
@@ -55,16 +50,8 @@ def proposal_target_mask_attrs(cfg, chips_per_device):
 
 def mask_logits(cfg, reduced, rois, head, num_fg_classes, fp16, compiled_deformable):
     """(R, 2 C, 28, 28) logits of the R ``rois`` (R, 5) on the reduced features ``reduced``."""
-    pooling = dict(spatial_scale=1.0 / cfg.network.RCNN_FEAT_STRIDE, output_dim=head.rcnn_channels, group_size=1,
-                   pooled_size=MASK_POOLED_SIZE, part_size=MASK_POOLED_SIZE, sample_per_part=head.samples_per_part)
-    plain = deformable_psroi_pooling(reduced, rois, name="mask_offset_t", compiled=compiled_deformable, **pooling)
-    offset = mx.sym.FullyConnected(
-        plain, num_hidden=2 * MASK_POOLED_SIZE * MASK_POOLED_SIZE, name="mask_offset",
-        weight=mx.sym.var("mask_offset_weight", lr_mult=OFFSET_LR_MULT),
-        bias=mx.sym.var("mask_offset_bias", lr_mult=OFFSET_LR_MULT))
-    offset = mx.sym.Reshape(offset, shape=(-1, 2, MASK_POOLED_SIZE, MASK_POOLED_SIZE), name="mask_offset_reshape")
-    hidden = deformable_psroi_pooling(reduced, rois, name="mask_deformable_roi_pool", trans=offset,
-                                      trans_std=TRANS_STD, compiled=compiled_deformable, **pooling)
+    hidden = deformable_roi_pool(reduced, rois, "mask_", MASK_POOLED_SIZE, 1.0 / cfg.network.RCNN_FEAT_STRIDE,
+                                 head.rcnn_channels, head.samples_per_part, compiled_deformable)
     if fp16:
         hidden = mx.sym.Cast(hidden, dtype="float16", name="mask_pool_fp16")
     for index in range(1, MASK_CONVS + 1):

@@ -31,7 +31,7 @@ import mxnet as mx
 
 from symbols.batch_norm import BatchNormPolicy
 from symbols.bodies import body_of
-from symbols.deformable import deformable_psroi_pooling
+from symbols.deformable import deformable_roi_pool
 from symbols.mask import MASK_ROIS_PER_CHIP, MASK_SIZE, mask_logits, mask_loss, mask_probabilities, \
     proposal_target_mask_attrs
 
@@ -63,8 +63,6 @@ FOCUS_CHANNELS = 256  # the FocusPixel branch's two hidden convolutions
 RpnOutputs = namedtuple("RpnOutputs", ["cls_score_reshape", "cls_prob_map", "bbox_pred"])
 
 POOLED_SIZE = 7
-TRANS_STD = 0.1
-OFFSET_LR_MULT = 0.01
 RPN_BBOX_LOSS_WEIGHT = 3.0  # RPN smooth-L1 is scaled by 3 / (chips * RPN_BATCH_SIZE)
 RCNN_BBOX_NORMALISER = 188.0  # R-CNN smooth-L1 is scaled by 1 / (188 * TRAIN.RCNN_BBOX_LOSS_CHIPS or chips)
 # The proposal-target operator (and its gt/im_info/valid_ranges inputs) form this context group: its
@@ -279,18 +277,8 @@ def _reduced_features(features, head):
 
 def _rcnn_head(cfg, reduced, rois, head, num_classes, compiled_deformable):
     """Deformable PS-ROI pooling 7x7 of the reduced features, two FC layers, classifier and class-agnostic box."""
-    pooling = dict(spatial_scale=1.0 / cfg.network.RCNN_FEAT_STRIDE, output_dim=head.rcnn_channels, group_size=1,
-                   pooled_size=POOLED_SIZE, part_size=POOLED_SIZE, sample_per_part=head.samples_per_part)
-    # The part offsets are regressed from a plain (offset-free) pooling of the same roi.
-    plain = deformable_psroi_pooling(reduced, rois, name="offset_t", compiled=compiled_deformable, **pooling)
-    offset = mx.sym.FullyConnected(
-        plain, num_hidden=2 * POOLED_SIZE * POOLED_SIZE, name="offset",
-        weight=mx.sym.var("offset_weight", lr_mult=OFFSET_LR_MULT),
-        bias=mx.sym.var("offset_bias", lr_mult=OFFSET_LR_MULT))
-    offset = mx.sym.Reshape(offset, shape=(-1, 2, POOLED_SIZE, POOLED_SIZE), name="offset_reshape")
-    pooled = deformable_psroi_pooling(reduced, rois, name="deformable_roi_pool", trans=offset, trans_std=TRANS_STD,
-                                      compiled=compiled_deformable, **pooling)
-    hidden = pooled
+    hidden = deformable_roi_pool(reduced, rois, "", POOLED_SIZE, 1.0 / cfg.network.RCNN_FEAT_STRIDE,
+                                 head.rcnn_channels, head.samples_per_part, compiled_deformable)
     for index in (1, 2):
         hidden = mx.sym.FullyConnected(hidden, num_hidden=head.fc_channels, name=f"fc_new_{index}")
         hidden = mx.sym.Activation(hidden, act_type="relu", name=f"fc_new_{index}_relu")

@@ -236,3 +236,15 @@ def test_mask_configs_are_their_detectors_with_masks(detector, with_masks, diffe
     changed = {key for key in base if base[key] != masks[key]} - {"name"}
     assert changed == differences
     assert masks["TRAIN.WITH_MASK"] is True and masks["TRAIN.RPN_PRE_NMS_TOP_N"] == 6000 and masks["TRAIN.BATCH_IMAGES"] == (10 if "res101" in detector else 4)
+
+
+def test_mask_proposal_target_attributes_come_from_the_config():
+    from symbols.mask import proposal_target_mask_attrs
+
+    attrs = proposal_target_mask_attrs(mask_cfg(**{"TRAIN.RPN_PRE_NMS_TOP_N": 6000, "TRAIN.RPN_POST_NMS_TOP_N": 128}), 3)
+    assert attrs == {"feature_stride": 16, "scales": (2, 4, 7, 10, 13, 16, 24), "ratios": (0.5, 1.0, 2.0),
+                     "rpn_pre_nms_top_n": 6000, "rpn_post_nms_top_n": 128, "threshold": 0.7, "rpn_min_size": 3,
+                     "batch_size": 3, "max_masks": 50, "max_gts": 100}
+    for key, value in (("FG_THRESH", 0.6), ("BBOX_STDS", [0.1, 0.1, 0.3, 0.3]), ("PROPOSAL_TARGET_RULES", "exact")):
+        with pytest.raises(ValueError, match=f"TRAIN.{key}"):
+            proposal_target_mask_attrs(mask_cfg(**{f"TRAIN.{key}": value}), 3)
