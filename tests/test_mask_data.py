@@ -104,6 +104,8 @@ def test_encoding_truncates_polygons_as_the_reference_hand_worked():
     assert out[3, :3].tolist() == [3, 1, 496] and out[3, 498] != -1 and out[3, 499] == -1
     # no polygon (RLE-only annotation): an empty mask
     assert out[4, :2].tolist() == [4, 0] and (out[4, 2:] == -1).all() and (out[5:] == -1).all()
+    # a chip without boxes: padding only
+    assert (encode_polygons(np.zeros(0, int), np.zeros(0, int), np.zeros(0), [], out) == -1).all()
 
 
 def test_encoding_layout_against_an_independent_decoding():
@@ -193,6 +195,17 @@ def test_with_mask_roidb_is_cached_apart_and_flipped(tmp_path):
     assert mirrored["flipped"]
     np.testing.assert_array_equal(mirrored["mask_coords"][0::2], 99 - unflipped["mask_coords"][0::2])
     np.testing.assert_array_equal(mirrored["mask_coords"][1::2], unflipped["mask_coords"][1::2])
+
+
+def test_with_mask_on_a_voc_dataset_is_refused_naming_the_key(tmp_path):
+    lists = tmp_path / "VOC2007" / "ImageSets" / "Main"
+    lists.mkdir(parents=True)
+    (lists / "trainval.txt").write_text("000001\n")
+    cfg = load_config(None, [("dataset.dataset", "pascal_voc"), ("dataset.dataset_path", str(tmp_path)),
+                             ("dataset.image_set", "2007_trainval"), ("dataset.root_path", str(tmp_path / "root")),
+                             ("TRAIN.WITH_MASK", True)])
+    with pytest.raises(ValueError, match="TRAIN.WITH_MASK.*COCO-format"):
+        load_roidb(cfg, "2007_trainval")
 
 
 # -- the loader ------------------------------------------------------------------------------------------------

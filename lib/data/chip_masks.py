@@ -23,23 +23,28 @@ MAX_POLYGON_LEN = 500  # floats per row: the reference's max_poly_len, MaskRcnnT
 def encode_polygons(counts, lengths, coords, categories, out):
     """Fill ``out`` (rows, MAX_POLYGON_LEN) with the layout above for boxes with ``counts`` (K,) polygons
     of ``lengths`` coordinates (ragged, lib/dataset/polygons.py) and ``categories`` (K,); boxes beyond
-    the rows are left out, as the reference leaves them out (the caller drops their gt_boxes too)."""
+    the rows are left out, as the reference leaves them out (the caller drops their gt_boxes too).
+    Vectorised over polygons and coordinates (a Python loop per box cost ~40 us a box)."""
     out[...] = -1
-    width = out.shape[1]
-    first_polygon, first_coord = 0, 0
-    for row, (count, category) in enumerate(zip(counts, categories)):
-        if row >= len(out):
-            break
-        polygon_lengths = lengths[first_polygon:first_polygon + count]
-        ends = 2 + count + np.cumsum(polygon_lengths)
-        kept = int(np.searchsorted(ends, width, side="right"))  # ends rise: the polygons that fit come first
-        used = int(ends[kept - 1]) - 2 - count if kept else 0
-        target = out[row]
-        target[0], target[1] = category, kept
-        target[2:2 + kept] = polygon_lengths[:kept]
-        target[2 + kept:2 + kept + used] = coords[first_coord:first_coord + used]
-        first_polygon += count
-        first_coord += int(polygon_lengths.sum())
+    rows, width = min(len(counts), len(out)), out.shape[1]
+    counts = np.asarray(counts[:rows], np.int64)
+    lengths = np.asarray(lengths[:int(counts.sum())], np.int64)
+    box = np.repeat(np.arange(rows), counts)  # the box of each polygon
+    box_coords = np.bincount(box, weights=lengths, minlength=rows).astype(np.int64)
+    box_start = np.cumsum(box_coords) - box_coords  # the first coordinate of each box
+    polygon_end = np.cumsum(lengths) - box_start[box]  # each polygon's end, counted from its box's start
+    fits = 2 + counts[box] + polygon_end <= width  # a prefix of each box's polygons: the ends rise
+    kept = np.bincount(box, weights=fits, minlength=rows).astype(np.int64)
+    out[:rows, 0] = np.asarray(categories, np.float32)[:rows]
+    out[:rows, 1] = kept
+    first_polygon = np.cumsum(counts) - counts
+    index_in_box = np.arange(len(lengths)) - first_polygon[box]
+    out[box[fits], 2 + index_in_box[fits]] = lengths[fits]
+    coord_polygon = np.repeat(np.arange(len(lengths)), lengths)
+    written = fits[coord_polygon]
+    coord_box = box[coord_polygon][written]
+    column = 2 + kept[coord_box] + np.flatnonzero(written) - box_start[coord_box]
+    out[coord_box, column] = np.asarray(coords, np.float32)[:len(coord_polygon)][written]
     return out
 
 

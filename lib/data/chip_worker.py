@@ -19,7 +19,7 @@ from lib.data.chip_masks import MAX_POLYGON_LEN, chip_gt_masks
 from lib.data.epoch_plan import mine_images
 from lib.data.focus_labels import FocusLabelParams, focus_labels
 from lib.data.image_cache import DecodedImageCache
-from lib.dataset.image_io import check_annotated_size, read_image
+from lib.dataset.image_io import read_roidb_image
 from lib.dataset.polygons import select_polygons
 from lib.scales import scaled_image_size
 
@@ -113,8 +113,7 @@ class ChipWorker:
         entry = self.roidb[chip.image_index]
         start = time.perf_counter()
         try:
-            image, decoded_now = self.images.get(entry["image"], read_image)
-            check_annotated_size(entry, image)
+            image, decoded_now = self.images.get(entry["image"], lambda _: read_roidb_image(entry))
         except IOError as err:
             return ("bad_image", tag, position, entry["image"], str(err))
         decoded = time.perf_counter()
