@@ -93,6 +93,36 @@ inline mxnet::ext::MXReturnValue ZeroDeviceGradients(const char* op_name, std::v
 }
 #endif  // SNIPER_WITH_CUDA
 
+// lib_api forward / backward callbacks of an operator computing with `Compute` on the host; `kName`
+// (a char array) names it in errors.
+template <HostCompute Compute>
+mxnet::ext::MXReturnValue HostForward(const OpAttrs& attrs, std::vector<mxnet::ext::MXTensor>* inputs,
+                                      std::vector<mxnet::ext::MXTensor>* outputs, const mxnet::ext::OpResource& res) {
+  return ForwardHostBuffers(Compute, attrs, inputs, outputs);
+}
+
+inline mxnet::ext::MXReturnValue HostZeroBackward(const OpAttrs& attrs, std::vector<mxnet::ext::MXTensor>* inputs,
+                                                  std::vector<mxnet::ext::MXTensor>* outputs,
+                                                  const mxnet::ext::OpResource& res) {
+  return ZeroHostGradients(outputs);
+}
+
+#ifdef SNIPER_WITH_CUDA
+template <const char* kName, HostCompute Compute>
+mxnet::ext::MXReturnValue DeviceForward(const OpAttrs& attrs, std::vector<mxnet::ext::MXTensor>* inputs,
+                                        std::vector<mxnet::ext::MXTensor>* outputs,
+                                        const mxnet::ext::OpResource& res) {
+  return ForwardDeviceBuffers(kName, Compute, attrs, inputs, outputs, res);
+}
+
+template <const char* kName>
+mxnet::ext::MXReturnValue DeviceZeroBackward(const OpAttrs& attrs, std::vector<mxnet::ext::MXTensor>* inputs,
+                                             std::vector<mxnet::ext::MXTensor>* outputs,
+                                             const mxnet::ext::OpResource& res) {
+  return ZeroDeviceGradients(kName, outputs, res);
+}
+#endif  // SNIPER_WITH_CUDA
+
 // The input/output dtype rule of these operators: float32 only.
 inline mxnet::ext::MXReturnValue InferFloat32(const char* op_name, const char* const* input_names,
                                               std::vector<int>* in_types, std::vector<int>* out_types) {
@@ -149,6 +179,32 @@ inline bool CheckInputShape(const char* op_name, const char* input_name, const s
                  << ShapeString(shape);
   }
   return ok;
+}
+
+// The inputs of the proposal-target operators, named `names`: cls_prob (B, 2A, H, W), bbox_pred (B, 4A,
+// H, W), im_info (B, 3), gt_boxes (B, gt_rows, 5) (gt_rows 0: any, described by `gt_layout`),
+// valid_ranges (B, 2). Sets the batch size (0 while unknown) and the map size; false with the reason.
+inline bool CheckProposalInputs(const char* op_name, const char* const* names,
+                                const std::vector<std::vector<unsigned int>>& shapes, unsigned int anchors,
+                                unsigned int gt_rows, const std::string& gt_layout, unsigned int* batch,
+                                unsigned int* height, unsigned int* width) {
+  *batch = *height = *width = 0;
+  for (const auto& shape : shapes) {
+    if (*batch == 0 && !shape.empty()) *batch = shape[0];
+  }
+  for (int i : {0, 1}) {
+    if (shapes[i].size() == 4) {
+      *height = *height ? *height : shapes[i][2];
+      *width = *width ? *width : shapes[i][3];
+    }
+  }
+  const unsigned int b = *batch, h = *height, w = *width;
+  const std::string score_layout = "(B, 2A, H, W) with A = len(scales) * len(ratios) = " + std::to_string(anchors);
+  return CheckInputShape(op_name, names[0], shapes[0], {b, 2 * anchors, h, w}, score_layout) &&
+         CheckInputShape(op_name, names[1], shapes[1], {b, 4 * anchors, h, w}, "(B, 4A, H, W) like cls_prob") &&
+         CheckInputShape(op_name, names[2], shapes[2], {b, 3}, "(B, 3)") &&
+         CheckInputShape(op_name, names[3], shapes[3], {b, gt_rows, 5}, gt_layout) &&
+         CheckInputShape(op_name, names[4], shapes[4], {b, 2}, "(B, 2)");
 }
 
 }  // namespace sniper

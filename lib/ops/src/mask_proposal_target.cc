@@ -85,30 +85,49 @@ void ChipMaskProposalTargets(const MaskProposalParams& params, const std::vector
 
   // The host's std::sort of the element indices by descending score: the same call on the same sequence
   // gives the fork's order, ties included (libstdc++'s introsort; lib/ops/reference_mask.py transcribes it).
-  std::vector<int>& order = work->order;
+  // The scores travel with the indices: the comparisons, hence the moves, are the fork's.
+  std::vector<ScoredIndex>& order = work->order;
   order.resize(count);
-  for (int i = 0; i < count; ++i) order[i] = i;
+  for (int i = 0; i < count; ++i) order[i] = {work->scores[i], i};
+  std::sort(order.begin(), order.end(), [](const ScoredIndex& a, const ScoredIndex& b) { return a.score > b.score; });
   const float* scores = work->scores.data();
-  std::sort(order.begin(), order.end(), [scores](int i, int j) { return scores[i] > scores[j]; });
 
   // NonMaximumSuppressionCu: the first min(pre_nms_top_n, count) positions, greedy; a box is suppressed
   // when its overlap (+1 intersection, no-+1 areas, float32) with a kept one is > the threshold (double).
   const int candidates = params.pre_nms_top_n > 0 ? std::min(params.pre_nms_top_n, count) : count;
+  // A float32 overlap o is > the double threshold exactly when o > the largest float <= it.
+  float threshold = static_cast<float>(params.nms_threshold);
+  if (static_cast<double>(threshold) > params.nms_threshold) threshold = std::nextafter(threshold, -1.0f);
   work->kept.clear();
-  work->kept_areas.clear();
+  for (auto* column : {&work->kept_x1, &work->kept_y1, &work->kept_x2, &work->kept_y2, &work->kept_areas}) {
+    column->clear();
+  }
+  // Whether a kept box overlaps `box` above the threshold; blocks without early exits vectorise.
+  auto suppressed = [&](const Box& box, float area) {
+    const float *x1 = work->kept_x1.data(), *y1 = work->kept_y1.data();
+    const float *x2 = work->kept_x2.data(), *y2 = work->kept_y2.data(), *kept_area = work->kept_areas.data();
+    const size_t num_kept = work->kept.size();
+    for (size_t start = 0; start < num_kept; start += 32) {
+      const size_t end = std::min(num_kept, start + 32);
+      int hits = 0;
+      for (size_t k = start; k < end; ++k) {
+        hits |= InflatedOverlap({x1[k], y1[k], x2[k], y2[k]}, kept_area[k], box, area) > threshold;
+      }
+      if (hits) return true;
+    }
+    return false;
+  };
   for (int p = 0; p < candidates && static_cast<int>(work->kept.size()) < num_rois; ++p) {
-    const int i = order[p];
+    const int i = order[p].index;
     if (scores[i] == kDropped) continue;
     const Box& box = work->boxes[i];
-    const float area = work->areas[i];
-    bool suppressed = false;
-    for (size_t k = 0; k < work->kept.size() && !suppressed; ++k) {
-      suppressed = static_cast<double>(InflatedOverlap(work->kept[k], work->kept_areas[k], box, area)) >
-                   params.nms_threshold;
-    }
-    if (suppressed) continue;
+    if (suppressed(box, work->areas[i])) continue;
     work->kept.push_back(box);
-    work->kept_areas.push_back(area);
+    work->kept_x1.push_back(box.x1);
+    work->kept_y1.push_back(box.y1);
+    work->kept_x2.push_back(box.x2);
+    work->kept_y2.push_back(box.y2);
+    work->kept_areas.push_back(work->areas[i]);
   }
 
   // Rois: kept boxes, then [t % 100, t % 100, t % 100 + 200, t % 100 + 200]; gt row t (class != -1,

@@ -29,13 +29,18 @@ struct MaskProposalParams {
 // arithmetic (floor(size / ratio), floor(x + 0.5)); ratio-major.
 std::vector<Box> ForkAnchors(int stride, const std::vector<float>& ratios, const std::vector<float>& scales);
 
+struct ScoredIndex {
+  float score;
+  int index;
+};
+
 // Scratch reused across the chips one thread handles.
 struct MaskChipWorkspace {
   std::vector<Box> boxes;
   std::vector<float> scores, areas;
-  std::vector<int> order;
+  std::vector<ScoredIndex> order;
   std::vector<Box> kept;
-  std::vector<float> kept_areas;
+  std::vector<float> kept_x1, kept_y1, kept_x2, kept_y2, kept_areas;  // for the vectorisable overlap scan
 };
 
 // One chip: rois, labels, targets, weights as the fork's kernels leave them, and for each of the R rois

@@ -22,14 +22,13 @@
 
 using mxnet::ext::MXReturnValue;
 using mxnet::ext::MXTensor;
-using mxnet::ext::OpResource;
 using mxnet::ext::MX_FAIL;
 using mxnet::ext::MX_SUCCESS;
 using sniper::OpAttrs;
 
 namespace {
 
-constexpr const char* kOpName = "MaskRcnnTarget";
+constexpr char kOpName[] = "MaskRcnnTarget";
 constexpr int kNumInputs = 3;
 constexpr int kNumOutputs = 2;
 const char* const kInputNames[kNumInputs] = {"rois", "mask_polys", "mask_ids"};
@@ -159,38 +158,16 @@ MXReturnValue ComputeOnHost(const OpAttrs& attrs, const std::vector<MXTensor>& t
   return MX_SUCCESS;
 }
 
-MXReturnValue forwardCPU(const OpAttrs& attrs, std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
-                         const OpResource& res) {
-  return sniper::ForwardHostBuffers(ComputeOnHost, attrs, inputs, outputs);
-}
-
-MXReturnValue backwardCPU(const OpAttrs& attrs, std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
-                          const OpResource& res) {
-  return sniper::ZeroHostGradients(outputs);
-}
-
-#ifdef SNIPER_WITH_CUDA
-MXReturnValue forwardGPU(const OpAttrs& attrs, std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
-                         const OpResource& res) {
-  return sniper::ForwardDeviceBuffers(kOpName, ComputeOnHost, attrs, inputs, outputs, res);
-}
-
-MXReturnValue backwardGPU(const OpAttrs& attrs, std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
-                          const OpResource& res) {
-  return sniper::ZeroDeviceGradients(kOpName, outputs, res);
-}
-#endif  // SNIPER_WITH_CUDA
-
 }  // namespace
 
 REGISTER_OP(MaskRcnnTarget)
     .setParseAttrs(parseAttrs)
     .setInferType(inferType)
     .setInferShape(inferShape)
-    .setForward(forwardCPU, "cpu")
-    .setBackward(backwardCPU, "cpu")
+    .setForward(sniper::HostForward<ComputeOnHost>, "cpu")
+    .setBackward(sniper::HostZeroBackward, "cpu")
 #ifdef SNIPER_WITH_CUDA
-    .setForward(forwardGPU, "gpu")
-    .setBackward(backwardGPU, "gpu")
+    .setForward(sniper::DeviceForward<kOpName, ComputeOnHost>, "gpu")
+    .setBackward(sniper::DeviceZeroBackward<kOpName>, "gpu")
 #endif
     ;

@@ -23,14 +23,13 @@
 
 using mxnet::ext::MXReturnValue;
 using mxnet::ext::MXTensor;
-using mxnet::ext::OpResource;
 using mxnet::ext::MX_FAIL;
 using mxnet::ext::MX_SUCCESS;
 using sniper::OpAttrs;
 
 namespace {
 
-constexpr const char* kOpName = "MultiProposalTargetMask";
+constexpr char kOpName[] = "MultiProposalTargetMask";
 constexpr int kNumInputs = 5;
 constexpr int kNumOutputs = 6;
 const char* const kInputNames[kNumInputs] = {"cls_prob", "bbox_pred", "im_info", "gt_boxes", "valid_ranges"};
@@ -101,27 +100,12 @@ MXReturnValue inferShape(const OpAttrs& attrs, std::vector<std::vector<unsigned 
                          std::vector<std::vector<unsigned int>>* out_shapes) {
   sniper::MaskProposalParams params{};
   if (!ParseParams(attrs, &params)) return MX_FAIL;
-  const auto& shapes = *in_shapes;
-  unsigned int batch = 0, height = 0, width = 0;
-  for (const auto& shape : shapes) {
-    if (batch == 0 && !shape.empty()) batch = shape[0];
-  }
-  for (int i : {0, 1}) {
-    if (shapes[i].size() == 4) {
-      height = height ? height : shapes[i][2];
-      width = width ? width : shapes[i][3];
-    }
-  }
   const unsigned int anchors = static_cast<unsigned int>(params.num_anchors());
   const unsigned int max_gts = static_cast<unsigned int>(params.max_gts);
-  const std::string score_layout = "(B, 2A, H, W) with A = len(scales) * len(ratios) = " + std::to_string(anchors);
-  const std::string gt_layout = "(B, max_gts, 5) with max_gts = " + std::to_string(max_gts);
-  if (!sniper::CheckInputShape(kOpName, kInputNames[0], shapes[0], {batch, 2 * anchors, height, width}, score_layout) ||
-      !sniper::CheckInputShape(kOpName, kInputNames[1], shapes[1], {batch, 4 * anchors, height, width},
-                               "(B, 4A, H, W) like cls_prob") ||
-      !sniper::CheckInputShape(kOpName, kInputNames[2], shapes[2], {batch, 3}, "(B, 3)") ||
-      !sniper::CheckInputShape(kOpName, kInputNames[3], shapes[3], {batch, max_gts, 5}, gt_layout) ||
-      !sniper::CheckInputShape(kOpName, kInputNames[4], shapes[4], {batch, 2}, "(B, 2)")) {
+  unsigned int batch, height, width;
+  if (!sniper::CheckProposalInputs(kOpName, kInputNames, *in_shapes, anchors, max_gts,
+                                   "(B, max_gts, 5) with max_gts = " + std::to_string(max_gts), &batch, &height,
+                                   &width)) {
     return MX_FAIL;
   }
   if (static_cast<uint64_t>(anchors) * height * width >= (1u << 30)) {
@@ -129,7 +113,7 @@ MXReturnValue inferShape(const OpAttrs& attrs, std::vector<std::vector<unsigned 
                  << " feature map are too many";
     return MX_FAIL;
   }
-  if (shapes[0].empty()) return MX_SUCCESS;  // the fork, too, waits for cls_prob's shape
+  if (batch == 0) return MX_SUCCESS;  // outputs stay unknown until the batch size is
   const unsigned int rows = batch * static_cast<unsigned int>(params.post_nms_top_n);
   const unsigned int masks = batch * static_cast<unsigned int>(params.max_masks);
   *out_shapes = {{rows, 5}, {rows, 1}, {rows, 4}, {rows, 4}, {masks, 5}, {masks, 1}};
@@ -172,38 +156,16 @@ MXReturnValue ComputeOnHost(const OpAttrs& attrs, const std::vector<MXTensor>& t
   return MX_SUCCESS;
 }
 
-MXReturnValue forwardCPU(const OpAttrs& attrs, std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
-                         const OpResource& res) {
-  return sniper::ForwardHostBuffers(ComputeOnHost, attrs, inputs, outputs);
-}
-
-MXReturnValue backwardCPU(const OpAttrs& attrs, std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
-                          const OpResource& res) {
-  return sniper::ZeroHostGradients(outputs);
-}
-
-#ifdef SNIPER_WITH_CUDA
-MXReturnValue forwardGPU(const OpAttrs& attrs, std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
-                         const OpResource& res) {
-  return sniper::ForwardDeviceBuffers(kOpName, ComputeOnHost, attrs, inputs, outputs, res);
-}
-
-MXReturnValue backwardGPU(const OpAttrs& attrs, std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
-                          const OpResource& res) {
-  return sniper::ZeroDeviceGradients(kOpName, outputs, res);
-}
-#endif  // SNIPER_WITH_CUDA
-
 }  // namespace
 
 REGISTER_OP(MultiProposalTargetMask)
     .setParseAttrs(parseAttrs)
     .setInferType(inferType)
     .setInferShape(inferShape)
-    .setForward(forwardCPU, "cpu")
-    .setBackward(backwardCPU, "cpu")
+    .setForward(sniper::HostForward<ComputeOnHost>, "cpu")
+    .setBackward(sniper::HostZeroBackward, "cpu")
 #ifdef SNIPER_WITH_CUDA
-    .setForward(forwardGPU, "gpu")
-    .setBackward(backwardGPU, "gpu")
+    .setForward(sniper::DeviceForward<kOpName, ComputeOnHost>, "gpu")
+    .setBackward(sniper::DeviceZeroBackward<kOpName>, "gpu")
 #endif
     ;
