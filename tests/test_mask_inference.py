@@ -226,3 +226,38 @@ def test_export_writes_the_mask_graph_stock_mxnet_runs(tiny_mask_network, tmp_pa
     repo = mask_inference_symbol(cfg, 4, compiled_deformable=True).bind(
         mx.cpu(), {**args, "data": data, "mask_rois": rois}, aux_states=aux)
     np.testing.assert_allclose(stock.forward()[0].asnumpy(), repo.forward()[0].asnumpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_viewer_tints_the_masks_of_a_results_file(tmp_path):
+    """tools/visualize_detections.py on a grey 200x100 image: a detection box 20..119 x 10..69 whose mask
+    is its left half; the picture (640 px wide: x3.2, under a 24-px legend) is tinted there only."""
+    import subprocess
+    import sys
+
+    import cv2
+
+    from conftest import ROOT
+
+    folder = tmp_path / "images"
+    folder.mkdir()
+    cv2.imwrite(str(folder / "000000000007.png"), np.full((100, 200, 3), 128, np.uint8))
+    mask = np.zeros((1, 100, 200), bool)
+    mask[0, 10:70, 20:70] = True
+    results = [{"image_id": 7, "category_id": 3, "bbox": [20, 10, 100, 60], "score": 0.9,
+                "segmentation": encode_masks(mask)[0]}]
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    tool = [sys.executable, os.path.join(ROOT, "tools", "visualize_detections.py"), "--folder", str(folder),
+            "--out", str(tmp_path / "out")]
+    done = subprocess.run(tool + ["--results", str(tmp_path / "results.json")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    sheet = cv2.imread(str(tmp_path / "out" / "detections_000.png")).astype(int)
+
+    def pixel(x, y):
+        return sheet[24 + int(y * 3.2), int(x * 3.2)]
+
+    assert np.abs(pixel(45, 40) - 128).max() > 20  # inside the mask: tinted
+    assert (pixel(95, 40) == 128).all() and (pixel(150, 40) == 128).all()  # in the box beyond the mask; outside
+    results[0]["segmentation"] = {"size": [100, 200], "counts": 5}
+    (tmp_path / "broken.json").write_text(json.dumps(results))
+    failed = subprocess.run(tool + ["--results", str(tmp_path / "broken.json")], capture_output=True, text=True)
+    assert failed.returncode == 1 and "not a COCO RLE" in failed.stderr and "Traceback" not in failed.stderr
