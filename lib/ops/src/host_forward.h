@@ -93,6 +93,16 @@ inline mxnet::ext::MXReturnValue ZeroDeviceGradients(const char* op_name, std::v
 }
 #endif  // SNIPER_WITH_CUDA
 
+// lib_api parse-attributes callback: `Parse` must accept the attributes; fixed input / output counts.
+template <class Params, bool (*Parse)(const OpAttrs&, Params*), int kInputs, int kOutputs>
+mxnet::ext::MXReturnValue ParseAttrsCallback(const OpAttrs& attrs, int* num_inputs, int* num_outputs) {
+  Params params{};
+  if (!Parse(attrs, &params)) return mxnet::ext::MX_FAIL;
+  *num_inputs = kInputs;
+  *num_outputs = kOutputs;
+  return mxnet::ext::MX_SUCCESS;
+}
+
 // lib_api forward / backward callbacks of an operator computing with `Compute` on the host; `kName`
 // (a char array) names it in errors.
 template <HostCompute Compute>
@@ -123,13 +133,13 @@ mxnet::ext::MXReturnValue DeviceZeroBackward(const OpAttrs& attrs, std::vector<m
 }
 #endif  // SNIPER_WITH_CUDA
 
-// The input/output dtype rule of these operators: float32 only.
-inline mxnet::ext::MXReturnValue InferFloat32(const char* op_name, const char* const* input_names,
-                                              std::vector<int>* in_types, std::vector<int>* out_types) {
+// The input/output dtype rule of these operators, as a lib_api callback: float32 only.
+template <const char* kName, const char* const* kInputNames>
+mxnet::ext::MXReturnValue Float32Types(const OpAttrs& attrs, std::vector<int>* in_types, std::vector<int>* out_types) {
   for (size_t i = 0; i < in_types->size(); ++i) {
     const int type = (*in_types)[i];
     if (type != -1 && type != mxnet::ext::kFloat32) {
-      MX_ERROR_MSG << op_name << ": input " << input_names[i] << " must be float32, got MXNet dtype code " << type;
+      MX_ERROR_MSG << kName << ": input " << kInputNames[i] << " must be float32, got MXNet dtype code " << type;
       return mxnet::ext::MX_FAIL;
     }
     (*in_types)[i] = mxnet::ext::kFloat32;

@@ -84,18 +84,6 @@ bool ParseParams(const OpAttrs& attrs, sniper::MaskProposalParams* params) {
   return true;
 }
 
-MXReturnValue parseAttrs(const OpAttrs& attrs, int* num_inputs, int* num_outputs) {
-  sniper::MaskProposalParams params{};
-  if (!ParseParams(attrs, &params)) return MX_FAIL;
-  *num_inputs = kNumInputs;
-  *num_outputs = kNumOutputs;
-  return MX_SUCCESS;
-}
-
-MXReturnValue inferType(const OpAttrs& attrs, std::vector<int>* in_types, std::vector<int>* out_types) {
-  return sniper::InferFloat32(kOpName, kInputNames, in_types, out_types);
-}
-
 MXReturnValue inferShape(const OpAttrs& attrs, std::vector<std::vector<unsigned int>>* in_shapes,
                          std::vector<std::vector<unsigned int>>* out_shapes) {
   sniper::MaskProposalParams params{};
@@ -159,8 +147,8 @@ MXReturnValue ComputeOnHost(const OpAttrs& attrs, const std::vector<MXTensor>& t
 }  // namespace
 
 REGISTER_OP(MultiProposalTargetMask)
-    .setParseAttrs(parseAttrs)
-    .setInferType(inferType)
+    .setParseAttrs(sniper::ParseAttrsCallback<sniper::MaskProposalParams, ParseParams, kNumInputs, kNumOutputs>)
+    .setInferType(sniper::Float32Types<kOpName, kInputNames>)
     .setInferShape(inferShape)
     .setForward(sniper::HostForward<ComputeOnHost>, "cpu")
     .setBackward(sniper::HostZeroBackward, "cpu")

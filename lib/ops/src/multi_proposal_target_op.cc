@@ -139,18 +139,6 @@ bool ParseParams(const Attrs& attrs, ProposalTargetParams* params) {
   return true;
 }
 
-MXReturnValue parseAttrs(const Attrs& attrs, int* num_inputs, int* num_outputs) {
-  ProposalTargetParams params{};
-  if (!ParseParams(attrs, &params)) return MX_FAIL;
-  *num_inputs = kNumInputs;
-  *num_outputs = kNumOutputs;
-  return MX_SUCCESS;
-}
-
-MXReturnValue inferType(const Attrs& attrs, std::vector<int>* in_types, std::vector<int>* out_types) {
-  return sniper::InferFloat32(kOpName, kInputNames, in_types, out_types);
-}
-
 MXReturnValue inferShape(const Attrs& attrs, std::vector<std::vector<unsigned int>>* in_shapes,
                          std::vector<std::vector<unsigned int>>* out_shapes) {
   ProposalTargetParams params{};
@@ -209,8 +197,8 @@ MXReturnValue ComputeOnHost(const Attrs& attrs, const std::vector<MXTensor>& ten
 }  // namespace
 
 REGISTER_OP(MultiProposalTarget)
-    .setParseAttrs(parseAttrs)
-    .setInferType(inferType)
+    .setParseAttrs(sniper::ParseAttrsCallback<ProposalTargetParams, ParseParams, kNumInputs, kNumOutputs>)
+    .setInferType(sniper::Float32Types<kOpName, kInputNames>)
     .setInferShape(inferShape)
     .setForward(sniper::HostForward<ComputeOnHost>, "cpu")
     .setBackward(sniper::HostZeroBackward, "cpu")
