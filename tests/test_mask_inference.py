@@ -1,8 +1,6 @@
 """Instance masks at test time (lib/inference/masks.py): pasting against hand-worked cases, RLE, the level
 a detection's mask is computed at, COCO segm evaluation next to bbox, the mask graph run by MaskHead, a
 Detector of a mask network returning and drawing masks."""
-import contextlib
-import io
 import json
 import os
 
@@ -10,10 +8,9 @@ import mxnet as mx
 import numpy as np
 import pytest
 from pycocotools import mask as mask_utils
-from pycocotools.coco import COCO
-
 from conftest import build_cfg
 from network_helpers import inference_shapes
+from test_evaluator import indexed_coco
 
 from lib.atomic import write_json
 from lib.drawing import draw_detections
@@ -87,12 +84,7 @@ def _coco_with_polygons():
             annotations.append({"id": len(annotations) + 1, "image_id": image_id, "category_id": CATEGORY_IDS[label],
                                 "bbox": [x1, y1, x2 - x1 + 1, y2 - y1 + 1], "area": (x2 - x1 + 1) * (y2 - y1 + 1),
                                 "segmentation": [polygon], "iscrowd": 0})
-    coco = COCO()
-    coco.dataset = {"images": images, "annotations": annotations,
-                    "categories": [{"id": c, "name": f"c{c}"} for c in CATEGORY_IDS[1:]]}
-    with contextlib.redirect_stdout(io.StringIO()):
-        coco.createIndex()
-    return coco
+    return indexed_coco(images, annotations, CATEGORY_IDS)
 
 
 def _square_masks(objects, shift=0):
