@@ -94,8 +94,9 @@ DEFAULTS = {
         "SHUFFLE": True,
         "FLIP": True,
         "ONLY_PROPOSAL": False,  # RPN-only training (first stage of negative chip mining)
-        # Instance masks: COCO polygons are loaded with the boxes and every chip's batch gets ``gt_masks``
-        # (B, 100, 500: lib/data/chip_masks.py) for the mask branch (not in RPN-only training).
+        # Instance masks (the reference's mask network): COCO polygons are loaded with the boxes and every
+        # chip's batch gets ``gt_masks`` (B, 100, 500: lib/data/chip_masks.py); the network's RPN reads res4,
+        # and the mask branch and its loss are added (symbols/mask.py; not in RPN-only training). ResNets only.
         "WITH_MASK": False,
         "USE_NEG_CHIPS": True,
         "MAX_NEG_CHIPS": 2,  # negative chips sampled per image and epoch

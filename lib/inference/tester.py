@@ -20,6 +20,7 @@ from lib.atomic import write_json
 from lib.dataset import load_roidb
 from lib.dataset.proposals import write_proposals
 from lib.inference.detector import Detector, checkpoint_file
+from lib.inference.masks import image_segmentations
 from lib.inference.pipeline import RoidbImages
 from lib.run.checkpoint import output_dir
 
@@ -72,7 +73,12 @@ def test(cfg, detector=None, checkpoint=None):
     summary = {"image_set": image_set, "checkpoint": detector.source,
                "images": len(roidb), "tested": len(tested), "skipped": len(skipped),
                "skipped_images": [entry["image"] for entry in skipped]}
-    summary.update(dataset.evaluate([roidb[i] for i in tested], [found[i] for i in tested], out_dir))
+    segmentations = None
+    if detector.mask_head is not None:  # instance masks of the final detections (lib.inference.masks)
+        by_index = image_segmentations(detector.mask_head, RoidbImages(roidb), {i: found[i] for i in tested})
+        segmentations = [by_index[i] for i in tested]
+    summary.update(dataset.evaluate([roidb[i] for i in tested], [found[i] for i in tested], out_dir,
+                                    segmentations=segmentations))
     if skipped:
         logger.warning("%d of %d images could not be read and were skipped (listed in %s)", len(skipped),
                        len(roidb), os.path.join(out_dir, "test_summary.json"))
