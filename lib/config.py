@@ -358,6 +358,10 @@ def _validate_test(test):
            and (not per_scale or len(counts) == len(test.SCALES)), "TEST.BATCH_IMAGES", test.BATCH_IMAGES,
            f"must be a positive integer or one per test scale ({len(test.SCALES)})")
     _check(test.NUM_PROCESS >= 0, "TEST.NUM_PROCESS", test.NUM_PROCESS, "must be >= 0 (0: in the main process)")
+    tile = test.TILE
+    _check(isinstance(tile, (list, tuple)) and (not tile or len(tile) == 2 and all(
+        isinstance(v, int) and not isinstance(v, bool) for v in tile) and 0 <= tile[1] < tile[0]),
+        "TEST.TILE", tile, "must be [] or [size, overlap] in network pixels, integers, 0 <= overlap < size")
 
 
 def dump_config(cfg):
