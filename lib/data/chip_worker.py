@@ -19,6 +19,7 @@ from lib.data.epoch_plan import mine_images
 from lib.data.focus_labels import FocusLabelParams, focus_labels
 from lib.data.image_cache import DecodedImageCache
 from lib.dataset.image_io import check_annotated_size, read_image
+from lib.dataset.large_images import open_windowed
 from lib.scales import scaled_image_size
 
 
@@ -103,8 +104,10 @@ class ChipWorker:
         entry = self.roidb[chip.image_index]
         start = time.perf_counter()
         try:
-            image, decoded_now = self.images.get(entry["image"], read_image)
-            check_annotated_size(entry, image)
+            image, decoded_now = open_windowed(entry), False  # a large image: the chip's window only
+            if image is None:
+                image, decoded_now = self.images.get(entry["image"], read_image)
+                check_annotated_size(entry, image)
         except IOError as err:
             return ("bad_image", tag, position, entry["image"], str(err))
         decoded = time.perf_counter()

@@ -42,7 +42,11 @@ def shrink_factor(scale):
 def _vips():
     """pyvips, imported on first use: a process that never reads a large image never starts libvips's
     threads (forked loader and test workers start their own)."""
-    import pyvips
+    try:
+        import pyvips
+    except (ImportError, OSError) as err:
+        raise IOError(f"reading an image larger than {LARGE_IMAGE_PIXELS} pixels needs pyvips and pyvips-binary "
+                      f"(requirements.txt): {err}") from None
     return pyvips
 
 
@@ -126,3 +130,11 @@ def open_windowed(entry):
     if not is_large(entry["height"], entry["width"]):
         return None
     return check_annotated_size(entry, OPENED.open(entry["image"]))
+
+
+def write_tiled_tiff(image, path, tile=512):
+    """Write a BGR uint8 array as a tiled, deflate-compressed BigTIFF (RGB), the layout large-image
+    formats use (tests, benchmarks)."""
+    rgb = np.ascontiguousarray(image[:, :, ::-1])
+    vips = _vips().Image.new_from_memory(rgb.data, rgb.shape[1], rgb.shape[0], 3, "uchar")
+    vips.tiffsave(path, tile=True, tile_width=tile, tile_height=tile, compression="deflate", bigtiff=True)
