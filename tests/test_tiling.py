@@ -185,7 +185,7 @@ def test_canvases_of_a_20000_px_image_stay_within_the_tile(monkeypatch):
         shapes.extend(network.forward_shape(batch) for batch in batches)
         return iter(())
 
-    monkeypatch.setattr("lib.inference.tiling.run_pipeline", record)
+    monkeypatch.setattr("lib.inference.regions.run_pipeline", record)
     assert list(run_tiled(detector, Sized([]))) == []
     assert len(shapes) > 86 * 86 // 2
     assert max(b * h * w for b, h, w in shapes) <= 4 * 1024 * 1024

@@ -292,6 +292,8 @@ def generate_large_synthetic_coco(out_dir, sizes, objects_per_megapixel, seed, s
         del image
         images.append({"id": image_id, "file_name": file_name, "width": width, "height": height})
         annotations += [_annotation(obj, image_id, k) for k, obj in enumerate(objects)]
+    for number, record in enumerate(annotations, 1):  # more than 99 objects an image: ids of their own
+        record["id"] = number
     path = os.path.join(out_dir, "annotations", f"instances_{split}.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:

@@ -27,8 +27,7 @@ import numpy as np
 
 from lib.inference.focus_chips import FocusChipParams, focus_chips
 from lib.inference.merge import suppress
-from lib.inference.pipeline import run_pipeline
-from lib.inference.regions import Region, RegionImages
+from lib.inference.regions import Region, run_regions
 from lib.inference.tiling import Tiling, plan_regions, region_candidates, whole_region
 
 logger = logging.getLogger(__name__)
@@ -111,18 +110,13 @@ def run_autofocus(detector, source, num_workers=0, stats=None, on_region=None):
         batch_size = detector._batch_counts([level])[0]
         # one pipeline run per level: its batches are the run's level 0
         batches = plan_regions(regions, scales, level.spec, batch_size, 1, network.IMAGE_STRIDE)
-        results = run_pipeline(_FocusNetwork(detector), RegionImages(source, regions), batches, 1, list,
-                               network.PIXEL_MEANS, network.CHANNEL_ORDER, num_workers,
-                               timeout=test.LOADER_TIMEOUT) if regions else ()
-        for position, result in results:
+        for position, result in run_regions(_FocusNetwork(detector), source, regions, batches, cfg, num_workers,
+                                            states):
             region = regions[position]
-            state = states.get(region.image)
-            if state is None:  # unreadable: already reported
-                continue
             if isinstance(result, Exception):
-                del states[region.image]
                 yield region.image, result
                 continue
+            state = states[region.image]
             chips = _region_outcome(region, result[0], sizes[region.image], level, chip_params, test, state)
             if on_region is not None:
                 on_region(number, region, result[0], chips)

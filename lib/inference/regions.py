@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lib.inference.pipeline import run_pipeline
+
 
 @dataclass(frozen=True)
 class Region:
@@ -73,3 +75,21 @@ class RegionImages:
             self._last = (region.image, self.source.read(region.image))
         image = self._last[1]
         return image[max(y1, 0):min(y2, image.shape[0]), max(x1, 0):min(x2, image.shape[1])]
+
+
+def run_regions(network, source, regions, batches, cfg, num_workers, alive):
+    """Yield ``(position, result)`` per region of ``regions`` run through the pipeline (lib.inference.pipeline,
+    ``batches`` planned on them) whose image is still in ``alive`` (a dict by image index): a result is the
+    region's ``[per-level result]``, or the IOError of an unreadable image, yielded once; the image is then
+    removed from ``alive`` and its other regions are skipped."""
+    if not regions:
+        return
+    for position, result in run_pipeline(network, RegionImages(source, regions), batches, 1, list,
+                                         cfg.network.PIXEL_MEANS, cfg.network.CHANNEL_ORDER, num_workers,
+                                         timeout=cfg.TEST.LOADER_TIMEOUT):
+        image = regions[position].image
+        if image not in alive:  # unreadable: already reported
+            continue
+        if isinstance(result, Exception):
+            del alive[image]
+        yield position, result

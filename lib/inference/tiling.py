@@ -31,8 +31,7 @@ import numpy as np
 from lib.inference.batching import plan_level
 from lib.inference.focus_chips import BORDER_MARGIN, border_keep_mask
 from lib.inference.merge import scale_candidates, suppress
-from lib.inference.pipeline import run_pipeline
-from lib.inference.regions import Region, RegionImages, windowed
+from lib.inference.regions import Region, run_regions, windowed
 from lib.dataset.large_images import is_large, shrink_factor
 
 logger = logging.getLogger(__name__)
@@ -151,17 +150,12 @@ def run_tiled(detector, source, num_workers=0, stats=None):
                                                                       lb[0]))]
     remaining = np.bincount([r.image for r in regions], minlength=len(sizes))
     candidates = {index: [] for index in range(len(sizes))}
-    results = run_pipeline(detector, RegionImages(source, regions), batches, 1, list, network.PIXEL_MEANS,
-                           network.CHANNEL_ORDER, num_workers, timeout=test.LOADER_TIMEOUT) if regions else ()
-    for position, result in results:
+    for position, result in run_regions(detector, source, regions, batches, cfg, num_workers, candidates):
         region = regions[position]
-        found = candidates.get(region.image)
-        if found is None:  # unreadable: already reported
-            continue
         if isinstance(result, Exception):
-            del candidates[region.image]
             yield region.image, result
             continue
+        found = candidates[region.image]
         level = detector.levels[region_levels[position]]
         found.append((position, region_candidates(region, result[0], sizes[region.image], level.valid_range,
                                                   test.SCORE_THRESH)))
