@@ -133,6 +133,15 @@ def test_tiled_detections_are_the_whole_image_detections_of_a_translation_equiva
     assert max(max(h, w) for _, _, h, w in whole.forward.canvases) == 1800
 
 
+def test_worker_processes_give_the_in_process_tiled_detections():
+    detector = stand_in_detector(SCALES=[2.0, 1.0], VALID_RANGES=[[-1, -1], [-1, -1]], TILE=[300, 160])
+    in_process = dict(detector.run(ArrayImages(IMAGES)))
+    with_workers = dict(detector.run(ArrayImages(IMAGES), num_workers=2))
+    assert sorted(with_workers) == [0, 1]
+    for index, rows in in_process.items():
+        np.testing.assert_array_equal(with_workers[index], rows)  # same canvases, same stand-in: same rows
+
+
 def test_where_every_image_fits_a_tile_the_tiled_test_is_the_whole_image_test():
     """The tiny network, randomly initialised, at the default's batching (two parts, two images per
     device, three scales): with tiles larger than every scaled image the pipeline runs the same batches on

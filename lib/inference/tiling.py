@@ -31,7 +31,7 @@ import numpy as np
 from lib.inference.batching import plan_level
 from lib.inference.focus_chips import BORDER_MARGIN, border_keep_mask
 from lib.inference.merge import scale_candidates, suppress
-from lib.inference.regions import Region, run_regions, windowed
+from lib.inference.regions import Region, run_regions
 from lib.dataset.large_images import is_large, shrink_factor
 
 logger = logging.getLogger(__name__)
@@ -87,10 +87,10 @@ def _cores(spans):
 
 
 def whole_region(source, index, size, scale):
-    """The region of a whole image at ``scale``: reduced while read when it is a large file and the scale
-    is below 1/2."""
-    height, width = size
-    shrink = shrink_factor(scale) if is_large(height, width) and windowed(source, index) is not None else 1
+    """The region of a whole image at ``scale``: reduced while read when it is a large file (a source with
+    window reads, lib.inference.regions) and the scale is below 1/2."""
+    height, width = size  # decided without opening the file: the pipeline's workers open it, not their parent
+    shrink = shrink_factor(scale) if is_large(height, width) and hasattr(source, "windowed") else 1
     return Region(index, (0.0, 0.0, float(width), float(height)), shrink)
 
 
