@@ -142,3 +142,36 @@ def test_tiled_test_and_chips_of_a_20000_px_image_stay_within_a_fixed_resident_m
     for x, y, size in report["squares"]:
         distance = np.abs(found - [x, y, x + size, y + size]).max(axis=1)
         assert distance.min() <= 4, (x, y, size)
+
+
+def test_benchmark_tool_compares_whole_and_tiled_tests_in_processes_of_their_own(tmp_path):
+    """A small set (one 700 x 900 image), a random tiny checkpoint: both rows, figures present and
+    consistent (the tiled pyramid processes more pixels than the one whole-image scale)."""
+    import mxnet as mx
+
+    from conftest import TINY_CONFIG, build_cfg
+    from lib.inference.detector import DATA_NAMES
+    from symbols import inference_symbol
+
+    cfg = build_cfg({"gpus": ""}, TINY_CONFIG)
+    module = mx.mod.Module(inference_symbol(cfg, 6), data_names=DATA_NAMES, label_names=None, context=mx.cpu())
+    module.bind([("data", (1, 3, 64, 64)), ("im_info", (1, 3)), ("im_ids", (1,)), ("chip_ids", (1,))],
+                for_training=False)
+    mx.random.seed(0)
+    module.init_params(mx.init.Normal(0.01))
+    args, aux = module.get_params()
+    path = str(tmp_path / "tiny-0001.params")
+    mx.nd.save(path, {**{f"arg:{k}": v for k, v in args.items()}, **{f"aux:{k}": v for k, v in aux.items()}})
+    done = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "tools", "benchmark_large_images.py"), "--cfg", TINY_CONFIG,
+         "--checkpoint", path, "--sizes", "700x900", "--objects-per-mp", "20", "--scales", "1.0", "0.5", "512",
+         "--tile", "512", "128", "--whole-long-side", "600", "--set", "gpus=", f"dataset.root_path={tmp_path}",
+         "--out", str(tmp_path / "bench")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
+            for line in done.stdout.splitlines() if line.startswith("| whole") or line.startswith("| tiled")}
+    assert set(rows) == {"whole", "tiled"}
+    # whole: one scale, 900 -> 600 px: 700 * 900 * (2/3)^2 = 0.28 Mpx; tiled: more than scale 1.0 alone
+    assert float(rows["whole"][1]) == pytest.approx(0.28, abs=0.05)
+    assert float(rows["tiled"][1]) > 0.63
+    assert all(float(rows[mode][3]) > 0 for mode in rows)  # peak RSS
