@@ -86,9 +86,9 @@ class ComponentNetwork:
                 "bbox_pred_reshape_output": np.zeros((len(data), self.ROIS, 4), np.float32)}
 
 
-def stand_in_detector(**test_overrides):
+def stand_in_detector(other_keys=(), **test_overrides):
     cfg = build_cfg({"symbol": "resnet_tiny", "TEST.fp16": False, "TEST.BATCH_IMAGES": 2, "TEST.SOFT_NMS": False,
-                     **{f"TEST.{key}": value for key, value in test_overrides.items()}})
+                     **{f"TEST.{key}": value for key, value in test_overrides.items()}, **dict(other_keys)})
     detector = Detector.__new__(Detector)
     detector._configure(cfg, [mx.cpu()], False, "stand-in")
     detector.classes = ["__background__", "blob"]
@@ -206,3 +206,40 @@ def test_canvases_of_a_20000_px_image_stay_within_the_tile(monkeypatch):
 def test_tile_setting_errors_name_the_key(tile, message):
     with pytest.raises(ValueError, match=message):
         build_cfg({"TEST.TILE": tile})
+
+
+class FocusComponentNetwork(ComponentNetwork):
+    """The blob finder with a FocusPixel map: a 16 px cell is a FocusPixel when it holds a blob pixel."""
+
+    def __call__(self, data, im_info):
+        outputs = super().__call__(data, im_info)
+        batch, _, height, width = data.shape
+        cells = np.zeros((batch, 2, -(-height // 16), -(-width // 16)), np.float32)
+        for slot in range(batch):
+            mask = np.zeros((cells.shape[2] * 16, cells.shape[3] * 16), bool)
+            mask[:height, :width] = data[slot].sum(axis=0) > 0
+            cells[slot, 1] = mask.reshape(cells.shape[2], 16, cells.shape[3], 16).any(axis=(1, 3))
+        cells[:, 0] = 1 - cells[:, 1]
+        outputs["scale_prob_output"] = cells
+        return outputs
+
+
+def test_autofocus_on_a_large_image_tiles_the_coarse_scale_and_only_the_focus_chips_of_the_fine_one():
+    """AutoFocus with TEST.TILE: the coarse scale (1.0) of the 900 x 420 image runs in 300 px tiles, the fine
+    scale (2.0) only on the FocusChips around the blobs, themselves tiled where larger than a tile. Every
+    canvas fits the tile, the fine scale processes a fraction of the whole image's pixels, and each square
+    is found with its own box (the blob finder is exact at both scales)."""
+    from lib.inference.autofocus import AutoFocusStats, run_autofocus
+
+    detector = stand_in_detector({"network.AUTO_FOCUS": True}, SCALES=[1.0, 2.0], VALID_RANGES=[[-1, -1]] * 2,
+                                 TILE=[300, 160], AUTO_FOCUS=True, DO_PRUNING=[False, True],
+                                 CHIP_HYPERPARAMS=[[1, 0.5, 4], [-1, -1, -1]])
+    detector.forward = FocusComponentNetwork()
+    stats = AutoFocusStats()
+    found = dict(run_autofocus(detector, ArrayImages(IMAGES[:1]), 0, stats))[0]
+    assert max(max(h, w) for _, _, h, w in detector.forward.canvases) <= 300
+    coarse, fine = stats.levels
+    assert coarse.regions == 6 * 2  # 900 x 420 at scale 1: tiles of 300 px stepping 300 - 160
+    assert fine.pixels < 0.6 * fine.full_pixels
+    expected = sorted_rows(np.array([[x, y, x + side, y + side] for x, y, side in SQUARES], np.float64))
+    np.testing.assert_array_equal(sorted_rows(found[:, :4].astype(np.float64)), expected)
