@@ -3,9 +3,10 @@
 A scaled image (or AutoFocus chip) larger than ``size`` on a side is cut into tiles of at most ``size`` x
 ``size`` network pixels that overlap by at least ``overlap``; one that fits stays whole. Tiles are whole
 original pixels: ``floor(size / s)`` a side at scale ``s``, stepping by that minus ``ceil(overlap / s)``,
-the last one ending at the image's edge. Each tile is a region (lib.inference.regions) batched on the
-shared canvases like whole images (``batching.plan_level``: ``TEST.BATCH_IMAGES`` tiles per device,
-ordered by area, canvases of the largest), so the network never sees a canvas larger than ``size``.
+the last one ending at the image's edge. Each tile is a region (lib.inference.regions) batched on shared
+canvases like whole images (``TEST.BATCH_IMAGES`` tiles per device, canvases of the largest), an image's
+tiles one after the other, while the images that fit keep the reference's batches (``batching.plan_level``);
+so the network never sees a canvas larger than ``size``.
 
 A tile's detections are shifted back to the image; a detection with an edge within
 ``focus_chips.BORDER_MARGIN`` (10 original pixels) of an inner tile edge was cut by it and is dropped,
@@ -102,6 +103,15 @@ def plan_regions(regions, scales, spec, batch_size, parts, canvas_multiple, offs
     return [replace(b, images=tuple(i + offset for i in b.images)) for b in batches if b.images]
 
 
+def plan_tiles(tiles, scales, spec, batch_size, canvas_multiple, offset=0):
+    """TestBatches of ``tiles`` (an image's tiles after another's) at ``scales``: consecutive tiles share a
+    canvas, so that an image's tiles are read one after the other (the reference's ordering by area, kept
+    for whole images, would scatter them over the set and decode each image once per tile)."""
+    return [batch for start in range(0, len(tiles), batch_size)
+            for batch in plan_regions(tiles[start:start + batch_size], scales[start:start + batch_size], spec,
+                                      min(batch_size, len(tiles) - start), 1, canvas_multiple, offset + start)]
+
+
 def region_candidates(region, result, image_size, valid_range, score_thresh):
     """A region's (boxes in read pixels, scores) -> candidate rows ``[x1, y1, x2, y2, score, label]`` in
     the image: shifted back, those cut by an inner region edge dropped, those of a tile centred outside
@@ -131,15 +141,19 @@ def run_tiled(detector, source, num_workers=0, stats=None):
     sizes = source.sizes()
     regions, region_levels, batches = [], [], []
     for number, level in enumerate(detector.levels):
-        scales, level_regions = [], []
+        wholes, tiles = ([], []), ([], [])  # (regions, scales) of the images that fit, of the tiles of the others
         for index, size in enumerate(sizes):
             scale = level.spec.image_scale(*size)
-            tiles = tiling.split(whole_region(source, index, size, scale), scale)
-            level_regions += tiles
-            scales += [scale] * len(tiles)
+            parts = tiling.split(whole_region(source, index, size, scale), scale)
+            kind = wholes if parts[0].core is None else tiles
+            kind[0].extend(parts)
+            kind[1].extend([scale] * len(parts))
         batch_size = detector._batch_counts([level])[0]
-        batches += [(number, batch) for batch in plan_regions(level_regions, scales, level.spec, batch_size,
-                                                               test.BATCH_PARTS, network.IMAGE_STRIDE, len(regions))]
+        level_batches = plan_regions(*wholes, level.spec, batch_size, test.BATCH_PARTS, network.IMAGE_STRIDE,
+                                     len(regions))
+        level_batches += plan_tiles(*tiles, level.spec, batch_size, network.IMAGE_STRIDE, len(regions) + len(wholes[0]))
+        batches += [(number, batch) for batch in level_batches]
+        level_regions, scales = wholes[0] + tiles[0], wholes[1] + tiles[1]
         if stats is not None:
             stats.append((len(level_regions), sum(r.extent[0] * r.extent[1] * s * s
                                                   for r, s in zip(level_regions, scales))))
