@@ -175,3 +175,26 @@ def test_benchmark_tool_compares_whole_and_tiled_tests_in_processes_of_their_own
     assert float(rows["whole"][1]) == pytest.approx(0.28, abs=0.05)
     assert float(rows["tiled"][1]) > 0.63
     assert all(float(rows[mode][3]) > 0 for mode in rows)  # peak RSS
+
+
+def test_a_large_file_cut_short_is_a_bad_image_of_the_loader_not_a_crash(tmp_path, monkeypatch):
+    """The training worker reads a large image's window only when it renders the chip: a file that fails
+    there (truncated) is reported as the loader reports an unreadable image."""
+    import lib.dataset.large_images as large_images
+    from lib.data.chip_worker import ChipWorker
+
+    cut = tmp_path / "cut.jpg"
+    data = cv2.imencode(".jpg", np.tile(COLOUR, (20, 20, 1)))[1].tobytes()
+    cut.write_bytes(data[:len(data) // 2])
+    monkeypatch.setattr(large_images, "LARGE_IMAGE_PIXELS", 100)  # this 1060 x 740 file counts as large
+    entry = {"image": str(cut), "height": 740, "width": 1060, "flipped": False}
+
+    from types import SimpleNamespace
+
+    chip = SimpleNamespace(image_index=0, box=(0.0, 0.0, 511.0, 511.0), im_scale=1.0)
+    batch = {"data": np.zeros((1, 3, 512, 512), np.float32)}
+    worker = ChipWorker.__new__(ChipWorker)  # only what building the chip's pixels needs
+    worker.roidb, worker.ring = [entry], SimpleNamespace(slot=lambda slot: batch)
+    worker.pixel_means, worker.channel_order, worker.crop = np.zeros(3, np.float32), "RGB", "truncate"
+    message = worker.make_chip(0, 0, "tag", chip, 0)
+    assert message[0] == "bad_image" and message[3] == str(cut) and "cut.jpg" in message[4]
