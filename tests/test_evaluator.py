@@ -53,6 +53,30 @@ def test_results_entries_are_coco_format():
         {"image_id": 5, "category_id": 7, "bbox": [10.0, 20.0, 10.0, 20.0], "score": 0.5}]
 
 
+def test_results_precision_is_the_reference_s():
+    # scores with 8 decimals, boxes with 1 (the reference's coco.py); 0.25 and 100.75 are exact binary ties:
+    # Python 2's round sends them away from zero, Python 3's round to the even digit
+    dets = [np.array([[10.25, 20.75, 19.04, 39.06, 0.123456789, 2], [-0.25, 0, 5, 5, 0.001953125, 2]])]
+    entries = coco_results(dets, [5], CATEGORY_IDS)
+    assert [e["bbox"] for e in entries] == [[10.3, 20.8, 9.8, 19.3], [-0.3, 0.0, 6.3, 6.0]]
+    # 0.001953125 = 1/512, a tie at 8 decimals; 0.123456789 is not one
+    assert [e["score"] for e in entries] == [0.12345679, 0.00195313]
+    assert round(0.25, 1) == 0.2 and round(0.001953125, 8) == 0.00195312  # what Python 3 alone would write
+
+
+def test_reference_round_agrees_with_decimal_half_up_on_random_values():
+    from decimal import ROUND_HALF_UP, Decimal
+
+    from lib.inference.evaluator import reference_round
+
+    rng = np.random.default_rng(0)
+    values = np.concatenate([rng.uniform(-1000, 1000, 2000), rng.integers(-4000, 4000, 500) / 4.0,
+                             rng.integers(0, 512, 200) / 512.0])
+    for digits in (1, 8):
+        expected = [float(Decimal(v).quantize(Decimal(1).scaleb(-digits), ROUND_HALF_UP)) for v in values.tolist()]
+        assert reference_round(values, digits) == expected
+
+
 def test_label_outside_categories_is_rejected():
     with pytest.raises(ValueError, match="image 5: label 3"):
         coco_results([np.array([[0, 0, 1, 1, 0.5, 3]], np.float32)], [5], CATEGORY_IDS)

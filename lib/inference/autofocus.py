@@ -9,7 +9,8 @@ is a test "image" of the Detector's pipeline (lib.inference.pipeline): ``RegionI
 reference does (whole pixels, ``int()`` of its corners) and it is resized by its image's factor at the
 level; regions are batched as the reference's AutoFocus iterator batches them (``batching.plan_level`` on
 their fractional extents: by area, landscape first, canvases of the largest ``ceil(extent * s)``, the
-resized crop cut to its canvas; no BATCH_PARTS).
+resized crop cut to its canvas), ``TEST.BATCH_IMAGES[i]`` per device, within each of the ``TEST.BATCH_PARTS``
+contiguous parts of the set its driver splits the images (and their chips) into (``level_batches``).
 
 Detections of a region are shifted by its (fractional) origin, those cut by an inner chip edge are
 dropped (``focus_chips.border_keep_mask``), and every level's are kept in the level's valid range above
@@ -17,11 +18,11 @@ dropped (``focus_chips.border_keep_mask``), and every level's are kept in the le
 and capped as for whole images (``merge.suppress``: soft-NMS or NMS, ``TEST.MAX_PER_IMAGE``).
 """
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from lib.inference.batching import plan_level
+from lib.inference.batching import part_bounds, plan_level
 from lib.inference.focus_chips import FocusChipParams, border_keep_mask, focus_chips
 from lib.inference.merge import scale_candidates, suppress
 from lib.inference.pipeline import run_pipeline
@@ -135,10 +136,8 @@ def run_autofocus(detector, source, num_workers=0, stats=None, on_region=None):
                                  sum(h * w * level.spec.image_scale(h, w) ** 2 for h, w in (sizes[i] for i in states)))
         for state in states.values():
             state.chips = []
-        batch_size = detector._batch_counts([level])[0]
-        # one pipeline run per level: its batches are the run's level 0
-        batches = [batch for batch in plan_level([r.extent for r in regions], level.spec, batch_size, 1, 0,
-                                                 network.IMAGE_STRIDE, scales=scales) if batch.images]
+        batches = level_batches(regions, scales, len(sizes), level.spec, detector._batch_counts([level])[0],
+                                test.BATCH_PARTS, network.IMAGE_STRIDE)
         results = run_pipeline(_FocusNetwork(detector), RegionImages(source, regions), batches, 1, list,
                                network.PIXEL_MEANS, network.CHANNEL_ORDER, num_workers,
                                timeout=test.LOADER_TIMEOUT) if regions else ()
@@ -161,6 +160,21 @@ def run_autofocus(detector, source, num_workers=0, stats=None, on_region=None):
                     100.0 * level_stats.pixels / max(level_stats.full_pixels, 1e-9))
     for index, state in states.items():
         yield index, suppress(np.concatenate(state.candidates) if state.candidates else np.zeros((0, 6)), test)
+
+
+def level_batches(regions, scales, image_count, spec, batch_size, parts, canvas_multiple=0):
+    """The TestBatches of a level's regions (positions into ``regions``), as the reference's driver makes
+    them: the set's ``image_count`` images split into ``parts`` contiguous parts (its CONCURRENT_JOBS, each
+    image with all its regions), every part's regions batched on their own (one pipeline run per level:
+    the batches are its level 0)."""
+    batches = []
+    for start, stop in part_bounds(image_count, parts):
+        members = [position for position, region in enumerate(regions) if start <= region.image < stop]
+        for batch in plan_level([regions[p].extent for p in members], spec, batch_size, 1, 0, canvas_multiple,
+                                scales=[scales[p] for p in members]):
+            if batch.images:
+                batches.append(replace(batch, images=tuple(members[i] for i in batch.images)))
+    return batches
 
 
 def _region_outcome(region, result, size, level, chip_params, test, state):

@@ -9,6 +9,7 @@ import io
 import json
 import logging
 import os
+from decimal import ROUND_HALF_UP, Decimal
 
 import numpy as np
 
@@ -21,6 +22,23 @@ COCO_STAT_NAMES = (
     "AP", "AP50", "AP75", "APs", "APm", "APl",
     "AR1", "AR10", "AR100", "ARs", "ARm", "ARl",
 )
+
+
+# Decimals of the results file, the reference's: scores with 8 (5 would tie many of the 1e-3 soft-NMS
+# scores, and COCOeval's ranking of ties is not the detector's), boxes with 1.
+SCORE_DECIMALS, BOX_DECIMALS = 8, 1
+
+
+def reference_round(values, digits):
+    """``values`` rounded to ``digits`` decimals as the reference's Python 2 ``round`` does: correctly
+    rounded, exact ties away from zero (Python 3's ``round`` sends them to the even digit). A float64 is an
+    exact tie exactly when it times 2^(digits + 1) is an odd integer, so only those take the Decimal path."""
+    values = np.asarray(values, np.float64)
+    doubled = values * 2.0 ** (digits + 1)  # exact: a power of two
+    ties = (doubled == np.floor(doubled)) & (np.fmod(doubled, 2.0) != 0)
+    quantum = Decimal(1).scaleb(-digits)
+    return [float(Decimal(v).quantize(quantum, ROUND_HALF_UP)) if tie else round(v, digits)
+            for v, tie in zip(values.tolist(), ties.tolist())]
 
 
 def coco_results(detections, image_ids, category_ids):
@@ -40,15 +58,11 @@ def coco_results(detections, image_ids, category_ids):
                 f"image {image_id}: label {labels.min() if labels.min() < 1 else labels.max()} "
                 f"outside 1..{len(category_ids) - 1}"
             )
-        widths = dets[:, 2] - dets[:, 0] + 1
-        heights = dets[:, 3] - dets[:, 1] + 1
-        for (x1, y1), w, h, score, label in zip(dets[:, :2], widths, heights, dets[:, 4], labels):
-            results.append({
-                "image_id": int(image_id),
-                "category_id": int(category_ids[label]),
-                "bbox": [round(float(x1), 2), round(float(y1), 2), round(float(w), 2), round(float(h), 2)],
-                "score": round(float(score), 5),
-            })
+        xywh = np.stack([dets[:, 0], dets[:, 1], dets[:, 2] - dets[:, 0] + 1, dets[:, 3] - dets[:, 1] + 1], 1)
+        boxes = np.reshape(reference_round(xywh.ravel(), BOX_DECIMALS), (-1, 4)).tolist()
+        for box, score, label in zip(boxes, reference_round(dets[:, 4], SCORE_DECIMALS), labels):
+            results.append({"image_id": int(image_id), "category_id": int(category_ids[label]), "bbox": box,
+                            "score": score})
     return results
 
 
