@@ -36,6 +36,10 @@ DEFAULTS = {
         # come from the batch: the reference MobileNetV2 does this (its FIXED_PARAMS 'gamma', 'beta'
         # match every batch-norm parameter by substring).
         "FIXED_BN_AFFINE": False,
+        # Keep the input normaliser bn_data's beta at its pretrained value (its gamma is fixed at 1 by the
+        # layer). reference: false, trained (its rule fixes the arguments whose names contain a FIXED_PARAMS
+        # entry, and none names bn_data); true: the project's earlier frozen normaliser.
+        "FIXED_INPUT_NORMALISER": False,
         # AutoFocus: the FocusPixel branch (training input scale_label, test output scale_prob).
         "AUTO_FOCUS": False,
         "ANCHOR_RATIOS": [0.5, 1.0, 2.0],

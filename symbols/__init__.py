@@ -14,8 +14,9 @@ BN_AFFINE_SUFFIXES = ("_gamma", "_beta")
 
 def get_fixed_param_names(symbol, cfg):
     """Arguments of `symbol` not to be updated: the layers named by cfg.network.FIXED_PARAMS prefixes
-    (their batch-norms also use stored statistics), the `bn_data` input normaliser and, with
-    network.FIXED_BN_AFFINE, every batch-norm's gamma and beta (their statistics still come from the batch)."""
-    prefixes = tuple(cfg.network.FIXED_PARAMS) + (INPUT_NORMALISER,)
+    (their batch-norms also use stored statistics), with network.FIXED_INPUT_NORMALISER the `bn_data`
+    input normaliser and, with network.FIXED_BN_AFFINE, every batch-norm's gamma and beta (their
+    statistics still come from the batch)."""
+    prefixes = tuple(cfg.network.FIXED_PARAMS) + ((INPUT_NORMALISER,) if cfg.network.FIXED_INPUT_NORMALISER else ())
     return [name for name in symbol.list_arguments() if matches_prefix(name, prefixes) or
             (cfg.network.FIXED_BN_AFFINE and name.endswith(BN_AFFINE_SUFFIXES))]
