@@ -1,0 +1,223 @@
+"""The comparisons of the parity harness: random inputs, the reference's code and the project's on each,
+agreement counted per case and printed as the tables of docs/reference_differences.md.
+
+* chip generator: the reference's C++ greedy cover (its boxes clipped by its own ``clip_boxes``) against
+  ``chip_generator.generate`` (boxes clipped by the miner's rule), the project replaying the reference's
+  ``rand()`` shuffle, with its own shuffle, and with the ``clipped`` windows variant;
+* COCO boxes: the reference's ``_load_coco_annotation`` box rule (uint16 boxes) against the project's COCO
+  reader with ``dataset.INTEGER_BOXES`` on annotations with fractional boxes, some starting left of /
+  above their image, and on the same scenes with every box starting inside;
+* results file: the reference's ``coco_results_one_category_kernel`` against ``coco_results``.
+"""
+import json
+import logging
+import os
+import tempfile
+import warnings
+
+import numpy as np
+
+from chip_generator.cover import candidate_windows, generate
+from chip_generator.mining import _to_scaled_image
+from lib.benchmarking import markdown_table
+from lib.dataset.coco import CocoDataset
+from lib.dataset.reference_rules import truncate_to_whole_pixels
+from lib.inference.evaluator import coco_results
+
+CHIP_SIZE = 512
+STRIDES = (32, 56, 59, 64)
+
+
+# ------------------------------------------------------------------------------------------------ tables
+
+def percent(hits, total):
+    return f"{100.0 * hits / total:.1f}% ({hits} / {total})" if total else "-"
+
+
+def format_table(title, header, rows):
+    """A Markdown table under ``### title``."""
+    return f"### {title}\n\n{markdown_table(header, rows)}\n"
+
+
+# ------------------------------------------------------------------------------------------------ chips
+
+def random_chip_case(rng):
+    """(boxes float64 (N, 4) in scaled-image pixels, some beyond the image, width, height, stride)."""
+    width, height = int(rng.integers(200, 2400)), int(rng.integers(200, 1800))
+    count = int(rng.integers(1, 40))
+    sides = np.exp(rng.uniform(np.log(4), np.log(700), (count, 2)))
+    x1 = rng.uniform(-40, width + 20, count)
+    y1 = rng.uniform(-40, height + 20, count)
+    boxes = np.stack([x1, y1, x1 + sides[:, 0], y1 + sides[:, 1]], axis=1)
+    return boxes, width, height, int(rng.choice(STRIDES))
+
+
+def replay_order(windows, shuffled):
+    """Positions into ``windows`` (the project's candidates, each once) in the order of ``shuffled`` (the
+    reference's shuffled candidates, duplicates included: the first of equal windows stands for them, and
+    a duplicate changes no pick). None when the two candidate sets differ."""
+    position = {tuple(int(v) for v in window): i for i, window in enumerate(windows)}
+    order, seen = [], set()
+    for window in shuffled:
+        key = tuple(int(v) for v in window)
+        if key not in position:
+            return None
+        if key not in seen:
+            seen.add(key)
+            order.append(position[key])
+    return np.array(order, np.int64) if len(order) == len(windows) else None
+
+
+def _as_set(chips):
+    return sorted(tuple(float(v) for v in chip) for chip in chips)
+
+
+def compare_chips(reference_chips, clip_boxes, cases, seed):
+    """Agreement of the chip generators over ``cases`` random images; a table's rows."""
+    rng = np.random.default_rng(seed)
+    same_windows = replayed = own = clipped = 0
+    for case in range(cases):
+        boxes, width, height, stride = random_chip_case(rng)
+        ref_boxes = clip_boxes(boxes.copy(), np.array([height - 1, width - 1])).astype(np.float32)
+        ref_chips, shuffled = reference_chips.generate(ref_boxes, width, height, CHIP_SIZE, stride, seed + case)
+        ours = _to_scaled_image(boxes, 1.0, (height, width), np.float64)
+        windows = candidate_windows(width, height, CHIP_SIZE, stride, "reference")
+        order = replay_order(windows, shuffled)
+        same_windows += order is not None
+        if order is not None:
+            replayed += np.array_equal(generate(ours, width, height, CHIP_SIZE, stride, order=order), ref_chips)
+        own += _as_set(generate(ours, width, height, CHIP_SIZE, stride, rng=seed + case)) == _as_set(ref_chips)
+        clipped += _as_set(generate(ours, width, height, CHIP_SIZE, stride, rng=seed + case,
+                                    windows="clipped")) == _as_set(ref_chips)
+    return [["candidate windows identical (as sets)", percent(same_windows, cases)],
+            ["chips identical, in pick order (the reference's shuffle replayed)", percent(replayed, cases)],
+            ["chip sets identical, the project's own shuffle", percent(own, cases)],
+            ["chip sets identical, `TRAIN.CHIP_WINDOWS: clipped`, own shuffle", percent(clipped, cases)]]
+
+
+# ------------------------------------------------------------------------------------------------ COCO boxes
+
+def random_coco(rng, images, inside=False):
+    """A COCO annotation dict: fractional boxes, some starting left of / above the image (none when
+    ``inside``) or reaching past its far edge."""
+    data = {"images": [], "annotations": [], "categories": [{"id": 3, "name": "thing"}, {"id": 7, "name": "other"}]}
+    for image_id in range(1, images + 1):
+        width, height = int(rng.integers(100, 1000)), int(rng.integers(100, 1000))
+        data["images"].append({"id": image_id, "file_name": f"{image_id}.jpg", "width": width, "height": height})
+        for _ in range(int(rng.integers(1, 12))):
+            w, h = (round(float(v), 2) for v in rng.uniform(1, 0.6 * np.array([width, height])))
+            x = round(float(rng.uniform(0 if inside else -0.1 * width, 1.02 * width)), 2)
+            y = round(float(rng.uniform(0 if inside else -0.1 * height, 1.02 * height)), 2)
+            data["annotations"].append({"id": len(data["annotations"]) + 1, "image_id": image_id, "bbox": [x, y, w, h],
+                                        "area": w * h, "iscrowd": 0, "category_id": int(rng.choice([3, 7]))})
+    return data
+
+
+class _ReferenceCocoSelf:
+    """What the reference's ``coco._load_coco_annotation`` reads of its ``self``: pycocotools' lookups
+    (``getAnnIds(iscrowd=flag)`` keeps the annotations whose iscrowd equals flag) and the class map."""
+
+    def __init__(self, data):
+        self.images = {image["id"]: image for image in data["images"]}
+        self.annotations = data["annotations"]
+        self.by_id = {ann["id"]: ann for ann in self.annotations}
+        categories = [c["id"] for c in data["categories"]]
+        self.num_classes = len(categories) + 1
+        self._coco_ind_to_class_ind = {cat: label for label, cat in enumerate(categories, 1)}
+        self.load_mask = False
+        self.coco = self
+
+    def loadImgs(self, index):  # noqa: N802 (pycocotools' names)
+        return [self.images[index]]
+
+    def getAnnIds(self, imgIds, iscrowd):  # noqa: N802
+        return [a["id"] for a in self.annotations if a["image_id"] == imgIds and a["iscrowd"] == iscrowd]
+
+    def loadAnns(self, ids):  # noqa: N802
+        return [dict(self.by_id[i]) for i in ids]
+
+    def image_path_from_index(self, index):
+        return f"{index}.jpg"
+
+
+def _project_boxes(data, workdir):
+    """The project's integer gt boxes per image id (its box report, expected to list clipped and dropped
+    boxes here, is silenced)."""
+    folder = os.path.join(workdir, "annotations")
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "instances_parity.json"), "w") as f:
+        json.dump(data, f)
+    dataset_logger = logging.getLogger("lib.dataset")
+    level, dataset_logger.level = dataset_logger.level, logging.ERROR
+    try:
+        entries = CocoDataset(workdir, "parity").load_entries()
+    finally:
+        dataset_logger.setLevel(level)
+    entries = truncate_to_whole_pixels([dict(e, flipped=False) for e in entries])
+    return {entry["id"]: entry["boxes"] for entry in entries}
+
+
+def compare_coco_boxes(reference_coco, images, seed, workdir):
+    """Per image and per box agreement of the integer gt boxes; a table's rows (all scenes / inside)."""
+    columns = []
+    for inside in (False, True):
+        data = random_coco(np.random.default_rng(seed), images, inside)
+        fake = _ReferenceCocoSelf(data)
+        ours = _project_boxes(data, os.path.join(workdir, f"coco_{int(inside)}"))
+        same_images = same_boxes = total_boxes = 0
+        for image_id in fake.images:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                theirs = reference_coco.coco._load_coco_annotation(fake, image_id)[0]["boxes"].astype(np.float32)
+            mine = ours.get(image_id, np.zeros((0, 4), np.float32))
+            same_images += np.array_equal(theirs, mine)
+            total_boxes += len(theirs)
+            same_boxes += sum(any(np.array_equal(box, other) for other in mine) for box in theirs)
+        columns.append((percent(same_images, len(fake.images)), percent(same_boxes, total_boxes)))
+    return [["gt boxes arrays identical (images)", columns[0][0], columns[1][0]],
+            ["reference boxes the project has", columns[0][1], columns[1][1]]]
+
+
+# ------------------------------------------------------------------------------------------------ results
+
+def compare_results(reference_coco, images, seed):
+    """Entries of the results file identical (image, category, box, score); a table's rows."""
+    rng = np.random.default_rng(seed)
+    same = total = 0
+    for image_id in range(images):
+        count = int(rng.integers(1, 200))
+        x1, y1 = rng.uniform(0, 600, (2, count)).astype(np.float32)
+        w, h = rng.uniform(1, 300, (2, count)).astype(np.float32)
+        # soft-NMS scores: many just above the 0.001 threshold; some quarter-pixel box edges (exact ties)
+        scores = np.where(rng.random(count) < 0.5, rng.uniform(0.001, 0.0012, count), rng.random(count)).astype(np.float32)
+        boxes = np.stack([x1, y1, x1 + w, y1 + h], 1)
+        boxes[::3] = np.round(boxes[::3] * 4) / 4
+        dets = np.concatenate([boxes, scores[:, None]], 1)
+        pack = {"cat_id": 7, "ann_type": "bbox", "binary_thresh": None, "all_im_info": [{"index": image_id}],
+                "boxes": [dets]}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            theirs = reference_coco.coco_results_one_category_kernel(pack)
+        mine = coco_results([np.concatenate([dets, np.ones((count, 1), np.float32)], 1)], [image_id], [0, 7])
+        total += len(theirs)
+        same += sum(a == b for a, b in zip(theirs, mine))
+    return [["results entries identical (box with 1 decimal, score with 8)", percent(same, total)]]
+
+
+def run(reference, cases=200, images=100, seed=0, workdir=None):
+    """Every comparison against ``reference`` (a lib.parity.reference.ReferenceCheckout); the tables."""
+    with tempfile.TemporaryDirectory(prefix="sniper_parity_") as scratch:
+        workdir = workdir or scratch
+        bbox = reference.bbox_transform()
+        coco = reference.coco_module()
+        chips = reference.chip_generator(os.path.join(workdir, "chips"))
+        return "\n".join([
+            format_table(f"Chip generator ({cases} random images, seed {seed})", ["quantity", "agreement"],
+                         compare_chips(chips, bbox.clip_boxes, cases, seed)),
+            format_table(f"COCO gt boxes ({images} random images, seed {seed}, `dataset.INTEGER_BOXES` true)",
+                         ["quantity", "fractional boxes, some starting left of / above the image",
+                          "the same scenes, every box starting inside"],
+                         compare_coco_boxes(coco, images, seed, workdir)),
+            format_table(f"Results file ({images} images of random detections, seed {seed})",
+                         ["quantity", "agreement"], compare_results(coco, images, seed)),
+        ])

@@ -1,0 +1,135 @@
+"""A checkout of the reference (or a bare clone of it): its files, its Python 2 modules through the shim,
+and its C++ chip generator compiled with a wrapper of ours."""
+import ctypes
+import os
+import subprocess
+
+import numpy as np
+
+from lib.parity.shim import load_python2_module, stub_module
+
+# The wrapper around the reference's lib/chips/cchips.cpp: its cgenerate shuffles the candidate windows with
+# random_shuffle(ids.begin(), ids.end()) while its candidate list ``chips`` is in scope; the macro below
+# records the shuffled candidates there (the project replays that order), and srand(seed) fixes the shuffle.
+CHIPS_WRAPPER = r"""
+#include <algorithm>
+#include <iostream>
+#include <iterator>
+#include <set>
+#include <stdlib.h>
+#include <vector>
+
+static std::vector<std::vector<float> > harness_candidates;
+
+template <class It> static void harness_shuffle(It first, It last) { std::random_shuffle(first, last); }
+
+static void harness_record(const std::vector<std::vector<float> >& chips, const std::vector<int>& ids) {
+  harness_candidates.clear();
+  for (size_t i = 0; i < ids.size(); i++) harness_candidates.push_back(chips[ids[i]]);
+}
+
+#define random_shuffle(first, last) (harness_shuffle(first, last), harness_record(chips, ids))
+#include "cchips.cpp"
+#undef random_shuffle
+
+extern "C" int harness_generate(int width, int height, int chip_size, const float* boxes, int num_boxes,
+                                int stride, unsigned seed, float* chips_out, int max_chips,
+                                float* candidates_out, int max_candidates, int* num_candidates) {
+  std::vector<std::vector<float> > box_rows(num_boxes, std::vector<float>(4));
+  for (int i = 0; i < num_boxes; i++)
+    for (int k = 0; k < 4; k++) box_rows[i][k] = boxes[4 * i + k];
+  srand(seed);
+  harness_candidates.clear();
+  std::vector<std::vector<float> > picked = chips::cgenerate(width, height, chip_size, box_rows, num_boxes, stride);
+  *num_candidates = (int)harness_candidates.size();
+  for (int i = 0; i < (int)harness_candidates.size() && i < max_candidates; i++)
+    for (int k = 0; k < 4; k++) candidates_out[4 * i + k] = harness_candidates[i][k];
+  for (int i = 0; i < (int)picked.size() && i < max_chips; i++)
+    for (int k = 0; k < 4; k++) chips_out[4 * i + k] = picked[i][k];
+  return (int)picked.size();
+}
+"""
+
+
+class ReferenceCheckout:
+    """The reference at ``path``: a working tree, or a git directory (its HEAD is read)."""
+
+    def __init__(self, path):
+        self.path = os.path.abspath(path)
+        self.bare = not os.path.isdir(os.path.join(self.path, "lib")) and os.path.isfile(os.path.join(self.path, "HEAD"))
+        if not self.bare and not os.path.isfile(os.path.join(self.path, "lib", "chips", "cchips.cpp")):
+            raise FileNotFoundError(f"--reference {path}: not a checkout of the SNIPER reference "
+                                    f"(no lib/chips/cchips.cpp, and not a git directory)")
+
+    def read(self, relative):
+        """The text of file ``relative`` (e.g. ``lib/chips/cchips.cpp``)."""
+        if self.bare:
+            try:
+                return subprocess.run(["git", "--git-dir", self.path, "show", f"HEAD:{relative}"], check=True,
+                                      capture_output=True, text=True).stdout
+            except subprocess.CalledProcessError as err:
+                raise FileNotFoundError(f"reference {self.path}: no {relative} ({err.stderr.strip()})") from None
+        with open(os.path.join(self.path, relative)) as f:
+            return f.read()
+
+    def bbox_transform(self):
+        """lib/bbox/bbox_transform.py (its cython overlaps stubbed: the comparisons use clip_boxes)."""
+        return load_python2_module(self.read("lib/bbox/bbox_transform.py"), "reference_bbox_transform", {
+            "bbox": stub_module("bbox", bbox_overlaps_cython=None, ignore_overlaps_cython=None)})
+
+    def coco_module(self):
+        """lib/dataset/coco.py, for its box rule (``coco._load_coco_annotation``) and its results writer
+        (``coco_results_one_category_kernel``); pycocotools, the mask code and the imdb base are stubs."""
+        package = "reference_dataset"
+        stubs = {
+            package: stub_module(package, __path__=[]),
+            "imdb": stub_module("imdb", IMDB=object),
+            f"{package}.pycocotools": stub_module(f"{package}.pycocotools", __path__=[]),
+            f"{package}.pycocotools.coco": stub_module(f"{package}.pycocotools.coco", COCO=None),
+            f"{package}.pycocotools.cocoeval": stub_module(f"{package}.pycocotools.cocoeval", COCOeval=None),
+            "mask": stub_module("mask", __path__=[]),
+            "mask.mask_voc2coco": stub_module("mask.mask_voc2coco", mask_voc2coco=None),
+            "bbox": stub_module("bbox", __path__=[]),
+            "bbox.bbox_transform": self.bbox_transform(),
+        }
+        return load_python2_module(self.read("lib/dataset/coco.py"), f"{package}.coco", stubs, package=package)
+
+    def chip_generator(self, workdir):
+        """The reference's C++ greedy cover, compiled into ``workdir``: a ReferenceChips."""
+        os.makedirs(workdir, exist_ok=True)
+        with open(os.path.join(workdir, "cchips.cpp"), "w") as f:
+            f.write(self.read("lib/chips/cchips.cpp"))
+        with open(os.path.join(workdir, "cchips.h"), "w") as f:
+            f.write(self.read("lib/chips/cchips.h"))
+        source, library = os.path.join(workdir, "harness_chips.cpp"), os.path.join(workdir, "harness_chips.so")
+        with open(source, "w") as f:
+            f.write(CHIPS_WRAPPER)
+        command = ["g++", "-std=c++11", "-O2", "-fPIC", "-shared", "-I", workdir, source, "-o", library]
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"compiling the reference's cchips.cpp failed: {' '.join(command)}\n{done.stderr[-2000:]}")
+        return ReferenceChips(library)
+
+
+class ReferenceChips:
+    """ctypes binding of the compiled wrapper: ``generate(boxes, width, height, chip_size, stride, seed)``
+    -> (picked chips (K, 4), shuffled candidate windows (N, 4)), float32, as cgenerate saw them."""
+
+    def __init__(self, library):
+        self._lib = ctypes.CDLL(library)
+        self._lib.harness_generate.restype = ctypes.c_int
+
+    def generate(self, boxes, width, height, chip_size, stride, seed):
+        boxes = np.ascontiguousarray(boxes, np.float32).reshape(-1, 4)
+        # candidates: corners + grid + edges, at most (W / stride + 2) x (H / stride + 2) + 3
+        max_candidates = (width // stride + 3) * (height // stride + 3) + 3
+        chips = np.zeros((max_candidates, 4), np.float32)
+        candidates = np.zeros((max_candidates, 4), np.float32)
+        count = ctypes.c_int(0)
+        pointer = lambda a: a.ctypes.data_as(ctypes.POINTER(ctypes.c_float))  # noqa: E731
+        picked = self._lib.harness_generate(int(width), int(height), int(chip_size), pointer(boxes), len(boxes),
+                                            int(stride), ctypes.c_uint(seed), pointer(chips), max_candidates,
+                                            pointer(candidates), max_candidates, ctypes.byref(count))
+        if count.value > max_candidates:
+            raise RuntimeError(f"reference chip generator: {count.value} candidates, buffer for {max_candidates}")
+        return chips[:picked].copy(), candidates[:count.value].copy()
