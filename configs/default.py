@@ -67,6 +67,10 @@ DEFAULTS = {
         # NMS threshold (IoU > it suppresses) applied to each image's pooled proposals when they are loaded for
         # negative chip mining. reference: 0.7; other: 0 keeps every proposal.
         "PROPOSAL_NMS": 0.7,
+        # Order of a COCO test set's images, which decides the TEST.BATCH_PARTS parts and the images sharing
+        # a canvas. reference: its pycocotools' getImgIds(), the keys of a Python 2 dict of the image ids;
+        # file: the annotation file's order.
+        "TEST_IMAGE_ORDER": "reference",
         # Images larger than this (annotated, or declared by a JPEG/PNG header) are refused before they are
         # decoded: 1 gigapixel (about 31,600 x 31,600; larger images are read by windows, raise it for them).
         "MAX_IMAGE_PIXELS": 1_000_000_000,
