@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from chip_generator.cover import candidate_windows, generate
-from lib.parity.compare import compare_chips, format_table, replay_order, run
+from lib.parity.compare import _unshuffled_project_cover, compare_chips, format_table, replay_order, run
 from lib.parity.reference import ReferenceCheckout
 from lib.parity.shim import load_python2_module, py2_round, stub_module
 
@@ -91,6 +91,17 @@ def test_chip_comparison_counts_agreement_per_case():
     assert wrong["chips identical, in pick order (the reference's shuffle replayed)"] == "0.0% (0 / 12)"
 
 
+def test_the_miner_s_covers_take_the_candidates_unshuffled_only_inside_the_context():
+    import chip_generator.mining as mining
+
+    boxes = np.array([[10, 10, 60, 60], [300, 200, 420, 330]], np.float32)
+    count = len(candidate_windows(900, 600, 512, 32, "reference"))
+    with _unshuffled_project_cover():
+        unshuffled = mining.generate(boxes, 900, 600, 512, 32, rng=5)
+    np.testing.assert_array_equal(unshuffled, generate(boxes, 900, 600, 512, 32, order=np.arange(count)))
+    assert mining.generate is generate
+
+
 def test_tables_are_markdown_under_a_title():
     text = format_table("T", ["quantity", "agreement"], [["a", "1"]])
     assert text.splitlines()[0] == "### T" and text.splitlines()[2].startswith("| quantity")
@@ -110,6 +121,10 @@ def test_against_the_reference_chips_coco_boxes_and_results_agree():
     lines = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
              for line in tables.splitlines() if line.startswith("| ")}
     assert lines["chips identical, in pick order (the reference's shuffle replayed)"] == ["100.0% (20 / 20)"]
+    # the miner with the reference rules (first column) on 10 scenes x 3 scales
+    assert lines["positive chips identical, in pick order (image, scale)"][0] == "100.0% (30 / 30)"
+    assert lines["(image, scale) with every chip's valid gts identical (of those)"][0] == "100.0% (30 / 30)"
+    assert lines["negative chips identical, with their counts and counted gts (image, scale)"][0] == "100.0% (30 / 30)"
     # the remaining COCO difference: boxes starting left of / above the image (docs/reference_differences.md)
     assert lines["gt boxes arrays identical (images)"][1] == "100.0% (10 / 10)"
     assert lines["results entries identical (box with 1 decimal, score with 8)"][0].startswith("100.0%")

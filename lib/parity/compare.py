@@ -4,22 +4,30 @@ agreement counted per case and printed as the tables of docs/reference_differenc
 * chip generator: the reference's C++ greedy cover (its boxes clipped by its own ``clip_boxes``) against
   ``chip_generator.generate`` (boxes clipped by the miner's rule), the project replaying the reference's
   ``rand()`` shuffle, with its own shuffle, and with the ``clipped`` windows variant;
+* chip mining: the reference's ``chip_worker`` (``chip_extractor``, ``box_assigner``: valid boxes, positive
+  chips, which gts each trains on, negative chips from the boxes left) against ``mine_image_chips`` on
+  random scenes with gts and proposals, both covers taking the candidates unshuffled (ties to the first
+  window in the reference's enumeration: the shuffle itself is the chip generator's table);
 * COCO boxes: the reference's ``_load_coco_annotation`` box rule (uint16 boxes) against the project's COCO
   reader with ``dataset.INTEGER_BOXES`` on annotations with fractional boxes, some starting left of /
   above their image, and on the same scenes with every box starting inside;
 * results file: the reference's ``coco_results_one_category_kernel`` against ``coco_results``.
 """
+import contextlib
 import json
 import logging
 import os
 import tempfile
 import warnings
+from types import SimpleNamespace
 
 import numpy as np
 
+import chip_generator.mining as mining
 from chip_generator.cover import candidate_windows, generate
-from chip_generator.mining import _to_scaled_image
+from chip_generator.mining import MiningParams, _to_scaled_image, mine_image_chips
 from lib.benchmarking import markdown_table
+from lib.config import load_config
 from lib.dataset.coco import CocoDataset
 from lib.dataset.reference_rules import truncate_to_whole_pixels
 from lib.inference.evaluator import coco_results
@@ -93,6 +101,103 @@ def compare_chips(reference_chips, clip_boxes, cases, seed):
             ["chips identical, in pick order (the reference's shuffle replayed)", percent(replayed, cases)],
             ["chip sets identical, the project's own shuffle", percent(own, cases)],
             ["chip sets identical, `TRAIN.CHIP_WINDOWS: clipped`, own shuffle", percent(clipped, cases)]]
+
+
+# ------------------------------------------------------------------------------------------------ mining
+
+# The reference's effective training settings for COCO (its main_train.py's factor scales).
+MINING_SCALES = (3.0, 1.667, 512.0)
+MINING_RANGES = ((-1, 80), (32, 150), (120, -1))
+
+
+def random_mining_scene(rng):
+    """(gts float32 (G, 4) whole pixels, proposals float32 (P, 4), width, height, stride)."""
+    width, height = int(rng.integers(300, 1000)), int(rng.integers(300, 1000))
+
+    def boxes(count, low, high, whole):
+        sides = np.exp(rng.uniform(np.log(low), np.log(high), (count, 2)))
+        x1, y1 = rng.uniform(0, width - 2, count), rng.uniform(0, height - 2, count)
+        out = np.stack([x1, y1, np.minimum(x1 + sides[:, 0], width - 1), np.minimum(y1 + sides[:, 1], height - 1)], 1)
+        return (np.trunc(out) if whole else out).astype(np.float32)
+
+    return (boxes(int(rng.integers(1, 30)), 3, 500, True), boxes(int(rng.integers(30, 300)), 8, 400, False),
+            width, height, int(rng.choice((56, 57, 58, 59))))
+
+
+@contextlib.contextmanager
+def _unshuffled_project_cover():
+    """The miner's covers with the candidates in enumeration order (the reference's, unshuffled)."""
+    def ordered(boxes, width, height, chip_size, stride, rng=None, windows="reference"):
+        count = len(candidate_windows(width, height, chip_size, stride, windows))
+        return generate(boxes, width, height, chip_size, stride, windows=windows, order=np.arange(count))
+
+    saved, mining.generate = mining.generate, ordered
+    try:
+        yield
+    finally:
+        mining.generate = saved
+
+
+def _reference_mining(workers, gts, proposals, width, height, stride):
+    cfg = SimpleNamespace(TRAIN=SimpleNamespace(VALID_RANGES=list(MINING_RANGES), SCALES=MINING_SCALES,
+                                                CPP_CHIPS=True, USE_NEG_CHIPS=True))
+    worker = workers.chip_worker(cfg, 512)
+    worker.chip_stride = stride
+    worker.chip_generator = type(worker.chip_generator)(chip_stride=stride, use_cpp=True)
+    entry = {"boxes": np.concatenate([gts, proposals]), "width": width, "height": height,
+             "max_overlaps": np.concatenate([np.ones(len(gts)), np.zeros(len(proposals))])}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        entry["crops"] = worker.chip_extractor(entry)
+        props_in_chips, neg_chips, neg_props = worker.box_assigner(entry)
+    per_scale = [{"pos": [], "pos_valid": [], "neg": [], "neg_members": []} for _ in MINING_SCALES]
+    for crop, members in zip(entry["crops"], props_in_chips):
+        chip, im_scale, level = crop[0], crop[1], crop[4]
+        per_scale[level]["pos"].append(np.round(np.asarray(chip, np.float64) * im_scale))
+        per_scale[level]["pos_valid"].append(sorted(int(i) for i in members if i < len(gts)))
+    for crop, members in zip(neg_chips, neg_props):
+        chip, im_scale, level = crop[0], crop[1], crop[4]
+        per_scale[level]["neg"].append(np.round(np.asarray(chip, np.float64) * im_scale))
+        per_scale[level]["neg_members"].append((len(members), sorted(int(i) for i in members if i < len(gts))))
+    return per_scale
+
+
+# The project's own rule variants (docs/reference_differences.md), compared as a second column.
+MINING_VARIANTS = (("TRAIN.VALIDITY_RULES", "strict"), ("TRAIN.CHIP_VALID_BOXES", "visible"),
+                   ("TRAIN.NEG_CHIP_RULES", "contained"))
+
+
+def compare_mining(workers, cases, seed, overrides=()):
+    """Agreement of the miners per (image, scale) over ``cases`` random scenes, the project's config with
+    ``overrides`` ((key, value) pairs); a table's rows."""
+    rng = np.random.default_rng(seed)
+    pos_same = valid_same = valid_total = chips_valid_same = neg_same = total = 0
+    for _ in range(cases):
+        gts, proposals, width, height, stride = random_mining_scene(rng)
+        theirs = _reference_mining(workers, gts, proposals, width, height, stride)
+        cfg = load_config(None, [("TRAIN.SCALES", str(list(MINING_SCALES))),
+                                 ("TRAIN.VALID_RANGES", str([list(r) for r in MINING_RANGES])),
+                                 ("TRAIN.CHIP_STRIDE", str(stride)), ("TRAIN.USE_NEG_CHIPS", "true"),
+                                 *overrides])
+        with _unshuffled_project_cover():
+            ours = mine_image_chips({"boxes": gts, "proposals": proposals, "width": width, "height": height},
+                                    MiningParams.from_config(cfg), stride, np.random.default_rng(0)).scales
+        for ref, mine in zip(theirs, ours):
+            total += 1
+            same_pos = np.array_equal(np.reshape(ref["pos"], (-1, 4)), mine.pos_chips)
+            pos_same += same_pos
+            if same_pos:
+                decisions = [r == sorted(int(i) for i in m) for r, m in zip(ref["pos_valid"], mine.pos_valid)]
+                chips_valid_same += all(decisions)
+                valid_same += sum(decisions)
+                valid_total += len(decisions)
+            neg_same += (np.array_equal(np.reshape(ref["neg"], (-1, 4)), mine.neg_chips) and
+                         [m for m in ref["neg_members"]] ==
+                         [(int(c), sorted(int(i) for i in v)) for c, v in zip(mine.neg_counts, mine.neg_valid)])
+    return [["positive chips identical, in pick order (image, scale)", percent(pos_same, total)],
+            ["chips with identical valid gt sets (of those)", percent(valid_same, valid_total)],
+            ["(image, scale) with every chip's valid gts identical (of those)", percent(chips_valid_same, pos_same)],
+            ["negative chips identical, with their counts and counted gts (image, scale)", percent(neg_same, total)]]
 
 
 # ------------------------------------------------------------------------------------------------ COCO boxes
@@ -211,9 +316,16 @@ def run(reference, cases=200, images=100, seed=0, workdir=None):
         bbox = reference.bbox_transform()
         coco = reference.coco_module()
         chips = reference.chip_generator(os.path.join(workdir, "chips"))
+        workers = reference.data_workers(chips, reference.bbox_extension(os.path.join(workdir, "bbox")))
         return "\n".join([
             format_table(f"Chip generator ({cases} random images, seed {seed})", ["quantity", "agreement"],
                          compare_chips(chips, bbox.clip_boxes, cases, seed)),
+            format_table(f"Chip mining ({images} random scenes, 3 scales, seed {seed})",
+                         ["quantity", "defaults (reference rules)", "variants: " + ", ".join(
+                             f"`{key}: {value}`" for key, value in MINING_VARIANTS)],
+                         [[name, value, variant] for (name, value), (_, variant) in
+                          zip(compare_mining(workers, images, seed), compare_mining(workers, images, seed,
+                                                                                    MINING_VARIANTS))]),
             format_table(f"COCO gt boxes ({images} random images, seed {seed}, `dataset.INTEGER_BOXES` true)",
                          ["quantity", "fractional boxes, some starting left of / above the image",
                           "the same scenes, every box starting inside"],

@@ -1,8 +1,11 @@
 """A checkout of the reference (or a bare clone of it): its files, its Python 2 modules through the shim,
 and its C++ chip generator compiled with a wrapper of ours."""
 import ctypes
+import glob
+import importlib.util
 import os
 import subprocess
+import sys
 
 import numpy as np
 
@@ -10,7 +13,9 @@ from lib.parity.shim import load_python2_module, stub_module
 
 # The wrapper around the reference's lib/chips/cchips.cpp: its cgenerate shuffles the candidate windows with
 # random_shuffle(ids.begin(), ids.end()) while its candidate list ``chips`` is in scope; the macro below
-# records the shuffled candidates there (the project replays that order), and srand(seed) fixes the shuffle.
+# records the shuffled candidates there (the project replays that order), srand(seed) fixes the shuffle,
+# and harness_keep_order skips it (candidates in enumeration order, which the project reproduces without a
+# recording: the miner's comparison).
 CHIPS_WRAPPER = r"""
 #include <algorithm>
 #include <iostream>
@@ -20,8 +25,13 @@ CHIPS_WRAPPER = r"""
 #include <vector>
 
 static std::vector<std::vector<float> > harness_candidates;
+static int harness_keep_order = 0;
 
-template <class It> static void harness_shuffle(It first, It last) { std::random_shuffle(first, last); }
+template <class It> static void harness_shuffle(It first, It last) {
+  if (!harness_keep_order) std::random_shuffle(first, last);
+}
+
+extern "C" void harness_set_keep_order(int keep) { harness_keep_order = keep; }
 
 static void harness_record(const std::vector<std::vector<float> >& chips, const std::vector<int>& ids) {
   harness_candidates.clear();
@@ -72,10 +82,50 @@ class ReferenceCheckout:
         with open(os.path.join(self.path, relative)) as f:
             return f.read()
 
-    def bbox_transform(self):
-        """lib/bbox/bbox_transform.py (its cython overlaps stubbed: the comparisons use clip_boxes)."""
-        return load_python2_module(self.read("lib/bbox/bbox_transform.py"), "reference_bbox_transform", {
-            "bbox": stub_module("bbox", bbox_overlaps_cython=None, ignore_overlaps_cython=None)})
+    def bbox_transform(self, overlaps=None):
+        """lib/bbox/bbox_transform.py; ``overlaps`` is its compiled lib/bbox/bbox.pyx (``bbox_extension``),
+        stubbed when None (clip_boxes needs none)."""
+        overlaps = overlaps or stub_module("bbox", bbox_overlaps_cython=None, ignore_overlaps_cython=None)
+        return load_python2_module(self.read("lib/bbox/bbox_transform.py"), "reference_bbox_transform",
+                                   {"bbox": overlaps})
+
+    def bbox_extension(self, workdir):
+        """lib/bbox/bbox.pyx (its overlap functions) compiled with Cython (language level 2) into ``workdir``."""
+        os.makedirs(workdir, exist_ok=True)
+        with open(os.path.join(workdir, "bbox.pyx"), "w") as f:
+            f.write(self.read("lib/bbox/bbox.pyx"))
+        build = ("from setuptools import setup, Extension\nfrom Cython.Build import cythonize\nimport numpy\n"
+                 "setup(ext_modules=cythonize([Extension('bbox', ['bbox.pyx'], include_dirs=[numpy.get_include()])],"
+                 " compiler_directives={'language_level': 2}, quiet=True), script_args=['build_ext', '--inplace'])")
+        done = subprocess.run([sys.executable, "-c", build], cwd=workdir, capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"compiling the reference's lib/bbox/bbox.pyx failed:\n{done.stderr[-2000:]}")
+        (library,) = glob.glob(os.path.join(workdir, "bbox*.so"))
+        spec = importlib.util.spec_from_file_location("bbox", library)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    def data_workers(self, chips, overlaps):
+        """lib/data_utils/data_workers.py, for its ``chip_worker`` (chip_extractor, box_assigner): its chip
+        generator is lib/chips/chip_generator.py over ``chips`` (a ReferenceChips, candidates unshuffled),
+        its overlaps the compiled ``overlaps``; MXNet, NMS, masks and anchors are stubs."""
+        transform = self.bbox_transform(overlaps)
+        bbox = stub_module("bbox", __path__=[], bbox_transform=transform)
+        chips_module = stub_module("chips", generate=lambda boxes, width, height, size, stride:
+                                   chips.generate(boxes, width, height, size, stride, seed=None)[0].tolist())
+        generator = load_python2_module(self.read("lib/chips/chip_generator.py"), "chips.chip_generator", {
+            "chips": chips_module, "bbox": bbox, "bbox.bbox_transform": transform})
+        stubs = {
+            "mxnet": stub_module("mxnet"), "nms": stub_module("nms", __path__=[]),
+            "nms.nms": stub_module("nms.nms", nms_wrapper=None),
+            "data_utils": stub_module("data_utils", __path__=[]),
+            "data_utils.mask_utils": stub_module("data_utils.mask_utils", crop_polys=None, poly_encoder=None),
+            "generate_anchor": stub_module("generate_anchor", generate_anchors=None),
+            "bbox": bbox, "bbox.bbox_transform": transform,
+            "chips": stub_module("chips", __path__=[], chip_generator=generator), "chips.chip_generator": generator,
+        }
+        return load_python2_module(self.read("lib/data_utils/data_workers.py"), "reference_data_workers", stubs)
 
     def coco_module(self):
         """lib/dataset/coco.py, for its box rule (``coco._load_coco_annotation``) and its results writer
@@ -120,6 +170,9 @@ class ReferenceChips:
         self._lib.harness_generate.restype = ctypes.c_int
 
     def generate(self, boxes, width, height, chip_size, stride, seed):
+        """``seed`` None: no shuffle (candidates in the reference's enumeration order)."""
+        self._lib.harness_set_keep_order(int(seed is None))
+        seed = 0 if seed is None else seed
         boxes = np.ascontiguousarray(boxes, np.float32).reshape(-1, 4)
         # candidates: corners + grid + edges, at most (W / stride + 2) x (H / stride + 2) + 3
         max_candidates = (width // stride + 3) * (height // stride + 3) + 3
