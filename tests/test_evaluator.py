@@ -174,4 +174,15 @@ def test_evaluate_voc_reports_per_class_and_mean(tmp_path):
     assert result["mAP"] == pytest.approx(0.5)
     assert json.load(open(tmp_path / "voc_ap.json"))["mAP"] == pytest.approx(0.5)
     per_class = json.load(open(tmp_path / "per_class_ap.json"))
-    assert per_class["cat"] == {"AP": 1.0} and per_class["dog"] == {"AP": 0.0} and np.isnan(per_class["cow"]["AP"])
+    assert per_class["cat"] == {"AP": 1.0, "AP@0.70": 1.0} and per_class["dog"] == {"AP": 0.0, "AP@0.70": 0.0}
+    assert np.isnan(per_class["cow"]["AP"])
+
+
+def test_evaluate_voc_reports_map_at_0_7_beside_0_5(tmp_path):
+    # a 10 x 10 gt and a detection shifted by 2 px: IoU (8 * 10) / (2 * 100 - 80) = 2 / 3, a hit at 0.5 only
+    classes = ["__background__", "cat"]
+    detections = [np.array([[2, 0, 11, 9, 0.9, 1]], np.float32)]
+    result = evaluate_voc(detections, [np.array([[0, 0, 9, 9]], np.float32)], [np.array([1])],
+                          [np.array([False])], classes, str(tmp_path), use_07_metric=False)
+    assert result["mAP"] == pytest.approx(1.0) and result["mAP@0.70"] == 0.0
+    assert json.load(open(tmp_path / "voc_ap.json"))["AP@0.70"] == {"cat": 0.0}

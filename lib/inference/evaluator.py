@@ -193,34 +193,42 @@ def voc_class_ap(det_images, det_scores, det_boxes, gt_boxes, gt_difficult, iou_
 
 
 def evaluate_voc(detections, gt_boxes, gt_classes, gt_difficult, classes, output_dir, use_07_metric,
-                 iou_thresh=0.5):
-    """Per-class VOC AP and mAP for per-image detections; logs the table and writes ``voc_ap.json``.
+                 iou_thresh=0.5, extra_thresholds=(0.7,)):
+    """Per-class VOC AP and mAP for per-image detections at ``iou_thresh`` ("AP", "mAP") and at each of
+    ``extra_thresholds`` ("AP@0.70", "mAP@0.70": the reference reports 0.5 and 0.7); logs the table and
+    writes ``voc_ap.json``.
 
     ``gt_boxes``/``gt_classes``/``gt_difficult`` are per-image lists aligned with ``detections``;
     ``classes[label]`` names contiguous label ``label`` (0 is background).
     """
     detections = [np.asarray(d, dtype=np.float32).reshape(-1, 6) for d in detections]
-    aps = {}
-    for label in range(1, len(classes)):
-        masks = [np.asarray(c) == label for c in gt_classes]
-        det_images, det_scores, det_boxes = [], [], []
-        for image, dets in enumerate(detections):
-            dets = dets[dets[:, 5] == label]
-            det_images.append(np.full(len(dets), image))
-            det_scores.append(dets[:, 4])
-            det_boxes.append(dets[:, :4])
-        _, _, ap = voc_class_ap(
-            np.concatenate(det_images), np.concatenate(det_scores), np.concatenate(det_boxes),
-            [np.asarray(b).reshape(-1, 4)[m] for b, m in zip(gt_boxes, masks)],
-            [np.asarray(d, dtype=bool)[m] for d, m in zip(gt_difficult, masks)],
-            iou_thresh, use_07_metric,
-        )
-        aps[classes[label]] = ap
-    scored = [ap for ap in aps.values() if not np.isnan(ap)]
-    result = {"mAP": float(np.mean(scored)) if scored else float("nan"), "AP": aps,
-              "metric": "VOC07 11-point" if use_07_metric else "VOC area"}
+
+    def class_aps(thresh):
+        aps = {}
+        for label in range(1, len(classes)):
+            masks = [np.asarray(c) == label for c in gt_classes]
+            kept = [dets[dets[:, 5] == label] for dets in detections]
+            _, _, aps[classes[label]] = voc_class_ap(
+                np.concatenate([np.full(len(d), image) for image, d in enumerate(kept)]),
+                np.concatenate([d[:, 4] for d in kept]), np.concatenate([d[:, :4] for d in kept]),
+                [np.asarray(b).reshape(-1, 4)[m] for b, m in zip(gt_boxes, masks)],
+                [np.asarray(d, dtype=bool)[m] for d, m in zip(gt_difficult, masks)],
+                thresh, use_07_metric,
+            )
+        scored = [ap for ap in aps.values() if not np.isnan(ap)]
+        return aps, float(np.mean(scored)) if scored else float("nan")
+
+    aps, mean = class_aps(iou_thresh)
+    result = {"mAP": mean, "AP": aps, "metric": "VOC07 11-point" if use_07_metric else "VOC area"}
+    per_class = {name: {"AP": ap} for name, ap in aps.items()}
+    title = f"Pascal VOC AP@{iou_thresh:.2f} per class ({result['metric']}), mAP {mean:.4f}"
+    for thresh in extra_thresholds:
+        extra, extra_mean = class_aps(thresh)
+        result[f"AP@{thresh:.2f}"], result[f"mAP@{thresh:.2f}"] = extra, extra_mean
+        for name, ap in extra.items():
+            per_class[name][f"AP@{thresh:.2f}"] = ap
+        title += f"; mAP@{thresh:.2f} {extra_mean:.4f}"
     os.makedirs(output_dir, exist_ok=True)
-    log_per_class_table({name: {"AP": ap} for name, ap in aps.items()}, output_dir,
-                        f"Pascal VOC AP@{iou_thresh:.2f} per class ({result['metric']}), mAP {result['mAP']:.4f}")
+    log_per_class_table(per_class, output_dir, title)
     write_json(result, os.path.join(output_dir, "voc_ap.json"))
     return result
