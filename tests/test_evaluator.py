@@ -186,3 +186,49 @@ def test_evaluate_voc_reports_map_at_0_7_beside_0_5(tmp_path):
                           [np.array([False])], classes, str(tmp_path), use_07_metric=False)
     assert result["mAP"] == pytest.approx(1.0) and result["mAP@0.70"] == 0.0
     assert json.load(open(tmp_path / "voc_ap.json"))["AP@0.70"] == {"cat": 0.0}
+
+
+def test_proposal_recall_per_size_range_and_threshold_hand_worked():
+    from lib.inference.evaluator import proposal_recall
+
+    gts = [np.array([[0, 0, 9, 9], [100, 100, 199, 199]], np.float32), np.array([[0, 0, 39, 39]], np.float32)]
+    # image 0: the 10 px gt found exactly, the 100 px one at IoU 80 * 100 / (2 * 10000 - 8000) = 2 / 3;
+    # image 1: no proposals (its 40 px gt is missed)
+    proposals = [np.array([[0, 0, 9, 9, 0.9], [120, 100, 219, 199, 0.8]], np.float32), np.zeros((0, 5))]
+    table = proposal_recall(gts, proposals, {"all": (-1, -1), "small": (-1, 32), "large": (96, -1),
+                                             "none": (500, -1)})
+    assert table["all"] == {"gts": 3, 0.5: pytest.approx(2 / 3), 0.7: pytest.approx(1 / 3)}
+    assert table["small"] == {"gts": 1, 0.5: 1.0, 0.7: 1.0}
+    assert table["large"] == {"gts": 1, 0.5: 1.0, 0.7: 0.0}
+    assert table["none"]["gts"] == 0 and np.isnan(table["none"][0.5])
+
+
+def test_proposal_recall_tool_prints_the_table(tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    import cv2
+
+    from lib.dataset.proposals import write_proposals
+
+    root = tmp_path / "data"
+    (root / "annotations").mkdir(parents=True)
+    (root / "images" / "train").mkdir(parents=True)
+    cv2.imwrite(str(root / "images" / "train" / "1.jpg"), np.zeros((100, 120, 3), np.uint8))
+    json.dump({"images": [{"id": 1, "file_name": "1.jpg", "width": 120, "height": 100}],
+               "annotations": [{"id": 1, "image_id": 1, "bbox": [10, 10, 20, 20], "area": 400, "iscrowd": 0,
+                                "category_id": 1}], "categories": [{"id": 1, "name": "thing"}]},
+              open(root / "annotations" / "instances_train.json", "w"))
+    write_proposals({1: np.array([[10, 10, 29, 29, 1.0]], np.float32)}, str(tmp_path / "p.npz"))
+    tools = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools")
+    monkeypatch.syspath_prepend(tools)
+    spec = importlib.util.spec_from_file_location("proposal_recall_tool", os.path.join(tools, "proposal_recall.py"))
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    dataset = ["--set", "dataset.dataset", "coco", "dataset.dataset_path", str(root), "dataset.root_path",
+               str(tmp_path), "dataset.image_set", "train"]
+    tool.main(["--cfg", "configs/faster/sniper_synthetic_tiny.yml", "--proposals", str(tmp_path / "p.npz"), *dataset])
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| all"))
+    assert [cell.strip() for cell in row.split("|")[2:5]] == ["1", "1.000", "1.000"]
+    with pytest.raises(SystemExit, match="none.npz"):
+        tool.main(["--cfg", "configs/faster/sniper_synthetic_tiny.yml", "--proposals", str(tmp_path / "none.npz"),
+                   *dataset])

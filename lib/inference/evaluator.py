@@ -232,3 +232,31 @@ def evaluate_voc(detections, gt_boxes, gt_classes, gt_difficult, classes, output
     log_per_class_table(per_class, output_dir, title)
     write_json(result, os.path.join(output_dir, "voc_ap.json"))
     return result
+
+
+def proposal_recall(gt_boxes, proposals, size_ranges, thresholds=(0.5, 0.7)):
+    """Recall of ground-truth boxes by proposals, to judge a proposal file before negative chips are mined
+    from it: ``{range name: {"gts": count, threshold: fraction of those gts with a proposal of IoU >= it}}``.
+
+    ``gt_boxes`` and ``proposals`` are per-image lists of inclusive boxes (proposals may carry a score
+    column); ``size_ranges`` maps names to ``(lo, hi)`` bounds on a gt's ``sqrt(w h)`` (+1 sizes, original
+    pixels; -1 leaves a side open), e.g. the COCO size classes and each training scale's valid range."""
+    best, sizes = [], []
+    for gts, props in zip(gt_boxes, proposals):
+        gts = np.asarray(gts, np.float64).reshape(-1, 4)
+        props = np.asarray(props, np.float64)
+        props = props[:, :4] if props.ndim == 2 else props.reshape(-1, 4)
+        if not len(gts):
+            continue
+        overlaps = bbox_overlaps(gts, props) if len(props) else np.zeros((len(gts), 0))
+        best.append(overlaps.max(axis=1) if len(props) else np.zeros(len(gts)))
+        sizes.append(np.sqrt((gts[:, 2] - gts[:, 0] + 1) * (gts[:, 3] - gts[:, 1] + 1)))
+    best = np.concatenate(best) if best else np.zeros(0)
+    sizes = np.concatenate(sizes) if sizes else np.zeros(0)
+    table = {}
+    for name, (lo, hi) in size_ranges.items():
+        inside = ((sizes >= lo) | (lo < 0)) & ((sizes < hi) | (hi < 0))
+        count = int(inside.sum())
+        table[name] = {"gts": count, **{thresh: float((best[inside] >= thresh).mean()) if count else float("nan")
+                                        for thresh in thresholds}}
+    return table
