@@ -102,6 +102,15 @@ def test_the_miner_s_covers_take_the_candidates_unshuffled_only_inside_the_conte
     assert mining.generate is generate
 
 
+def test_merge_matching_uses_each_project_detection_once_within_the_tolerances():
+    from lib.parity.compare import _matched
+
+    mine = np.array([[0, 0, 10, 10, 0.5, 1], [0, 0, 10, 10.005, 0.50005, 1], [5, 5, 9, 9, 0.3, 2]], np.float32)
+    theirs = [(1, np.array([0, 0, 10, 10]), 0.5), (1, np.array([0, 0, 10, 10]), 0.5),  # two: both found once
+              (1, np.array([0, 0, 10, 10]), 0.5), (2, np.array([5, 5, 9, 9.02]), 0.3), (1, np.array([5, 5, 9, 9]), 0.3)]
+    assert _matched(theirs, mine) == 2  # the third copy, the 0.02 px box and the wrong label are not
+
+
 def test_tables_are_markdown_under_a_title():
     text = format_table("T", ["quantity", "agreement"], [["a", "1"]])
     assert text.splitlines()[0] == "### T" and text.splitlines()[2].startswith("| quantity")
@@ -116,7 +125,7 @@ REFERENCE = os.environ.get("SNIPER_REFERENCE_DIR")
 
 
 @pytest.mark.skipif(not REFERENCE, reason="SNIPER_REFERENCE_DIR (a checkout of the reference) is not set")
-def test_against_the_reference_chips_coco_boxes_and_results_agree():
+def test_against_the_reference_chips_mining_merge_coco_boxes_and_results_agree():
     tables = run(ReferenceCheckout(REFERENCE), cases=20, images=10, seed=3)
     lines = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
              for line in tables.splitlines() if line.startswith("| ")}
@@ -125,6 +134,9 @@ def test_against_the_reference_chips_coco_boxes_and_results_agree():
     assert lines["positive chips identical, in pick order (image, scale)"][0] == "100.0% (30 / 30)"
     assert lines["(image, scale) with every chip's valid gts identical (of those)"][0] == "100.0% (30 / 30)"
     assert lines["negative chips identical, with their counts and counted gts (image, scale)"][0] == "100.0% (30 / 30)"
+    assert lines["reference final detections the project gives (label, box within 0.01 px, score within 1e-4)"][0] \
+        .startswith("100.0% (")
+    assert lines["images with as many final detections"] == ["100.0% (10 / 10)"]
     # the remaining COCO difference: boxes starting left of / above the image (docs/reference_differences.md)
     assert lines["gt boxes arrays identical (images)"][1] == "100.0% (10 / 10)"
     assert lines["results entries identical (box with 1 decimal, score with 8)"][0].startswith("100.0%")

@@ -8,6 +8,9 @@ agreement counted per case and printed as the tables of docs/reference_differenc
   chips, which gts each trains on, negative chips from the boxes left) against ``mine_image_chips`` on
   random scenes with gts and proposals, both covers taking the candidates unshuffled (ties to the first
   window in the reference's enumeration: the shuffle itself is the chip generator's table);
+* multi-scale merge: the reference's ``Tester.aggregate`` (valid ranges, its Cython soft-NMS, the cap)
+  against ``lib.inference.merge.merge_scales`` on random per-scale candidates (rois x class scores, the
+  per-class rows above 0.001 handed to the reference as its ``get_detections`` makes them);
 * COCO boxes: the reference's ``_load_coco_annotation`` box rule (uint16 boxes) against the project's COCO
   reader with ``dataset.INTEGER_BOXES`` on annotations with fractional boxes, some starting left of /
   above their image, and on the same scenes with every box starting inside;
@@ -28,6 +31,8 @@ from chip_generator.cover import candidate_windows, generate
 from chip_generator.mining import MiningParams, _to_scaled_image, mine_image_chips
 from lib.benchmarking import markdown_table
 from lib.config import load_config
+from lib.inference.merge import merge_scales
+from lib.scales import parse_valid_ranges
 from lib.dataset.coco import CocoDataset
 from lib.dataset.reference_rules import truncate_to_whole_pixels
 from lib.inference.evaluator import coco_results
@@ -200,6 +205,69 @@ def compare_mining(workers, cases, seed, overrides=()):
             ["negative chips identical, with their counts and counted gts (image, scale)", percent(neg_same, total)]]
 
 
+# ------------------------------------------------------------------------------------------------ merge
+
+TEST_RANGES = ((-1, 90), (32, 180), (75, -1))  # the reference's COCO test ranges, finest scale first
+
+
+def random_scale_candidates(rng, classes, rois=300):
+    """(boxes float32 (R, 4) original pixels, scores float32 (R, C)) of one scale: rois around a few
+    objects of 8-600 px, softmax scores over the classes (background first)."""
+    centres = rng.uniform(50, 900, (int(rng.integers(2, 8)), 2))
+    sizes = np.exp(rng.uniform(np.log(8), np.log(600), len(centres)))
+    pick = rng.integers(0, len(centres), rois)
+    half = sizes[pick, None] * rng.uniform(0.35, 0.65, (rois, 2))
+    middle = centres[pick] + rng.normal(0, 0.15, (rois, 2)) * sizes[pick, None]
+    boxes = np.concatenate([middle - half, middle + half], 1).astype(np.float32)
+    logits = rng.normal(0, 2.5, (rois, classes))
+    scores = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+    return boxes, scores.astype(np.float32)
+
+
+def _reference_class_dets(boxes, scores, thresh=1e-3):
+    """The reference's per-class rows of one region, as its get_detections makes them:
+    ``hstack(boxes[s > thresh], s)`` per foreground class j (index j of the list)."""
+    return [None] + [np.hstack([boxes[scores[:, j] > thresh], scores[scores[:, j] > thresh, j, None]])
+                     for j in range(1, scores.shape[1])]
+
+
+def _matched(theirs, mine, box_tol=0.01, score_tol=1e-4):
+    """How many reference detections ``theirs`` ((label, box, score) rows) have a counterpart in ``mine``
+    (same label, box within ``box_tol`` px, score within ``score_tol``), each used once."""
+    used, hits = np.zeros(len(mine), bool), 0
+    for label, box, score in theirs:
+        close = (~used & (mine[:, 5] == label) & (np.abs(mine[:, :4] - box).max(1) <= box_tol) &
+                 (np.abs(mine[:, 4] - score) <= score_tol))
+        if close.any():
+            used[np.flatnonzero(close)[0]] = True
+            hits += 1
+    return hits
+
+
+def compare_merge(tester, workers, images, seed, classes=5):
+    """Final detections of the reference's aggregate found by the project's merge; a table's rows."""
+    rng = np.random.default_rng(seed)
+    per_image = [[random_scale_candidates(rng, classes) for _ in TEST_RANGES] for _ in range(images)]
+    scale_cls_dets = [[[[_reference_class_dets(*per_image[i][s])[j]] for i in range(images)] if j else None
+                       for j in range(classes)] for s in range(len(TEST_RANGES))]
+    cfg = load_config(None, [("TEST.VALID_RANGES", str([list(r) for r in TEST_RANGES])), ("TEST.MAX_PER_IMAGE", "200")])
+    fake = SimpleNamespace(cfg=cfg, num_images=images, num_classes=classes, show_info=lambda text: None,
+                           nms_worker=workers.nms_worker(-1, cfg.TEST.SOFT_NMS_SIGMA), roidb=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        all_boxes = tester.Tester.aggregate(fake, scale_cls_dets, cache_name=None)
+    ranges = parse_valid_ranges(cfg.TEST.VALID_RANGES)
+    found = total = same_count = 0
+    for i in range(images):
+        theirs = [(j, row[:4], row[4]) for j in range(1, classes) for row in np.asarray(all_boxes[j][i]).reshape(-1, 5)]
+        mine = merge_scales(per_image[i], ranges, cfg.TEST)
+        total += len(theirs)
+        found += _matched(theirs, mine)
+        same_count += len(theirs) == len(mine)
+    return [["reference final detections the project gives (label, box within 0.01 px, score within 1e-4)",
+             percent(found, total)], ["images with as many final detections", percent(same_count, images)]]
+
+
 # ------------------------------------------------------------------------------------------------ COCO boxes
 
 def random_coco(rng, images, inside=False):
@@ -316,7 +384,9 @@ def run(reference, cases=200, images=100, seed=0, workdir=None):
         bbox = reference.bbox_transform()
         coco = reference.coco_module()
         chips = reference.chip_generator(os.path.join(workdir, "chips"))
-        workers = reference.data_workers(chips, reference.bbox_extension(os.path.join(workdir, "bbox")))
+        overlaps = reference.bbox_extension(os.path.join(workdir, "bbox"))
+        workers = reference.data_workers(chips, overlaps, reference.nms_module(os.path.join(workdir, "nms")))
+        tester = reference.tester_module(workers, reference.bbox_transform(overlaps))
         return "\n".join([
             format_table(f"Chip generator ({cases} random images, seed {seed})", ["quantity", "agreement"],
                          compare_chips(chips, bbox.clip_boxes, cases, seed)),
@@ -326,6 +396,8 @@ def run(reference, cases=200, images=100, seed=0, workdir=None):
                          [[name, value, variant] for (name, value), (_, variant) in
                           zip(compare_mining(workers, images, seed), compare_mining(workers, images, seed,
                                                                                     MINING_VARIANTS))]),
+            format_table(f"Multi-scale merge ({images} images of random candidates at 3 scales, seed {seed})",
+                         ["quantity", "agreement"], compare_merge(tester, workers, images, seed)),
             format_table(f"COCO gt boxes ({images} random images, seed {seed}, `dataset.INTEGER_BOXES` true)",
                          ["quantity", "fractional boxes, some starting left of / above the image",
                           "the same scenes, every box starting inside"],

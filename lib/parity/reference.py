@@ -89,27 +89,60 @@ class ReferenceCheckout:
         return load_python2_module(self.read("lib/bbox/bbox_transform.py"), "reference_bbox_transform",
                                    {"bbox": overlaps})
 
-    def bbox_extension(self, workdir):
-        """lib/bbox/bbox.pyx (its overlap functions) compiled with Cython (language level 2) into ``workdir``."""
+    def compile_pyx(self, relative, workdir):
+        """The reference's Cython module ``relative`` (e.g. ``lib/bbox/bbox.pyx``) compiled at language level
+        2 into ``workdir`` and imported (under its own name, outside sys.modules)."""
+        name = os.path.splitext(os.path.basename(relative))[0]
         os.makedirs(workdir, exist_ok=True)
-        with open(os.path.join(workdir, "bbox.pyx"), "w") as f:
-            f.write(self.read("lib/bbox/bbox.pyx"))
+        with open(os.path.join(workdir, f"{name}.pyx"), "w") as f:
+            f.write(self.read(relative))
         build = ("from setuptools import setup, Extension\nfrom Cython.Build import cythonize\nimport numpy\n"
-                 "setup(ext_modules=cythonize([Extension('bbox', ['bbox.pyx'], include_dirs=[numpy.get_include()])],"
-                 " compiler_directives={'language_level': 2}, quiet=True), script_args=['build_ext', '--inplace'])")
+                 f"setup(ext_modules=cythonize([Extension({name!r}, [{name + '.pyx'!r}], "
+                 "include_dirs=[numpy.get_include()])], compiler_directives={'language_level': 2}, quiet=True), "
+                 "script_args=['build_ext', '--inplace'])")
         done = subprocess.run([sys.executable, "-c", build], cwd=workdir, capture_output=True, text=True)
         if done.returncode:
-            raise RuntimeError(f"compiling the reference's lib/bbox/bbox.pyx failed:\n{done.stderr[-2000:]}")
-        (library,) = glob.glob(os.path.join(workdir, "bbox*.so"))
-        spec = importlib.util.spec_from_file_location("bbox", library)
+            raise RuntimeError(f"compiling the reference's {relative} failed:\n{done.stderr[-2000:]}")
+        (library,) = glob.glob(os.path.join(workdir, f"{name}.*.so"))
+        spec = importlib.util.spec_from_file_location(name, library)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         return module
 
-    def data_workers(self, chips, overlaps):
+    def bbox_extension(self, workdir):
+        """lib/bbox/bbox.pyx (its overlap functions), compiled."""
+        return self.compile_pyx("lib/bbox/bbox.pyx", workdir)
+
+    def nms_module(self, workdir):
+        """lib/nms/nms.py over its compiled lib/nms/cpu_nms.pyx (soft-NMS, NMS; the GPU one stubbed)."""
+        return load_python2_module(self.read("lib/nms/nms.py"), "nms.nms", {
+            "cpu_nms": self.compile_pyx("lib/nms/cpu_nms.pyx", workdir),
+            "gpu_nms": stub_module("gpu_nms", gpu_nms=None)})
+
+    def tester_module(self, workers, transform):
+        """lib/inference.py, for ``Tester.aggregate`` (the multi-scale merge): its worker pools run serially,
+        ``workers`` (``data_workers``) gives its NMS worker; iterators, MXNet and drawing are stubs."""
+        stubs = {
+            "mxnet": stub_module("mxnet"), "tqdm": stub_module("tqdm", tqdm=lambda iterable, **kwargs: iterable),
+            "bbox": stub_module("bbox", __path__=[], bbox_transform=transform), "bbox.bbox_transform": transform,
+            "iterators": stub_module("iterators", __path__=[]),
+            "iterators.PrefetchingIter": stub_module("iterators.PrefetchingIter", PrefetchingIter=object),
+            "iterators.MNIteratorTest": stub_module("iterators.MNIteratorTest", MNIteratorTest=object),
+            "iterators.MNIteratorTestAutoFocus": stub_module("iterators.MNIteratorTestAutoFocus",
+                                                             MNIteratorTestAutoFocus=object),
+            "data_utils": stub_module("data_utils", __path__=[]), "data_utils.data_workers": workers,
+            "data_utils.visualization": stub_module("data_utils.visualization", visualize_dets=None),
+            "chips": stub_module("chips", __path__=[]),
+            "chips.chips_inference": stub_module("chips.chips_inference", add_chips=None),
+        }
+        return load_python2_module(self.read("lib/inference.py"), "reference_inference", stubs,
+                                   overrides={"Pool": SerialPool})
+
+    def data_workers(self, chips, overlaps, nms=None):
         """lib/data_utils/data_workers.py, for its ``chip_worker`` (chip_extractor, box_assigner): its chip
         generator is lib/chips/chip_generator.py over ``chips`` (a ReferenceChips, candidates unshuffled),
-        its overlaps the compiled ``overlaps``; MXNet, NMS, masks and anchors are stubs."""
+        its overlaps the compiled ``overlaps``, its NMS ``nms`` (``nms_module``; None: a stub); MXNet, masks
+        and anchors are stubs."""
         transform = self.bbox_transform(overlaps)
         bbox = stub_module("bbox", __path__=[], bbox_transform=transform)
         chips_module = stub_module("chips", generate=lambda boxes, width, height, size, stride:
@@ -118,7 +151,7 @@ class ReferenceCheckout:
             "chips": chips_module, "bbox": bbox, "bbox.bbox_transform": transform})
         stubs = {
             "mxnet": stub_module("mxnet"), "nms": stub_module("nms", __path__=[]),
-            "nms.nms": stub_module("nms.nms", nms_wrapper=None),
+            "nms.nms": nms or stub_module("nms.nms", nms_wrapper=None),
             "data_utils": stub_module("data_utils", __path__=[]),
             "data_utils.mask_utils": stub_module("data_utils.mask_utils", crop_polys=None, poly_encoder=None),
             "generate_anchor": stub_module("generate_anchor", generate_anchors=None),
@@ -159,6 +192,20 @@ class ReferenceCheckout:
         if done.returncode:
             raise RuntimeError(f"compiling the reference's cchips.cpp failed: {' '.join(command)}\n{done.stderr[-2000:]}")
         return ReferenceChips(library)
+
+
+class SerialPool:
+    """multiprocessing.Pool's ``map`` and ``close`` in the calling process (the reference's merge asks for 32
+    workers)."""
+
+    def __init__(self, processes=None):
+        pass
+
+    def map(self, function, iterable):
+        return [function(item) for item in iterable]
+
+    def close(self):
+        pass
 
 
 class ReferenceChips:
