@@ -216,6 +216,11 @@ DEFAULTS = {
         "AUTO_FOCUS": False,
         "DO_PRUNING": [],
         "CHIP_HYPERPARAMS": [],
+        # Tiled test for large images (lib/inference/tiling.py): [size, overlap] in network pixels; a scaled
+        # image larger than size on a side runs in tiles of at most size x size overlapping by at least
+        # overlap (at least s * (valid range hi + 20) at scale s keeps every object whole in a tile).
+        # []: whole images on one canvas per scale (the reference).
+        "TILE": [],
         # Clip extracted proposals to the image: the reference does not (after the division by the scale
         # a box may end a fraction of a pixel beyond it)
         "CLIP_PROPOSALS": False,

@@ -482,18 +482,21 @@ def test_regions_are_batched_within_the_reference_parts_of_the_set_with_each_sca
 
 
 def test_level_batches_without_parts_batch_the_whole_set_by_area():
-    from lib.inference.autofocus import Region, level_batches
+    from lib.inference.autofocus import level_batches
+    from lib.inference.regions import Region
     from lib.scales import ScaleSpec
 
-    regions = [Region(i, (0.0, 0.0, float(side), float(side))) for i, side in enumerate((100, 200, 110, 210))]
-    # chips of one image stay in their image's part: a second region of image 1 joins part {0, 1}
-    regions.append(Region(1, (0.0, 0.0, 50.0, 50.0)))
+    # regions image by image; image 1 has a second region (a chip), which stays in its image's part {0, 1}
+    sides = ((0, 100), (1, 200), (1, 50), (2, 110), (3, 210))
+    regions = [Region(image, (0.0, 0.0, float(side), float(side))) for image, side in sides]
     whole = level_batches(regions, [1.0] * 5, 4, ScaleSpec(factor=1.0), 2, 1)
     split = level_batches(regions, [1.0] * 5, 4, ScaleSpec(factor=1.0), 2, 2)
-    # areas 2500 (4), 10000 (0), 12100 (2), 40000 (1), 44100 (3); the odd group is padded by its last entry
-    assert [b.images for b in whole] == [(4, 0), (2, 1), (3,)]
-    assert [b.images for b in split] == [(4, 0), (1,), (2, 3)]
+    # areas 2500 (2), 10000 (0), 12100 (3), 40000 (1), 44100 (4); an odd group is padded by its last entry
+    assert [b.images for b in whole] == [(2, 0), (3, 1), (4,)]
+    assert [b.images for b in split] == [(2, 0), (1,), (3, 4)]
     assert [b.canvas for b in split] == [(100, 100), (200, 200), (210, 210)]
+    with pytest.raises(ValueError, match="image by image"):
+        level_batches(regions[::-1], [1.0] * 5, 4, ScaleSpec(factor=1.0), 2, 2)
 
 
 def test_autofocus_runs_through_the_detector_and_its_worker_processes(tmp_path):
@@ -531,7 +534,7 @@ def test_an_unreadable_image_is_reported_once_and_the_others_complete():
     assert len(found[0]) == 2
 
 def test_region_crops_are_whole_pixels_and_may_overhang_their_canvas():
-    from lib.inference.autofocus import Region, RegionImages
+    from lib.inference.regions import Region, RegionImages
     from lib.inference.batching import plan_level
     from lib.inference.pipeline import ArrayImages
     from lib.scales import ScaleSpec
