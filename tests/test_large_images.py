@@ -10,7 +10,7 @@ import cv2
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from lib.bootstrap import ROOT
 from lib.data.chip_image import render_chip
 from lib.dataset.image_io import read_image
 from lib.dataset.large_images import WindowedImage, is_large, open_windowed, shrink_factor, write_tiled_tiff
@@ -144,16 +144,16 @@ def test_tiled_test_and_chips_of_a_20000_px_image_stay_within_a_fixed_resident_m
         assert distance.min() <= 4, (x, y, size)
 
 
-def test_benchmark_tool_compares_whole_and_tiled_tests_in_processes_of_their_own(tmp_path):
+def test_benchmark_tool_compares_whole_and_tiled_tests_in_processes_of_their_own(tmp_path, tiny_config):
     """A small set (one 700 x 900 image), a random tiny checkpoint: both rows, figures present and
     consistent (the tiled pyramid processes more pixels than the one whole-image scale)."""
     import mxnet as mx
 
-    from conftest import TINY_CONFIG, build_cfg
+    from lib.config import load_config
     from lib.inference.detector import DATA_NAMES
     from symbols import inference_symbol
 
-    cfg = build_cfg({"gpus": ""}, TINY_CONFIG)
+    cfg = load_config(tiny_config, {"gpus": ""})
     module = mx.mod.Module(inference_symbol(cfg, 6), data_names=DATA_NAMES, label_names=None, context=mx.cpu())
     module.bind([("data", (1, 3, 64, 64)), ("im_info", (1, 3)), ("im_ids", (1,)), ("chip_ids", (1,))],
                 for_training=False)
@@ -163,7 +163,7 @@ def test_benchmark_tool_compares_whole_and_tiled_tests_in_processes_of_their_own
     path = str(tmp_path / "tiny-0001.params")
     mx.nd.save(path, {**{f"arg:{k}": v for k, v in args.items()}, **{f"aux:{k}": v for k, v in aux.items()}})
     done = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "tools", "benchmark_large_images.py"), "--cfg", TINY_CONFIG,
+        [sys.executable, os.path.join(ROOT, "tools", "benchmark_large_images.py"), "--cfg", tiny_config,
          "--checkpoint", path, "--sizes", "700x900", "--objects-per-mp", "20", "--scales", "1.0", "0.5", "512",
          "--tile", "512", "128", "--whole-long-side", "600", "--set", "gpus=", f"dataset.root_path={tmp_path}",
          "--out", str(tmp_path / "bench")], capture_output=True, text=True, timeout=300)

@@ -5,7 +5,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from conftest import build_cfg
+from lib.config import load_config
 from lib.inference.detector import Detector
 from lib.inference.pipeline import ArrayImages
 from lib.inference.regions import Region
@@ -87,11 +87,9 @@ class ComponentNetwork:
 
 
 def stand_in_detector(other_keys=(), **test_overrides):
-    cfg = build_cfg({"symbol": "resnet_tiny", "TEST.fp16": False, "TEST.BATCH_IMAGES": 2, "TEST.SOFT_NMS": False,
+    cfg = load_config(None, {"symbol": "resnet_tiny", "TEST.fp16": False, "TEST.BATCH_IMAGES": 2, "TEST.SOFT_NMS": False,
                      **{f"TEST.{key}": value for key, value in test_overrides.items()}, **dict(other_keys)})
-    detector = Detector.__new__(Detector)
-    detector._configure(cfg, [mx.cpu()], False, "stand-in")
-    detector.classes = ["__background__", "blob"]
+    detector = Detector(cfg, ["__background__", "blob"], contexts=[mx.cpu()], source="stand-in")
     detector.forward = ComponentNetwork()
     return detector
 
@@ -146,10 +144,10 @@ def test_where_every_image_fits_a_tile_the_tiled_test_is_the_whole_image_test():
     """The tiny network, randomly initialised, at the default's batching (two parts, two images per
     device, three scales): with tiles larger than every scaled image the pipeline runs the same batches on
     the same canvases, so the detections are equal (the same computation, not merely close)."""
-    from test_tester import DATA_NAMES, NUM_CLASSES, inference_symbol
+    from test_tester import DATA_NAMES, NUM_CLASSES, inference_symbol, numbered_classes
 
     def tiny_cfg(**extra):
-        return build_cfg({"symbol": "resnet_tiny", "gpus": "", "TEST.fp16": False, "dataset.NUM_CLASSES": NUM_CLASSES,
+        return load_config(None, {"symbol": "resnet_tiny", "gpus": "", "TEST.fp16": False, "dataset.NUM_CLASSES": NUM_CLASSES,
                           "TEST.SCALES": [[96, 128], [64, 96], [32, 48]], "TEST.RPN_PRE_NMS_TOP_N": 500,
                           "TEST.RPN_POST_NMS_TOP_N": 50, **extra})
 
@@ -162,8 +160,8 @@ def test_where_every_image_fits_a_tile_the_tiled_test_is_the_whole_image_test():
     rng = np.random.default_rng(3)
     images = [rng.integers(0, 255, shape, dtype=np.uint8) for shape in [(40, 70, 3), (90, 30, 3), (12, 9, 3),
                                                                         (60, 60, 3), (33, 80, 3)]]
-    whole = Detector(tiny_cfg(), NUM_CLASSES, args, auxs)
-    tiled = Detector(tiny_cfg(**{"TEST.TILE": [160, 32]}), NUM_CLASSES, args, auxs)
+    whole = Detector.from_params(tiny_cfg(), numbered_classes(NUM_CLASSES), args, auxs)
+    tiled = Detector.from_params(tiny_cfg(**{"TEST.TILE": [160, 32]}), numbered_classes(NUM_CLASSES), args, auxs)
     expected = whole.detect(images)
     found = dict(tiled.run(ArrayImages(images)))
     assert sum(len(rows) for rows in expected) > 0
@@ -205,7 +203,7 @@ def test_canvases_of_a_20000_px_image_stay_within_the_tile(monkeypatch):
                                            ([512.5, 10], "integers")])
 def test_tile_setting_errors_name_the_key(tile, message):
     with pytest.raises(ValueError, match=message):
-        build_cfg({"TEST.TILE": tile})
+        load_config(None, {"TEST.TILE": tile})
 
 
 class FocusComponentNetwork(ComponentNetwork):

@@ -79,8 +79,7 @@ def run_mode(args):
         args.cfg = args.focus_cfg
     cfg = config_from_arguments(args, dataset_overrides(args) + mode_overrides(args)[args.mode])
     roidb, dataset = load_roidb(cfg, "large", training=False)
-    detector = Detector.from_checkpoint(cfg, dataset.num_classes,
-                                        path=args.focus_checkpoint if focus else args.checkpoint)
+    detector = Detector.from_config(cfg, args.focus_checkpoint if focus else args.checkpoint, dataset.classes)
     source = RoidbImages(roidb)
     sizes = source.sizes()
     start = time.perf_counter()

@@ -113,13 +113,13 @@ class ChipWorker:
         """Build ``chip`` (a ChipRef) into ``slot`` at ``position``; ``tag`` is echoed back."""
         entry = self.roidb[chip.image_index]
         start = time.perf_counter()
-        arrays = self.ring.slot(slot)
         try:
             image, decoded_now = open_windowed(entry), False  # a large image: the chip's window only
             if image is None:
                 image, decoded_now = self.images.get(entry["image"], lambda _: read_roidb_image(entry))
             decoded = time.perf_counter()
             # a large image's pixels are decoded here, where a file cut short shows
+            arrays = self.ring.slot(slot)
             content = render_chip(image, chip.box, chip.im_scale, entry["flipped"], self.pixel_means,
                                   self.channel_order, self.crop, arrays["data"][position])
         except IOError as err:
