@@ -28,8 +28,8 @@ def first_key(mapping):
 
 def test_python2_source_is_converted_and_its_imports_answered_by_stubs():
     helpers = stub_module("pkg.helpers", twice=lambda i: 2 * i)
-    module = load_python2_module(PYTHON2, "pkg.sample", {"pkg": stub_module("pkg", __path__=[]), "pkg.helpers": helpers},
-                                 package="pkg")
+    stubs = {"pkg": stub_module("pkg", __path__=[]), "pkg.helpers": helpers}
+    module = load_python2_module(PYTHON2, "pkg.sample", stubs, package="pkg")
     assert module.evens(3) == [0, 2, 4] and module.first_key({"b": 1, "a": 2}) == "a"
     # Python 2's round: ties away from zero, also for NumPy scalars (Python 3: 0.2, NumPy: 0.2)
     assert module.rounded(0.25) == 0.3 and module.rounded(np.float64(-0.25)) == -0.3

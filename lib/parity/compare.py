@@ -362,7 +362,8 @@ def compare_results(reference_coco, images, seed):
         x1, y1 = rng.uniform(0, 600, (2, count)).astype(np.float32)
         w, h = rng.uniform(1, 300, (2, count)).astype(np.float32)
         # soft-NMS scores: many just above the 0.001 threshold; some quarter-pixel box edges (exact ties)
-        scores = np.where(rng.random(count) < 0.5, rng.uniform(0.001, 0.0012, count), rng.random(count)).astype(np.float32)
+        scores = np.where(rng.random(count) < 0.5, rng.uniform(0.001, 0.0012, count), rng.random(count))
+        scores = scores.astype(np.float32)
         boxes = np.stack([x1, y1, x1 + w, y1 + h], 1)
         boxes[::3] = np.round(boxes[::3] * 4) / 4
         dets = np.concatenate([boxes, scores[:, None]], 1)

@@ -66,7 +66,8 @@ class ReferenceCheckout:
 
     def __init__(self, path):
         self.path = os.path.abspath(path)
-        self.bare = not os.path.isdir(os.path.join(self.path, "lib")) and os.path.isfile(os.path.join(self.path, "HEAD"))
+        self.bare = (not os.path.isdir(os.path.join(self.path, "lib"))
+                     and os.path.isfile(os.path.join(self.path, "HEAD")))
         if not self.bare and not os.path.isfile(os.path.join(self.path, "lib", "chips", "cchips.cpp")):
             raise FileNotFoundError(f"--reference {path}: not a checkout of the SNIPER reference "
                                     f"(no lib/chips/cchips.cpp, and not a git directory)")
@@ -190,7 +191,8 @@ class ReferenceCheckout:
         command = ["g++", "-std=c++11", "-O2", "-fPIC", "-shared", "-I", workdir, source, "-o", library]
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode:
-            raise RuntimeError(f"compiling the reference's cchips.cpp failed: {' '.join(command)}\n{done.stderr[-2000:]}")
+            raise RuntimeError(f"compiling the reference's cchips.cpp failed: {' '.join(command)}\n"
+                               f"{done.stderr[-2000:]}")
         return ReferenceChips(library)
 
 
