@@ -224,4 +224,23 @@ inline bool CheckProposalInputs(const char* op_name, const char* const* names,
 
 }  // namespace sniper
 
+// Registers the float32 host operator `name` of the including file, whose anonymous namespace defines
+// kOpName, kInputNames, kNumInputs, kNumOutputs, ParseParams (into a `params_type`), inferShape and
+// ComputeOnHost: the host forward, zero gradients, and with SNIPER_WITH_CUDA the same on GPU contexts
+// (inputs copied to the host and back).
+#ifdef SNIPER_WITH_CUDA
+#define SNIPER_GPU_VARIANT                                              \
+  .setForward(sniper::DeviceForward<kOpName, ComputeOnHost>, "gpu")     \
+      .setBackward(sniper::DeviceZeroBackward<kOpName>, "gpu")
+#else
+#define SNIPER_GPU_VARIANT
+#endif
+#define SNIPER_REGISTER_HOST_OP(name, params_type)                                                         \
+  REGISTER_OP(name)                                                                                         \
+      .setParseAttrs(sniper::ParseAttrsCallback<params_type, ParseParams, kNumInputs, kNumOutputs>)       \
+      .setInferType(sniper::Float32Types<kOpName, kInputNames>)                                            \
+      .setInferShape(inferShape)                                                                           \
+      .setForward(sniper::HostForward<ComputeOnHost>, "cpu")                                               \
+      .setBackward(sniper::HostZeroBackward, "cpu") SNIPER_GPU_VARIANT
+
 #endif  // SNIPER_OPS_HOST_FORWARD_H_

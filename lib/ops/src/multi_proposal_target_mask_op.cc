@@ -147,14 +147,4 @@ MXReturnValue ComputeOnHost(const OpAttrs& attrs, const std::vector<MXTensor>& t
 
 }  // namespace
 
-REGISTER_OP(MultiProposalTargetMask)
-    .setParseAttrs(sniper::ParseAttrsCallback<sniper::MaskProposalParams, ParseParams, kNumInputs, kNumOutputs>)
-    .setInferType(sniper::Float32Types<kOpName, kInputNames>)
-    .setInferShape(inferShape)
-    .setForward(sniper::HostForward<ComputeOnHost>, "cpu")
-    .setBackward(sniper::HostZeroBackward, "cpu")
-#ifdef SNIPER_WITH_CUDA
-    .setForward(sniper::DeviceForward<kOpName, ComputeOnHost>, "gpu")
-    .setBackward(sniper::DeviceZeroBackward<kOpName>, "gpu")
-#endif
-    ;
+SNIPER_REGISTER_HOST_OP(MultiProposalTargetMask, sniper::MaskProposalParams);

@@ -197,17 +197,7 @@ MXReturnValue ComputeOnHost(const Attrs& attrs, const std::vector<MXTensor>& ten
 
 }  // namespace
 
-REGISTER_OP(MultiProposalTarget)
-    .setParseAttrs(sniper::ParseAttrsCallback<ProposalTargetParams, ParseParams, kNumInputs, kNumOutputs>)
-    .setInferType(sniper::Float32Types<kOpName, kInputNames>)
-    .setInferShape(inferShape)
-    .setForward(sniper::HostForward<ComputeOnHost>, "cpu")
-    .setBackward(sniper::HostZeroBackward, "cpu")
-#ifdef SNIPER_WITH_CUDA
-    .setForward(sniper::DeviceForward<kOpName, ComputeOnHost>, "gpu")
-    .setBackward(sniper::DeviceZeroBackward<kOpName>, "gpu")
-#endif
-    ;
+SNIPER_REGISTER_HOST_OP(MultiProposalTarget, ProposalTargetParams);
 
 MXReturnValue initialize(int version) {
   if (version < 10900) {
