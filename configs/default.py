@@ -95,6 +95,9 @@ DEFAULTS = {
         "ONLY_PROPOSAL": False,  # RPN-only training (first stage of negative chip mining)
         "USE_NEG_CHIPS": True,
         "MAX_NEG_CHIPS": 2,  # negative chips sampled per image and epoch
+        # Training images without a usable box. reference: drop; other: negative, kept as sources of negative
+        # chips (their proposals) when negative chips are on (USE_NEG_CHIPS and a dataset.proposal file).
+        "EMPTY_IMAGES": "drop",
         # Training scales: factors with an optional last "longer side in pixels" entry (> 10), or
         # [shorter side, longer side cap] pairs with -1 for "no constraint". Finest first.
         "SCALES": [3.0, 1.667, 512.0],

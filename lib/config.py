@@ -255,6 +255,7 @@ VARIANT_KEYS = {
     "TRAIN.NEG_CHIP_RULES": ("reference", "contained"),
     "TRAIN.CHIP_WINDOWS": ("reference", "clipped"),
     "TRAIN.CHIP_CROP": ("truncate", "round"),
+    "TRAIN.EMPTY_IMAGES": ("drop", "negative"),
     "TRAIN.RPN_ANCHOR_BORDER": ("chip", "content"),
     "TRAIN.NEW_LAYER_INIT": ("reference", "msra"),
     "TRAIN.PROPOSAL_TARGET_RULES": ("reference", "exact"),

@@ -67,14 +67,15 @@ def load_roidb(cfg, image_set, training=True):
                                  val=cfg.dataset.synthetic_val, seed=cfg.dataset.synthetic_seed)
     dataset = make_dataset(cfg, image_set)
     flip = bool(training and cfg.TRAIN.FLIP)
-    cache_path = _cache_path(cfg.dataset.root_path, dataset, training, flip)
+    keep_empty = training and keeps_empty_images(cfg)
+    cache_path = _cache_path(cfg.dataset.root_path, dataset, training, flip, keep_empty)
     cached = _read_cache(cache_path)
     if cached is not None:
         dataset, roidb = cached
         logger.info("roidb of %s %r: %d entries from cache %s", dataset.kind, image_set, len(roidb), cache_path)
     else:
         entries = dataset.load_entries()
-        roidb = training_roidb(entries, flip) if training else entries
+        roidb = training_roidb(entries, flip, keep_empty) if training else entries
         _write_cache(cache_path, (dataset, roidb))
         logger.info("roidb of %s %r: %d entries, cached to %s", dataset.kind, image_set, len(roidb), cache_path)
     check_num_classes(cfg, dataset)
@@ -103,19 +104,38 @@ def flip_entry(entry):
     return flipped
 
 
-def training_roidb(entries, flip):
-    """Training entries: difficult boxes as ignore regions, images without boxes dropped, flips appended."""
-    usable, dropped = [], []
+def keeps_empty_images(cfg):
+    """Whether training keeps images without a usable box (TRAIN.EMPTY_IMAGES negative): only where they
+    can give negative chips, i.e. with negative chips on and a proposal file; said once otherwise."""
+    if cfg.TRAIN.EMPTY_IMAGES != "negative":
+        return False
+    if cfg.TRAIN.USE_NEG_CHIPS and cfg.dataset.proposal:
+        return True
+    logger.info("TRAIN.EMPTY_IMAGES negative: images without boxes are still dropped, negative chips are off "
+                "(TRAIN.USE_NEG_CHIPS with a dataset.proposal file turns them on)")
+    return False
+
+
+def training_roidb(entries, flip, keep_empty=False):
+    """Training entries: difficult boxes as ignore regions, images without boxes dropped (``keep_empty``:
+    kept in place, for their negative chips), flips appended."""
+    usable, empty = [], []
     for entry in entries:
         entry = dict(entry)
         difficult = entry.pop("difficult")
         entry["crowd_boxes"] = np.concatenate([entry["crowd_boxes"], entry["boxes"][difficult]])
         entry["boxes"] = entry["boxes"][~difficult]
         entry["gt_classes"] = entry["gt_classes"][~difficult]
-        (usable if len(entry["boxes"]) else dropped).append(entry)
-    if dropped:
+        if not len(entry["boxes"]):
+            empty.append(entry)
+        if len(entry["boxes"]) or keep_empty:
+            usable.append(entry)
+    if empty and keep_empty:
+        logger.info("kept %d of %d training images without usable boxes as sources of negative chips",
+                    len(empty), len(entries))
+    elif empty:
         logger.warning("dropped %d of %d training images without usable boxes (e.g. image ids %s)",
-                       len(dropped), len(entries), ", ".join(str(e["id"]) for e in dropped[:MAX_LISTED]))
+                       len(empty), len(entries), ", ".join(str(e["id"]) for e in empty[:MAX_LISTED]))
     return usable + [flip_entry(entry) for entry in usable] if flip else usable
 
 
@@ -197,13 +217,14 @@ def _file_digest(path):
     return digest.hexdigest()
 
 
-def _cache_path(root_path, dataset, training, flip):
+def _cache_path(root_path, dataset, training, flip, keep_empty=False):
     """Cache file named after the dataset and a hash of its annotation files and the options."""
     files = dataset.annotation_files
-    key = hashlib.sha1(json.dumps({
-        "version": CACHE_VERSION, "kind": dataset.kind, "path": dataset.dataset_path,
-        "image_set": dataset.image_set, "training": training, "flip": flip,
-    }, sort_keys=True).encode())
+    options = {"version": CACHE_VERSION, "kind": dataset.kind, "path": dataset.dataset_path,
+               "image_set": dataset.image_set, "training": training, "flip": flip}
+    if keep_empty:  # only then: the caches of the reference's rule keep their names
+        options["empty_images"] = "negative"
+    key = hashlib.sha1(json.dumps(options, sort_keys=True).encode())
     for path in tqdm(files, desc="hashing annotations", leave=False, disable=len(files) < 100):
         key.update(os.path.relpath(path, dataset.dataset_path).encode())
         key.update(_file_digest(path).encode())
