@@ -47,6 +47,14 @@ class RunProgress:
         later_epochs = self.end_epoch - self.epoch - 1
         return epoch_left, epoch_left + later_epochs * per_batch * self.num_batches
 
+    def record_evaluation(self, stats):
+        """Append the evaluation after this epoch (``{"eval": stats}`` with its iteration and epoch)."""
+        if self.path:
+            record = {"iteration": self.num_update, "epoch": self.epoch + 1, "eval": stats,
+                      "seconds": round(self.clock() - self.run_start, 3)}
+            with open(self.path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+
     def record(self, batches_done, lr, losses, speed):
         """Append one metrics record; return the "ETA epoch .. run .." text for the log line."""
         epoch_left, run_left = self.etas(batches_done)

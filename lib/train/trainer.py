@@ -19,6 +19,7 @@ from lib.dataset import load_roidb
 from lib.run_folder import MODEL_KEY, model_info, write_run_config
 from lib.train import checkpoint
 from lib.train.distributed import Workers, create_kvstore
+from lib.train.evaluation import TrainingEvaluation
 from lib.train.metrics import loss_values, make_metrics
 from lib.train.optimizer import make_optimizer_params, master_params
 from lib.train.optimizer_states import load_optimizer_states, state_arrays
@@ -86,6 +87,7 @@ def _train(cfg, resume, kvstore, workers):
         for folder in sorted({checkpoint.output_dir(cfg), os.path.dirname(prefix)}):
             remove_stale_temporaries(folder)
     begin_epoch = _begin_epoch(cfg, prefix, resume)
+    evaluation = TrainingEvaluation(cfg, begin_epoch, workers.count)  # TRAIN.EVAL_EVERY: its keys checked first
     chips_per_device = cfg.TRAIN.BATCH_IMAGES  # the one read: the loader and the loss normalisation share it
     loader = ChipLoader(roidb, cfg, chips_per_device, num_ctx=len(contexts), rpn_only=rpn_only,
                         seed=cfg.default.seed, begin_epoch=begin_epoch, num_shards=workers.count,
@@ -145,6 +147,8 @@ def _train(cfg, resume, kvstore, workers):
                                            states=state_arrays(module),
                                            progress={"iters_per_epoch": iters_per_epoch, "num_update": num_update,
                                                      "metrics": history[-1], MODEL_KEY: model})
+                if evaluation.after_epoch(epoch + 1, checkpoint.params_path(prefix, epoch + 1), progress):
+                    break
     return prefix, history
 
 
