@@ -56,6 +56,10 @@ DEFAULTS = {
         "test_image_set": "minival2014",
         "root_path": "data",  # roidb caches go to {root_path}/cache
         "NUM_CLASSES": 0,  # 0: derived from the annotation file (background included)
+        # pascal_voc only: the class names (background excluded) of own VOC-format data, as a list or a text file
+        # of one name per line (at most one of the two); both empty: VOC's 20 classes.
+        "CLASSES": [],
+        "CLASSES_FILE": "",
         "proposal": "",  # proposals file for negative chip mining ("" disables it)
         # Training boxes truncated to whole pixels (every coordinate toward zero). reference: true (its COCO
         # loader stores boxes as uint16); other: false keeps the annotation's fractional pixels.
@@ -203,6 +207,12 @@ DEFAULTS = {
         "SOFT_NMS_SIGMA": 0.55,
         "SCORE_THRESH": 0.001,
         "MAX_PER_IMAGE": 200,
+        # Detections per image COCO evaluation scores (pycocotools' last maxDets): 100 is COCO's standard (the
+        # published numbers); 0 follows MAX_PER_IMAGE (at least 100), for scenes with more than 100 objects.
+        "EVAL_MAX_DETS": 100,
+        # COCO evaluation's size bands: [name, lo, hi] in sqrt(area) px (-1 open); small/medium/large report as
+        # APs/APm/APl, any other name as AP_{name} (e.g. [[tiny, 0, 16], [small, 16, 32], ...]).
+        "SIZE_BANDS": [["small", 0, 32], ["medium", 32, 96], ["large", 96, -1]],
         "TEST_EPOCH": 7,
         "MODEL": "",  # checkpoint "prefix-epoch.params" path; "" uses the training output folder
         "EXTRACT_PROPOSALS": False,

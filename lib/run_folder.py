@@ -28,7 +28,7 @@ BEST_FILE = "best.json"  # the best epoch of evaluation while training (lib/trai
 MODEL_KEY = "model"  # the entry of a checkpoint's progress.json
 # Keys holding file system paths: resolved against the run folder when a run's config is loaded.
 PATH_KEYS = ("dataset.root_path", "dataset.dataset_path", "dataset.proposal", "network.pretrained",
-             "TEST.PROPOSAL_SAVE_PATH")
+             "TEST.PROPOSAL_SAVE_PATH", "dataset.CLASSES_FILE")
 _PARAMS_NAME = re.compile(r"(?P<prefix>.+)-(?P<epoch>\d{4})\.params")
 
 Run = namedtuple("Run", "cfg params info")

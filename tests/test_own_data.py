@@ -1,5 +1,7 @@
 """Own data: images without objects (TRAIN.EMPTY_IMAGES), evaluation while training, dense-scene
 evaluation, Pascal VOC-format sets with any classes."""
+import contextlib
+import io
 import json
 import logging
 import os
@@ -7,25 +9,31 @@ import os
 import cv2
 import numpy as np
 import pytest
+from pycocotools.coco import COCO
+from pycocotools.cocoeval import COCOeval
 
 from chip_generator.mining import MiningParams, mine_image_chips, sample_epoch_chips
+from lib.atomic import write_json
 from lib.config import load_config
 from lib.data.anchor_target import AnchorTargeter, AnchorTargetParams
 from lib.data.batch_ring import BatchRing
 from lib.data.chip_worker import ChipWorker, batch_fields
 from lib.data.epoch_plan import ChipRef
 from lib.dataset import load_roidb
+from lib.dataset.pascal_voc import HASHED_IDS, read_class_names, voc_image_id
 from lib.dataset.proposals import write_proposals
+from lib.inference.coco_summary import max_dets_for, parse_bands
+from lib.inference.evaluator import COCO_STAT_NAMES, evaluate_coco
 from lib.run_folder import find_checkpoint
 from lib.train import checkpoint
 from lib.train.checkpoint import output_dir
-from lib.train.evaluation import EvaluationError, TrainingEvaluation, metric_value
+from lib.train.evaluation import EvaluationError, TrainingEvaluation, metric_names, metric_value
 from lib.train.progress import RunProgress
 from lib.train.trainer import train
 
 TINY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "faster",
                     "sniper_synthetic_tiny.yml")
-from test_dataset import ann, by_id, dataset_cfg, image_record, write_coco
+from test_dataset import ann, by_id, dataset_cfg, image_record, voc_xml, write_coco, write_voc
 
 
 # ---------------------------------------------------------------- images without objects
@@ -188,3 +196,132 @@ def test_training_evaluates_its_checkpoints_and_names_the_best(tmp_path):
     assert best["best"] == max(best["history"], key=lambda h: (h["value"], -h["epoch"]))
     records = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl"))]
     assert [r["epoch"] for r in records if "eval" in r] == [1, 2]
+
+
+# ---------------------------------------------------------------- dense scenes and size bands
+def coco_gt(objects, size=640):
+    """A pycocotools COCO of one image holding ``objects``: [(x, y, side, category id)] squares."""
+    coco = COCO()
+    coco.dataset = {"images": [{"id": 1, "width": size, "height": size, "file_name": "1.jpg"}],
+                    "annotations": [{"id": i + 1, "image_id": 1, "category_id": c, "bbox": [x, y, s, s],
+                                     "area": s * s, "iscrowd": 0} for i, (x, y, s, c) in enumerate(objects)],
+                    "categories": [{"id": 1, "name": "one"}, {"id": 2, "name": "two"}]}
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco.createIndex()
+    return coco
+
+
+def write_results(tmp_path, detections):
+    """``detections``: [(x, y, side, category id, score)] -> a COCO results file."""
+    path = str(tmp_path / "results.json")
+    write_json([{"image_id": 1, "category_id": int(c), "bbox": [float(x), float(y), float(s), float(s)],
+                 "score": float(score)}
+                for x, y, s, c, score in detections], path)
+    return path
+
+
+def grid(count, side, step, category=1):
+    return [(step * (i % 20), step * (i // 20), side, category) for i in range(count)]
+
+
+def test_default_setting_reproduces_pycocotools_summarize(tmp_path):
+    rng = np.random.default_rng(0)
+    objects = grid(30, 12, 30) + [(x + 300, y, 50, 2) for x, y, _, _ in grid(10, 0, 60)] + [(0, 400, 200, 1)]
+    detections = [(x + rng.integers(-3, 4), y + rng.integers(-3, 4), s + rng.integers(-4, 5), c, rng.random())
+                  for x, y, s, c in objects] + [(500, 500, 40, 1, 0.95), (100, 100, 20, 2, 0.4)]
+    path = write_results(tmp_path, detections)
+    stats = evaluate_coco(coco_gt(objects), path, str(tmp_path))
+    gt = coco_gt(objects)
+    reference = COCOeval(gt, gt.loadRes(path), "bbox")
+    with contextlib.redirect_stdout(io.StringIO()):
+        reference.evaluate(), reference.accumulate()
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        reference.summarize()
+    # the same reductions over the same arrays: equal to rounding (1e-12 leaves room for summation order)
+    assert list(stats) == list(COCO_STAT_NAMES)
+    np.testing.assert_allclose([stats[n] for n in COCO_STAT_NAMES], reference.stats, rtol=0, atol=1e-12)
+    assert 0 < stats["AP"] < 1 and stats["APs"] != stats["APm"]
+    assert open(tmp_path / "coco_summary.txt").read() == printed.getvalue()
+
+
+def test_a_dense_scene_is_scored_at_every_detection_kept(tmp_path):
+    # 150 objects, 150 perfect detections. At maxDets 100 only the 100 best count: precision 1 up to recall
+    # 100/150, nothing beyond, so AP = (recall points 0, 0.01, .. 0.66: 67 of 101) = 67/101.
+    objects = grid(150, 20, 30)
+    path = write_results(tmp_path, [(x, y, s, c, 1 - i / 1000) for i, (x, y, s, c) in enumerate(objects)])
+    assert evaluate_coco(coco_gt(objects), path, str(tmp_path))["AP"] == pytest.approx(67 / 101)
+    stats = evaluate_coco(coco_gt(objects), path, str(tmp_path), max_dets=200)
+    assert stats["AP"] == pytest.approx(1.0) and stats["AR200"] == pytest.approx(1.0)
+    assert max_dets_for(50) == [1, 10, 100] and max_dets_for(300) == [1, 10, 300]
+
+
+def test_size_bands_and_the_per_class_size_table(tmp_path):
+    # class 1: ten 10 px objects (tiny) found, ten 40 px ones (medium) missed; class 2: ten 40 px found
+    objects = grid(10, 10, 30) + [(x, y + 200, 40, 1) for x, y, _, _ in grid(10, 0, 60)] + \
+        [(x, y + 400, 40, 2) for x, y, _, _ in grid(10, 0, 60)]
+    found = [o for o in objects if not (o[2] == 40 and o[3] == 1)]
+    path = write_results(tmp_path, [(*o, 0.9) for o in found])
+    bands = parse_bands([["tiny", 0, 16], ["small", 16, 32], ["medium", 32, 96], ["large", 96, -1]])
+    stats = evaluate_coco(coco_gt(objects), path, str(tmp_path), bands=bands)
+    assert list(stats)[:7] == ["AP", "AP50", "AP75", "AP_tiny", "APs", "APm", "APl"]
+    assert stats["AP_tiny"] == pytest.approx(1.0)  # only class 1 has tiny objects, all found
+    assert stats["APm"] == pytest.approx(0.5)  # class 1 medium 0, class 2 medium 1
+    assert stats["APs"] == stats["APl"] == -1  # no objects in those bands
+    table = json.load(open(tmp_path / "per_class_size_ap.json"))
+    assert table["one"]["AP_tiny"] == pytest.approx(1.0) and table["one"]["APm"] == pytest.approx(0.0)
+    assert table["two"]["APm"] == pytest.approx(1.0) and np.isnan(table["two"]["AP_tiny"])
+    assert table["one"]["AP"] == pytest.approx(0.5, abs=0.01)  # half its objects, all ranked first
+    cfg = load_config(None, [("TEST.SIZE_BANDS", "[[tiny, 0, 16], [rest, 16, -1]]"), ("TEST.EVAL_MAX_DETS", "0")])
+    assert {"AP_tiny", "AP_rest", "AR200", "mAP"} <= set(metric_names(cfg))
+
+
+def test_bad_size_bands_are_named():
+    for bad in ([["all", 0, 16]], [["a", 16, 8]], [["a", 0]], [["a", 0, 8], ["a", 8, -1]]):
+        with pytest.raises(ValueError, match="TEST.SIZE_BANDS"):
+            parse_bands(bad)
+
+
+# ---------------------------------------------------------------- own Pascal VOC-format data
+def test_own_voc_classes_from_the_config_or_a_file_and_any_image_names(tmp_path):
+    root = str(tmp_path / "data")
+    write_voc(root, "mine", "train", {
+        "field_a": voc_xml(100, 80, [("tractor", (11, 21, 40, 60), False), ("cow", (1, 1, 10, 10), False)]),
+        "IMG-0042.v2": voc_xml(100, 80, [("cow", (5, 5, 20, 20), False)]),
+    })
+    (tmp_path / "classes.txt").write_text("# my classes\ncow\n\ntractor\n")
+    by_list = load_roidb(dataset_cfg(tmp_path, dataset="pascal_voc", **{"dataset.CLASSES": "[cow, tractor]"}),
+                         "mine_train", training=False)
+    by_file = load_roidb(dataset_cfg(tmp_path, dataset="pascal_voc",
+                                     **{"dataset.CLASSES_FILE": str(tmp_path / "classes.txt")}),
+                         "mine_train", training=False)
+    for roidb, dataset in (by_list, by_file):
+        assert dataset.classes == ("__background__", "cow", "tractor") and dataset.num_classes == 3
+        assert dataset.image_names == ["VOCmine/field_a", "VOCmine/IMG-0042.v2"] and not dataset.use_07_metric
+        assert [e["gt_classes"].tolist() for e in roidb] == [[2, 1], [1]]  # labels in the list's order
+        assert len(set(dataset.image_ids)) == 2 and all(i >= HASHED_IDS for i in dataset.image_ids)
+        assert roidb[1]["image"] == os.path.join(root, "VOCmine", "JPEGImages", "IMG-0042.v2.jpg")
+    assert by_list[1].image_ids == by_file[1].image_ids  # stable ids: proposal files keep matching
+    assert voc_image_id("2007", "000005") == 20070000000005  # VOC's own names keep their ids
+
+    # another class order is another roidb (labels differ): a separate cache, not the first one's
+    swapped, _ = load_roidb(dataset_cfg(tmp_path, dataset="pascal_voc", **{"dataset.CLASSES": "[tractor, cow]"}),
+                            "mine_train", training=False)
+    assert swapped[0]["gt_classes"].tolist() == [1, 2]
+    with pytest.raises(ValueError, match="unknown class 'tractor'"):
+        load_roidb(dataset_cfg(tmp_path, dataset="pascal_voc", **{"dataset.CLASSES": "[cow]"}), "mine_train")
+
+
+def test_voc_image_file_from_the_xml_and_bad_class_lists_named(tmp_path):
+    root = str(tmp_path / "data")
+    xml = voc_xml(100, 80, [("cow", (5, 5, 20, 20), False)]).replace("<annotation>",
+                                                                     "<annotation><filename>scan.png</filename>")
+    write_voc(root, "mine", "test", {"scan": xml})
+    os.remove(os.path.join(root, "VOCmine", "JPEGImages", "scan.jpg"))
+    cv2.imwrite(os.path.join(root, "VOCmine", "JPEGImages", "scan.png"), np.zeros((80, 100, 3), np.uint8))
+    roidb, _ = load_roidb(dataset_cfg(tmp_path, dataset="pascal_voc", **{"dataset.CLASSES": "[cow]"}),
+                          "mine_test", training=False)
+    assert roidb[0]["image"].endswith(os.path.join("VOCmine", "JPEGImages", "scan.png"))
+    for names, path, message in (([], str(tmp_path / "none.txt"), "cannot read"), (["a", "a"], "", "distinct"),
+                                 (["a"], "x.txt", "not both"), (["__background__"], "", "distinct")):
+        with pytest.raises(ValueError, match=message):
+            read_class_names(names, path)

@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from lib.atomic import write_bytes
 from lib.dataset.coco import CocoDataset
-from lib.dataset.pascal_voc import PascalVocDataset
+from lib.dataset.pascal_voc import PascalVocDataset, read_class_names
 from lib.dataset.proposals import read_proposals
 from lib.dataset.reference_rules import suppress_pooled_proposals, truncate_to_whole_pixels
 from lib.dataset.synthetic import ensure_synthetic_dataset
@@ -48,6 +48,9 @@ def make_dataset(cfg, image_set):
     kind = cfg.dataset.dataset
     if kind not in DATASETS:
         raise ValueError(f"config key dataset.dataset: unknown dataset {kind!r}; expected one of {sorted(DATASETS)}")
+    if kind == "pascal_voc":  # its classes come from the config (COCO's from the annotation file)
+        return PascalVocDataset(cfg.dataset.dataset_path, image_set,
+                                read_class_names(cfg.dataset.CLASSES, cfg.dataset.CLASSES_FILE))
     return DATASETS[kind](cfg.dataset.dataset_path, image_set)
 
 
@@ -224,6 +227,7 @@ def _cache_path(root_path, dataset, training, flip, keep_empty=False):
                "image_set": dataset.image_set, "training": training, "flip": flip}
     if keep_empty:  # only then: the caches of the reference's rule keep their names
         options["empty_images"] = "negative"
+    options.update(getattr(dataset, "cache_options", {}))  # e.g. own VOC classes
     key = hashlib.sha1(json.dumps(options, sort_keys=True).encode())
     for path in tqdm(files, desc="hashing annotations", leave=False, disable=len(files) < 100):
         key.update(os.path.relpath(path, dataset.dataset_path).encode())

@@ -14,13 +14,12 @@ import numpy as np
 
 from lib.atomic import write_json
 from lib.boxes import bbox_overlaps
+from lib.inference.coco_summary import COCO_BANDS, band_stat, configure, max_dets_for, per_class_size_ap, \
+    stat_names, summary_stats, summary_text
 
 logger = logging.getLogger(__name__)
 
-COCO_STAT_NAMES = (
-    "AP", "AP50", "AP75", "APs", "APm", "APl",
-    "AR1", "AR10", "AR100", "ARs", "ARm", "ARl",
-)
+COCO_STAT_NAMES = tuple(stat_names())  # the default setting's: AP, AP50, AP75, APs, APm, APl, AR1, ..., ARl
 
 
 def coco_results(detections, image_ids, category_ids):
@@ -69,23 +68,24 @@ def per_category_ap(coco_eval):
     return table
 
 
-def log_per_class_table(table, output_dir, title):
-    """Log ``{name: {metric: value}}`` as a table and write it to ``per_class_ap.json``."""
+def log_per_class_table(table, output_dir, title, file_name="per_class_ap.json"):
+    """Log ``{name: {metric: value}}`` as a table and write it to ``file_name``."""
     metrics = list(next(iter(table.values()))) if table else []
     width = max([len(name) for name in table] + [8])
     lines = [f"{'class':>{width}s}  " + "  ".join(f"{m:>6s}" for m in metrics)]
     lines += [f"{name:>{width}s}  " + "  ".join(f"{values[m]:6.3f}" for m in metrics) for name, values in table.items()]
     logger.info("%s\n%s", title, "\n".join(lines))
-    write_json(table, os.path.join(output_dir, "per_class_ap.json"))
+    write_json(table, os.path.join(output_dir, file_name))
 
 
-def evaluate_coco(coco_gt, results_path, output_dir, image_ids=None):
-    """Run COCOeval (bbox) on a results file; log the 12-line summary and the per-category AP table and
+def evaluate_coco(coco_gt, results_path, output_dir, image_ids=None, max_dets=100, bands=COCO_BANDS):
+    """Run COCOeval (bbox) on a results file; log the summary and the per-category AP table and
     write them with the stats.
 
-    Only ``image_ids`` are scored when given (a subset run must not count the rest as misses).
-    Writes ``coco_summary.txt``, ``coco_stats.json`` and ``per_class_ap.json`` to ``output_dir``; returns
-    the stats dict.
+    Only ``image_ids`` are scored when given (a subset run must not count the rest as misses); up to
+    ``max_dets`` detections per image, in the size ``bands`` (lib/inference/coco_summary.py).
+    Writes ``coco_summary.txt``, ``coco_stats.json``, ``per_class_ap.json`` and ``per_class_size_ap.json``
+    to ``output_dir``; returns the stats dict.
     """
     from pycocotools.cocoeval import COCOeval
 
@@ -93,27 +93,30 @@ def evaluate_coco(coco_gt, results_path, output_dir, image_ids=None):
         results = json.load(f)
     if not results:
         logger.warning("%s holds no detections: every COCO metric is 0", results_path)
-        stats = dict.fromkeys(COCO_STAT_NAMES, 0.0)
+        stats = dict.fromkeys(stat_names(bands, max_dets_for(max_dets)[-1]), 0.0)
         summary = "no detections\n"
-        per_class = {c["name"]: {"AP": 0.0, "AP50": 0.0} for c in coco_gt.loadCats(coco_gt.getCatIds())}
+        categories = coco_gt.loadCats(coco_gt.getCatIds())
+        per_class = {c["name"]: {"AP": 0.0, "AP50": 0.0} for c in categories}
+        per_size = {c["name"]: {"AP": 0.0, **{band_stat("AP", b[0]): 0.0 for b in bands}} for c in categories}
     else:
         with contextlib.redirect_stdout(io.StringIO()):
             coco_dt = coco_gt.loadRes(results)
         coco_eval = COCOeval(coco_gt, coco_dt, "bbox")
         if image_ids is not None:
             coco_eval.params.imgIds = sorted(int(i) for i in image_ids)
+        configure(coco_eval, max_dets, bands)
         with contextlib.redirect_stdout(io.StringIO()):
             coco_eval.evaluate()
             coco_eval.accumulate()
-        buffer = io.StringIO()
-        with contextlib.redirect_stdout(buffer):
-            coco_eval.summarize()
-        summary = buffer.getvalue()
-        stats = {name: float(value) for name, value in zip(COCO_STAT_NAMES, coco_eval.stats)}
+        stats = summary_stats(coco_eval)
+        summary = summary_text(coco_eval)
         per_class = per_category_ap(coco_eval)
+        per_size = per_class_size_ap(coco_eval)
     logger.info("COCO bbox evaluation of %s\n%s", results_path, summary.rstrip())
     os.makedirs(output_dir, exist_ok=True)
     log_per_class_table(per_class, output_dir, "COCO bbox AP per category (IoU 0.50:0.95 and 0.50, all areas)")
+    log_per_class_table(per_size, output_dir, "COCO bbox AP per category and size (IoU 0.50:0.95)",
+                        "per_class_size_ap.json")
     with open(os.path.join(output_dir, "coco_summary.txt"), "w") as f:
         f.write(summary)
     write_json(stats, os.path.join(output_dir, "coco_stats.json"))

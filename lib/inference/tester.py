@@ -21,6 +21,7 @@ from lib.dataset import load_roidb
 from lib.dataset.proposals import write_proposals
 from lib.inference.detector import Detector
 from lib.inference.pipeline import RoidbImages
+from lib.inference.coco_summary import parse_bands
 from lib.inference.evaluator import coco_results, evaluate_coco, evaluate_voc
 from lib.train.checkpoint import output_dir
 
@@ -77,7 +78,7 @@ def test(cfg, detector=None, checkpoint=None, out_dir=None, max_images=0):
                "images": len(roidb), "tested": len(tested), "skipped": len(skipped),
                "skipped_images": [entry["image"] for entry in skipped]}
     if dataset.kind == "coco":
-        summary.update(_coco(dataset, roidb, found, tested, out_dir, image_set))
+        summary.update(_coco(dataset, roidb, found, tested, out_dir, image_set, cfg.TEST))
     else:
         summary.update(_voc(dataset, roidb, found, tested, out_dir))
     if skipped:
@@ -88,7 +89,7 @@ def test(cfg, detector=None, checkpoint=None, out_dir=None, max_images=0):
     return summary
 
 
-def _coco(dataset, roidb, found, tested, out_dir, image_set):
+def _coco(dataset, roidb, found, tested, out_dir, image_set, test_cfg):
     image_ids = [roidb[i]["id"] for i in tested]
     results = coco_results([found[i] for i in tested], image_ids, dataset.category_ids)
     path = os.path.join(out_dir, f"detections_{image_set}_results.json")
@@ -98,7 +99,9 @@ def _coco(dataset, roidb, found, tested, out_dir, image_set):
         logger.info("%s has no annotations (e.g. test-dev): results written for submission, not evaluated",
                     image_set)
         return {"results": path}
-    return {"results": path, "stats": evaluate_coco(dataset.coco, path, out_dir, image_ids=image_ids)}
+    max_dets = test_cfg.EVAL_MAX_DETS or test_cfg.MAX_PER_IMAGE
+    return {"results": path, "stats": evaluate_coco(dataset.coco, path, out_dir, image_ids=image_ids, max_dets=max_dets,
+                                                    bands=parse_bands(test_cfg.SIZE_BANDS))}
 
 
 def _voc(dataset, roidb, found, tested, out_dir):

@@ -16,7 +16,7 @@ import math
 import os
 
 from lib.atomic import write_json
-from lib.inference.evaluator import COCO_STAT_NAMES
+from lib.inference.coco_summary import max_dets_for, parse_bands, stat_names
 from lib.run_folder import BEST_FILE
 from lib.train.checkpoint import output_dir
 
@@ -29,9 +29,15 @@ class EvaluationError(ValueError):
     """Evaluation-while-training keys that cannot work (named)."""
 
 
+def metric_names(cfg):
+    """The metrics TRAIN.EVAL_METRIC may name: the COCO stats of the test settings, and VOC's mAP."""
+    max_dets = max_dets_for(cfg.TEST.EVAL_MAX_DETS or cfg.TEST.MAX_PER_IMAGE)[-1]
+    return tuple(stat_names(parse_bands(cfg.TEST.SIZE_BANDS), max_dets)) + (VOC_METRIC,)
+
+
 def metric_value(stats, metric):
     """``stats[metric]`` (COCO), or a VOC set's mAP whatever ``metric`` asks."""
-    value = stats.get(metric) if metric in COCO_STAT_NAMES else None
+    value = stats.get(metric) if isinstance(stats.get(metric), (int, float)) else None
     if value is None:
         value = stats.get(VOC_METRIC)
     if value is None:
@@ -47,9 +53,9 @@ class TrainingEvaluation:
         train = cfg.TRAIN
         if train.EVAL_EVERY < 0 or train.EVAL_IMAGES < 0 or train.EARLY_STOP < 0:
             raise EvaluationError("config keys TRAIN.EVAL_EVERY, EVAL_IMAGES and EARLY_STOP must be >= 0")
-        if train.EVAL_METRIC not in COCO_STAT_NAMES + (VOC_METRIC,):
+        if train.EVAL_METRIC not in metric_names(cfg):
             raise EvaluationError(f"config key TRAIN.EVAL_METRIC = {train.EVAL_METRIC!r}: expected one of "
-                                  f"{', '.join(COCO_STAT_NAMES + (VOC_METRIC,))}")
+                                  f"{', '.join(metric_names(cfg))}")
         if train.EARLY_STOP and not train.EVAL_EVERY:
             raise EvaluationError("config key TRAIN.EARLY_STOP needs TRAIN.EVAL_EVERY > 0")
         if train.EARLY_STOP and num_workers > 1:
