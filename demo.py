@@ -19,7 +19,7 @@ import sys
 import cv2
 
 from lib.logger import setup_logging
-from lib.run_folder import add_model_arguments, config_from_model_arguments
+from lib.run.folder import add_model_arguments, config_from_model_arguments
 
 logger = logging.getLogger("demo")
 
@@ -42,7 +42,7 @@ def main(argv=None):
     setup_logging()
     from lib.dataset import read_image
     from lib.inference import Detector
-    from lib.train.checkpoint import CheckpointError
+    from lib.run.checkpoint import CheckpointError
 
     try:
         image = read_image(args.im_path)

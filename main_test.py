@@ -18,7 +18,7 @@ import sys
 
 from lib.config import dump_config
 from lib.logger import logged_outcome, setup_logging
-from lib.run_folder import add_model_arguments, config_from_model_arguments
+from lib.run.folder import add_model_arguments, config_from_model_arguments
 
 
 def parse_args(argv=None):
@@ -31,7 +31,7 @@ def main(argv=None):
     args = parse_args(argv)
     cfg = config_from_model_arguments(args)
     from lib.inference.tester import extract_proposals, test
-    from lib.train.checkpoint import CheckpointError, output_dir
+    from lib.run.checkpoint import CheckpointError, output_dir
 
     setup_logging(output_dir(cfg), name="test")
     with logged_outcome("proposal extraction" if cfg.TEST.EXTRACT_PROPOSALS else "testing"):

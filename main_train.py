@@ -29,9 +29,9 @@ def main(argv=None):
     args = parse_args(argv)
     cfg = config_from_arguments(args)
     from lib.train.distributed import Workers, create_kvstore
-    from lib.train.checkpoint import CheckpointError, output_dir
+    from lib.run.checkpoint import CheckpointError, output_dir
     from lib.train.pretrained import PretrainedError
-    from lib.train.run_lock import RunFolderError
+    from lib.run.lock import RunFolderError
     from lib.train.trainer import TrainingDiverged, train
 
     try:
@@ -47,7 +47,7 @@ def main(argv=None):
                 prefix, _ = train(cfg, resume=args.resume, kvstore=kvstore, overwrite=args.overwrite)
                 if args.eval and workers.rank == 0:
                     from lib.inference.tester import test
-                    from lib.train.checkpoint import params_path
+                    from lib.run.checkpoint import params_path
 
                     # The checkpoint just written, whatever TEST.TEST_EPOCH / TEST.MODEL say (they serve main_test.py).
                     test(cfg, checkpoint=params_path(prefix, cfg.TRAIN.end_epoch))

@@ -19,7 +19,7 @@ import re
 import numpy as np
 from tqdm import tqdm
 
-from lib.dataset.annotations import BoxReport, clean_boxes, make_entry, split_image_sets
+from lib.dataset.annotations import BoxReport, clean_boxes, escapes_folder, make_entry, split_image_sets
 
 
 def read_coco_json(path):
@@ -80,6 +80,10 @@ def _check_image(image, path):
         raise ValueError(f"COCO annotation file {path}: image record {str(image)[:200]} has no integer 'id'")
     if type(image.get("file_name")) is not str:
         raise ValueError(f"COCO annotation file {path}: image id {image['id']} has no 'file_name'")
+    if escapes_folder(image["file_name"]):
+        raise ValueError(f"COCO annotation file {path}: image id {image['id']} has file_name "
+                         f"{image['file_name']!r}, which leads outside the image folder (image paths must stay "
+                         f"inside it; a symlink placed inside it may point elsewhere)")
     for key in ("width", "height"):
         value = _number(image.get(key))
         if value is None or not value >= 1:  # NaN fails too

@@ -24,6 +24,7 @@ import numpy as np
 from tqdm import tqdm
 
 from lib.atomic import write_bytes
+from lib.boxes import flip_boxes
 from lib.dataset.coco import CocoDataset
 from lib.dataset.pascal_voc import PascalVocDataset, read_class_names
 from lib.dataset.proposals import read_proposals
@@ -88,15 +89,6 @@ def load_roidb(cfg, image_set, training=True):
     if training and cfg.TRAIN.USE_NEG_CHIPS and cfg.dataset.proposal:
         attach_proposals(roidb, cfg.dataset.proposal, cfg.dataset.PROPOSAL_NMS)
     return roidb, dataset
-
-
-def flip_boxes(boxes, width):
-    """Mirror inclusive boxes horizontally in an image ``width`` pixels wide."""
-    boxes = np.asarray(boxes, dtype=np.float32).reshape(-1, 4)
-    flipped = boxes.copy()
-    flipped[:, 0] = width - 1 - boxes[:, 2]
-    flipped[:, 2] = width - 1 - boxes[:, 0]
-    return flipped
 
 
 def flip_entry(entry):
@@ -166,15 +158,18 @@ def attach_proposals(roidb, path, nms_thresh=0.0):
     """Set ``entry["proposals"]`` (P, 4) from a proposal file (``lib.dataset.proposals``: ``{image_id: (P, 5)
     [box, score]}``).
 
-    Boxes are in original, unflipped pixels; flipped entries get mirrored copies. Proposals sharing no
-    pixel with their image (x1 > width - 1, y1 > height - 1, x2 < 0 or y2 < 0) or not finite are dropped:
-    clamped, they would become degenerate boxes in the corners; the drops are counted in one warning.
+    Boxes are in original, unflipped pixels; flipped entries get mirrored copies. Proposals that cannot
+    seed a chip are dropped, counted by reason in one warning per file: not finite, inverted or empty
+    (x2 < x1 or y2 < y1: the chip generator refuses them), or sharing no pixel with their image
+    (x1 > width - 1, y1 > height - 1, x2 < 0 or y2 < 0: clamped, they would become degenerate boxes in the
+    corners).
     Then each image's proposals go through NMS at ``nms_thresh`` (dataset.PROPOSAL_NMS; 0 or a file
     without scores: none). Images absent from the file get an empty (0, 4) array and are counted in one
     log line.
     """
     proposals = read_proposals(path)
     missing, kept, dropped = [], {}, {}
+    reasons = dict.fromkeys(PROPOSAL_DROP_REASONS, 0)
     for entry in roidb:
         image_id = entry["id"]
         if image_id not in proposals:
@@ -184,29 +179,41 @@ def attach_proposals(roidb, path, nms_thresh=0.0):
             continue
         if image_id not in kept:  # once per image, the mirrored entry mirrors the result
             boxes = proposals[image_id]
-            inside = _inside_image(boxes, entry["width"], entry["height"])
-            if not inside.all():
-                dropped[image_id] = int(np.sum(~inside))
-                boxes = boxes[inside]
+            reason = proposal_drop_reasons(boxes, entry["width"], entry["height"])
+            if reason.any():
+                dropped[image_id] = int(np.count_nonzero(reason))
+                for code, name in enumerate(PROPOSAL_DROP_REASONS, start=1):
+                    reasons[name] += int(np.count_nonzero(reason == code))
+                boxes = boxes[reason == 0]
             if nms_thresh and boxes.shape[1] == 5:
                 boxes = suppress_pooled_proposals(boxes, nms_thresh)
             kept[image_id] = boxes
         boxes = kept[image_id]
         entry["proposals"] = flip_boxes(boxes[:, :4], entry["width"]) if entry["flipped"] else boxes[:, :4].copy()
     if dropped:
-        logger.warning("proposal file %s: dropped %d proposals lying entirely outside their image (or not finite) "
-                       "in %d images (e.g. %s)", path, sum(dropped.values()), len(dropped),
-                       ", ".join(f"image id {i}: {n}" for i, n in list(dropped.items())[:MAX_LISTED]))
+        logger.warning("proposal file %s: dropped %d proposals (%s) in %d images (e.g. %s)", path,
+                       sum(dropped.values()), ", ".join(f"{n} {name}" for name, n in reasons.items() if n),
+                       len(dropped), ", ".join(f"image id {i}: {n}" for i, n in list(dropped.items())[:MAX_LISTED]))
     if missing:
         logger.warning("proposal file %s has no proposals for %d of %d images (e.g. image ids %s); they get none",
                        path, len(missing), sum(not e["flipped"] for e in roidb),
                        ", ".join(str(i) for i in missing[:MAX_LISTED]))
 
 
-def _inside_image(boxes, width, height):
-    """Per box: finite and sharing at least one pixel with a ``width`` x ``height`` image (inclusive boxes)."""
-    x1, y1, x2, y2 = boxes[:, 0], boxes[:, 1], boxes[:, 2], boxes[:, 3]
-    return (np.isfinite(boxes[:, :4]).all(axis=1) & (x1 <= width - 1) & (y1 <= height - 1) & (x2 >= 0) & (y2 >= 0))
+# why a proposal cannot seed a chip, in the order checked (code = position + 1; 0: kept)
+PROPOSAL_DROP_REASONS = ("not finite", "inverted or empty", "outside their image")
+
+
+def proposal_drop_reasons(boxes, width, height):
+    """Per box, 0 when it is usable (finite, x2 >= x1 and y2 >= y1, sharing at least one pixel with a
+    ``width`` x ``height`` image, inclusive boxes), else the code of the first reason it is not."""
+    coords = boxes[:, :4]
+    finite = np.isfinite(coords).all(axis=1)
+    with np.errstate(invalid="ignore"):
+        x1, y1, x2, y2 = coords.T
+        upright = (x2 >= x1) & (y2 >= y1)
+        inside = (x1 <= width - 1) & (y1 <= height - 1) & (x2 >= 0) & (y2 >= 0)
+    return np.select([~finite, ~upright, ~inside], [1, 2, 3], 0)
 
 
 def _file_digest(path):

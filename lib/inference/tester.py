@@ -23,7 +23,7 @@ from lib.inference.detector import Detector
 from lib.inference.pipeline import RoidbImages
 from lib.inference.coco_summary import parse_bands
 from lib.inference.evaluator import coco_results, evaluate_coco, evaluate_voc
-from lib.train.checkpoint import output_dir
+from lib.run.checkpoint import output_dir
 
 logger = logging.getLogger(__name__)
 
