@@ -24,9 +24,9 @@ from lib.dataset.pascal_voc import HASHED_IDS, read_class_names, voc_image_id
 from lib.dataset.proposals import write_proposals
 from lib.inference.coco_summary import max_dets_for, parse_bands
 from lib.inference.evaluator import COCO_STAT_NAMES, evaluate_coco
-from lib.run_folder import find_checkpoint
-from lib.train import checkpoint
-from lib.train.checkpoint import output_dir
+from lib.run.folder import find_checkpoint
+from lib.run import checkpoint
+from lib.run.checkpoint import output_dir
 from lib.train.evaluation import EvaluationError, TrainingEvaluation, metric_names, metric_value
 from lib.train.progress import RunProgress
 from lib.train.trainer import train

@@ -5,7 +5,7 @@ After every ``EVAL_EVERY``-th epoch (and the last) the checkpoint just written i
 tester, into ``{run folder}/evaluations/epoch_NNNN/``; the stats are logged and appended to
 ``metrics.jsonl`` (``{"eval": stats}``). ``{run folder}/best.json`` names the best epoch by ``EVAL_METRIC``
 (``{"metric", "best": {"epoch", "value", "params"}, "history": [{"epoch", "value", "stats"}]}``):
-``--model RUN_FOLDER`` tests that checkpoint (lib/run_folder.py). ``EARLY_STOP`` > 0 ends training after
+``--model RUN_FOLDER`` tests that checkpoint (lib/run/folder.py). ``EARLY_STOP`` > 0 ends training after
 that many evaluations in a row without improvement. A resumed run continues the history of the epochs
 it keeps. Rank 0 alone evaluates; early stopping is refused with several workers (the others would wait
 for a batch that never comes).
@@ -17,8 +17,8 @@ import os
 
 from lib.atomic import write_json
 from lib.inference.coco_summary import max_dets_for, parse_bands, stat_names
-from lib.run_folder import BEST_FILE
-from lib.train.checkpoint import output_dir
+from lib.run.folder import BEST_FILE
+from lib.run.checkpoint import output_dir
 
 logger = logging.getLogger(__name__)
 
