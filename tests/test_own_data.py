@@ -14,7 +14,7 @@ from pycocotools.cocoeval import COCOeval
 
 from chip_generator.mining import MiningParams, mine_image_chips, sample_epoch_chips
 from lib.atomic import write_json
-from lib.config import load_config
+from lib.config import load_config, with_overrides
 from lib.data.anchor_target import AnchorTargeter, AnchorTargetParams
 from lib.data.batch_ring import BatchRing
 from lib.data.chip_worker import ChipWorker, batch_fields
@@ -24,6 +24,7 @@ from lib.dataset.pascal_voc import HASHED_IDS, read_class_names, voc_image_id
 from lib.dataset.proposals import write_proposals
 from lib.inference.coco_summary import max_dets_for, parse_bands
 from lib.inference.evaluator import COCO_STAT_NAMES, evaluate_coco
+from lib.inference.folder_test import image_ids, list_images, test_images
 from lib.run.folder import find_checkpoint
 from lib.run import checkpoint
 from lib.run.checkpoint import output_dir
@@ -34,6 +35,7 @@ from lib.train.trainer import train
 TINY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "faster",
                     "sniper_synthetic_tiny.yml")
 from test_dataset import ann, by_id, dataset_cfg, image_record, voc_xml, write_coco, write_voc
+from test_tester import IMAGES, OracleDetector, tiny  # noqa: F401  (tiny: a fixture)
 
 
 # ---------------------------------------------------------------- images without objects
@@ -325,3 +327,47 @@ def test_voc_image_file_from_the_xml_and_bad_class_lists_named(tmp_path):
                                  (["a"], "x.txt", "not both"), (["__background__"], "", "distinct")):
         with pytest.raises(ValueError, match=message):
             read_class_names(names, path)
+
+
+# ---------------------------------------------------------------- testing a folder of images
+class NamedOracle(OracleDetector):
+    """test_tester's oracle network with class names (it keeps its class count in ``classes``)."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.count, self.classes = self.classes, ["__background__", "first", "second"]
+
+    def forward(self, data, im_info):
+        names, self.classes = self.classes, self.count
+        try:
+            return super().forward(data, im_info)
+        finally:
+            self.classes = names
+
+
+def test_a_folder_of_images_is_tested_into_coco_results_and_drawn(tiny, tmp_path):
+    cfg = with_overrides(tiny[0], {"TEST.SOFT_NMS": False, "TEST.NUM_PROCESS": 0})
+    folder = os.path.join(cfg.dataset.dataset_path, "images", "val")  # a.png b.png broken.jpg c.png
+    summary = test_images(cfg, folder, str(tmp_path / "out"), draw=True, thresh=0.5, detector=NamedOracle(cfg))
+    assert (summary["images"], summary["tested"], summary["skipped"]) == (4, 3, 1)
+    assert summary["images_per_s"] > 0
+    info = json.load(open(tmp_path / "out" / "image_info.json"))
+    # names are not numbers: ids 1..N in sorted order (broken.jpg has no readable header and no entry)
+    assert [(i["id"], i["file_name"], i["width"], i["height"]) for i in info["images"]] == \
+        [(1, "a.png", 80, 60), (2, "b.png", 50, 90), (4, "c.png", 40, 40)]
+    assert [c["name"] for c in info["categories"]] == ["first", "second"]
+    results = json.load(open(summary["results"]))
+    ids = {"a.png": 1, "b.png": 2, "c.png": 4}
+    assert sorted((r["image_id"], r["category_id"], tuple(r["bbox"])) for r in results) == sorted(
+        (ids[name], label, (x1, y1, x2 - x1 + 1, y2 - y1 + 1))
+        for name, _, _, _, objects in IMAGES["val"] if name in ids for (x1, y1, x2, y2), label in objects)
+    assert sorted(os.listdir(tmp_path / "out" / "drawn")) == ["a.jpg", "b.jpg", "c.jpg"]
+    drawn = cv2.imread(str(tmp_path / "out" / "drawn" / "a.jpg"))
+    assert drawn.shape == (60, 80, 3)
+
+    listed = tmp_path / "list.txt"
+    listed.write_text(f"# two of them\n{os.path.join(folder, 'c.png')}\n\n{os.path.join(folder, 'a.png')}\n")
+    assert list_images(str(listed)) == [os.path.join(folder, "c.png"), os.path.join(folder, "a.png")]
+    assert image_ids(["x/000000000139.jpg", "y/42.png"]) == [139, 42] and image_ids(["1.jpg", "01.jpg"]) == [1, 2]
+    with pytest.raises(FileNotFoundError, match="neither a folder"):
+        list_images(str(tmp_path / "nowhere"))

@@ -193,8 +193,9 @@ def add_model_arguments(parser):
                          cfg_help="YAML config (not needed with --model RUN_FOLDER or a checkpoint of one: its "
                                   "config.yaml is used; with --model an older checkpoint's config)")
     parser.add_argument("--model", default=None,
-                        help="a run folder (its newest checkpoint) or a .params file of one; without --cfg its "
-                             "config.yaml, classes and class count are used, --set overrides test-time keys")
+                        help="a run folder (its best epoch when training evaluated, else its newest checkpoint) or "
+                             "a .params file of one; without --cfg its config.yaml, classes and class count are "
+                             "used, --set overrides test-time keys")
 
 
 def config_from_model_arguments(args):
