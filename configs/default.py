@@ -97,6 +97,9 @@ DEFAULTS = {
         "fp16": True,
         "fp16_loss_scale": 100.0,  # gradient scale of the losses with fp16 (the optimizer divides it out)
         "BATCH_IMAGES": 16,  # chips per device
+        # Batches whose gradients are summed before one optimizer update (lib/train/accumulation.py): a batch of
+        # N x BATCH_IMAGES chips per device on a GPU holding BATCH_IMAGES. lr, warm-up and lr steps count updates.
+        "GRAD_ACCUM_STEPS": 1,
         "NUM_PROCESS": 8,  # data loader worker processes
         # A data loader worker silent this many seconds (stopped, deadlocked, stalled on a network
         # filesystem) stops training with an error naming it and its image (0: wait forever).

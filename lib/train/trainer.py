@@ -18,6 +18,7 @@ from lib.data import ChipLoader
 from lib.dataset import load_roidb
 from lib.run.folder import MODEL_KEY, model_info, write_run_config
 from lib.run import checkpoint
+from lib.train.accumulation import GradientAccumulation, grad_req, updates_per_epoch
 from lib.train.distributed import Workers, create_kvstore
 from lib.train.evaluation import TrainingEvaluation
 from lib.train.metrics import loss_values, make_metrics
@@ -104,8 +105,10 @@ def _train(cfg, resume, kvstore, workers):
         progress = {}
     module.init_params(arg_params=arg_params, aux_params=aux_params, allow_missing=False)
     # Chips are re-mined every epoch, so batches per epoch vary a little: the schedule (warm-up, lr
-    # steps in epochs) counts in batches of the first epoch, remembered across resumes.
-    iters_per_epoch = progress.get("iters_per_epoch", loader.num_batches)
+    # steps in epochs) counts in updates of the first epoch (one per TRAIN.GRAD_ACCUM_STEPS batches),
+    # remembered across resumes.
+    iters_per_epoch = progress.get("iters_per_epoch",
+                                   updates_per_epoch(loader.num_batches, cfg.TRAIN.GRAD_ACCUM_STEPS))
     num_update = progress.get("num_update", begin_epoch * iters_per_epoch)
     with workers.optimizer_on_workers():
         module.init_optimizer(kvstore=kvstore, optimizer="sgd",
@@ -163,7 +166,8 @@ def bind_module(cfg, symbol, loader, contexts):
                            label_names=[d.name for d in loader.provide_label], context=contexts,
                            fixed_param_names=get_fixed_param_names(symbol, cfg), group2ctxs=group2ctxs,
                            logger=logger)
-    module.bind(data_shapes=loader.provide_data, label_shapes=loader.provide_label, for_training=True)
+    module.bind(data_shapes=loader.provide_data, label_shapes=loader.provide_label, for_training=True,
+                grad_req=grad_req(cfg))
     return module
 
 
@@ -176,12 +180,13 @@ def _train_epoch(cfg, module, loader, metric, epoch, num_workers, progress):
     num_batches = loader.num_batches
     bar = tqdm(total=num_batches, desc=f"epoch {epoch + 1}/{cfg.TRAIN.end_epoch}", unit="batch", leave=False,
                disable=None)  # no bar when stderr is not a terminal: the log lines carry the progress
-    iteration = -1
+    accumulation = GradientAccumulation(module, cfg.TRAIN.GRAD_ACCUM_STEPS)
+    updates = 0
     for iteration, batch in enumerate(loader):
         module.forward_backward(batch)
         module.update_metric(metric, batch.label)
         _check_finite(metric, epoch + 1, iteration)
-        module.update()
+        updates += accumulation.after_backward()
         window_samples += loader.batch_size - batch.pad
         bar.update(1)
         if (iteration + 1) % cfg.default.frequent == 0 or iteration + 1 == num_batches:
@@ -194,6 +199,7 @@ def _train_epoch(cfg, module, loader, metric, epoch, num_workers, progress):
             logger.info("epoch[%d] batch[%d/%d] speed %.2f chips/s lr %.2e %s %s", epoch + 1, iteration + 1,
                         num_batches, speed, lr, " ".join(f"{k}={v:.4f}" for k, v in values.items()), eta)
             window_tic, window_samples = now, 0
+    updates += accumulation.flush()
     bar.close()
     logger.info("epoch[%d] done in %.1f s", epoch + 1, time.time() - tic)
-    return iteration + 1
+    return updates
