@@ -92,6 +92,9 @@ DEFAULTS = {
         "EVAL_IMAGES": 0,
         "EVAL_METRIC": "AP",
         "EARLY_STOP": 0,
+        # TensorBoard event files in {run folder}/tensorboard/ (losses, lr, speed, evaluation APs) when tensorboardX
+        # is installed (lib/train/tensorboard.py); without it, one log line and nothing else.
+        "TENSORBOARD": True,
         "resume": False,
         "FROM_SCRATCH": False,
         "fp16": True,

@@ -1,10 +1,12 @@
 """Own data: images without objects (TRAIN.EMPTY_IMAGES), evaluation while training, dense-scene
 evaluation, Pascal VOC-format sets with any classes."""
 import contextlib
+import importlib.util
 import io
 import json
 import logging
 import os
+import sys
 
 import cv2
 import mxnet as mx
@@ -33,6 +35,7 @@ from lib.train.accumulation import GradientAccumulation, grad_req, updates_per_e
 from lib.train.evaluation import EvaluationError, TrainingEvaluation, metric_names, metric_value
 from lib.train.optimizer import make_optimizer_params
 from lib.train.progress import RunProgress
+from lib.train.tensorboard import TensorBoardLog
 from lib.train.trainer import train
 
 TINY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "faster",
@@ -207,6 +210,9 @@ def test_training_evaluates_its_checkpoints_and_names_the_best(tmp_path):
     saved = json.load(open(checkpoint.progress_path(checkpoint.checkpoint_prefix(cfg), 2)))
     assert saved["iters_per_epoch"] == -(-batches[0] // 2)
     assert saved["num_update"] == sum(-(-b // 2) for b in batches)
+    if importlib.util.find_spec("tensorboardX"):  # the optional event files (TRAIN.TENSORBOARD)
+        tags = {tag for tag, _, _ in read_event_scalars(os.path.join(run, "tensorboard"))}
+        assert {"eval/AP", "lr", "loss/RPNLogLoss", "speed/chips_per_s"} <= tags
 
 
 # ---------------------------------------------------------------- dense scenes and size bands
@@ -441,3 +447,61 @@ def test_an_epoch_ending_mid_group_updates_with_the_mean_of_its_last_batches():
                            8, 1)
     for name in reference:
         np.testing.assert_allclose(small[name], reference[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+# ---------------------------------------------------------------- TensorBoard
+class RecordedEvents:
+    def __init__(self):
+        self.calls = []
+
+    def scalars(self, step, values):
+        self.calls.append((step, dict(values)))
+
+
+def test_progress_records_go_to_the_event_log_against_the_update_count(tmp_path):
+    events = RecordedEvents()
+    progress = RunProgress(str(tmp_path / "metrics.jsonl"), 0, 2, 100, events=events)
+    progress.start_epoch(0, 10)
+    progress.record(4, 0.01, {"RPNLogLoss": 0.5}, 12.0)
+    progress.end_epoch_updates(10)
+    progress.record_evaluation({"AP": 0.3, "AP50": 0.6})
+    assert events.calls == [(104, {"lr": 0.01, "speed/chips_per_s": 12.0, "loss/RPNLogLoss": 0.5}),
+                            (110, {"eval/AP": 0.3, "eval/AP50": 0.6})]
+
+
+def read_event_scalars(folder):
+    """(tag, step, value) of every scalar in the event files of ``folder``: TFRecord framing (u64 length,
+    u32 crc, payload, u32 crc) around Event protobufs, read here independently of the writer."""
+    from tensorboardX.proto.event_pb2 import Event
+
+    found = []
+    for name in sorted(os.listdir(folder)):
+        data = open(os.path.join(folder, name), "rb").read()
+        offset = 0
+        while offset < len(data):
+            length = int.from_bytes(data[offset:offset + 8], "little")
+            event = Event.FromString(data[offset + 12:offset + 12 + length])
+            offset += 12 + length + 4
+            found += [(v.tag, event.step, v.simple_value) for v in event.summary.value]
+    return found
+
+
+def test_tensorboard_event_files_hold_the_scalars(tmp_path):
+    pytest.importorskip("tensorboardX")
+    log = TensorBoardLog(str(tmp_path / "tb"))
+    log.scalars(3, {"loss/RPNLogLoss": 0.25, "lr": 0.5, "skipped": "text"})
+    log.scalars(7, {"eval/AP": 0.125})
+    log.close()
+    assert read_event_scalars(str(tmp_path / "tb")) == [("loss/RPNLogLoss", 3, 0.25), ("lr", 3, 0.5),
+                                                        ("eval/AP", 7, 0.125)]
+
+
+def test_without_tensorboardx_nothing_is_written_and_nothing_breaks(tmp_path, monkeypatch, caplog):
+    monkeypatch.setitem(sys.modules, "tensorboardX", None)  # import tensorboardX raises ImportError
+    with caplog.at_level(logging.INFO):
+        log = TensorBoardLog(str(tmp_path / "tb"))
+    assert "tensorboardX is not installed" in caplog.text
+    log.scalars(1, {"lr": 0.1})
+    log.close()
+    assert not os.path.exists(tmp_path / "tb")
+    assert TensorBoardLog(str(tmp_path / "off"), enabled=False).writer is None

@@ -23,8 +23,9 @@ class RunProgress:
     """Progress of the epochs ``begin_epoch + 1 .. end_epoch`` of a run; ``path`` (or None) is the
     metrics log. Call ``start_epoch`` before an epoch and ``record`` at each periodic log line."""
 
-    def __init__(self, path, begin_epoch, end_epoch, num_update, clock=time.monotonic):
+    def __init__(self, path, begin_epoch, end_epoch, num_update, clock=time.monotonic, events=None):
         self.path, self.end_epoch, self.clock = path, end_epoch, clock
+        self.events = events  # lib.train.tensorboard.TensorBoardLog or None: the same records as scalars
         self.begin_epoch, self.num_update = begin_epoch, num_update
         self.run_start = clock()
         self.epoch = self.epoch_start = self.num_batches = None
@@ -54,6 +55,8 @@ class RunProgress:
                       "seconds": round(self.clock() - self.run_start, 3)}
             with open(self.path, "a") as f:
                 f.write(json.dumps(record) + "\n")
+        if self.events is not None:
+            self.events.scalars(self.num_update, {f"eval/{name}": value for name, value in stats.items()})
 
     def record(self, batches_done, lr, losses, speed):
         """Append one metrics record; return the "ETA epoch .. run .." text for the log line."""
@@ -64,4 +67,7 @@ class RunProgress:
                       "seconds": round(self.clock() - self.run_start, 3)}
             with open(self.path, "a") as f:
                 f.write(json.dumps(record) + "\n")
+        if self.events is not None:
+            self.events.scalars(self.num_update + batches_done, {"lr": lr, "speed/chips_per_s": speed,
+                                                                 **{f"loss/{k}": v for k, v in losses.items()}})
         return f"ETA epoch {format_duration(epoch_left)} run {format_duration(run_left)}"

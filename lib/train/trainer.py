@@ -4,6 +4,7 @@ A hand-written loop over Module's forward_backward/update (rather than Module.fi
 non-finite loss stops the run at the iteration where it appears, before the update, and so that
 checkpoints are written atomically with their optimizer state.
 """
+import contextlib
 import logging
 import os
 import time
@@ -26,6 +27,7 @@ from lib.train.optimizer import make_optimizer_params, master_params
 from lib.run.optimizer_states import load_optimizer_states, state_arrays
 from lib.train.pretrained import initial_params
 from lib.train.progress import RunProgress
+from lib.train.tensorboard import TensorBoardLog
 from lib.run.lock import clear_later_epochs, run_lock
 from symbols import PROPOSAL_TARGET_GROUP, get_fixed_param_names, training_symbol, use_compiled_deformable
 
@@ -127,8 +129,10 @@ def _train(cfg, resume, kvstore, workers):
     model = model_info(cfg, dataset, rpn_only)
     history = []
     metrics_log = os.path.join(checkpoint.output_dir(cfg), "metrics.jsonl") if workers.rank == 0 else None
-    progress = RunProgress(metrics_log, begin_epoch, cfg.TRAIN.end_epoch, num_update)
-    with loader:
+    events = TensorBoardLog(os.path.join(checkpoint.output_dir(cfg), "tensorboard"),
+                            enabled=workers.rank == 0 and cfg.TRAIN.TENSORBOARD)
+    progress = RunProgress(metrics_log, begin_epoch, cfg.TRAIN.end_epoch, num_update, events=events)
+    with loader, contextlib.closing(events):
         for epoch in range(begin_epoch, cfg.TRAIN.end_epoch):
             if epoch > begin_epoch:
                 loader.reset()
