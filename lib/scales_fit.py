@@ -26,8 +26,9 @@ well sized (at least ``low``; the ranges bound it above). The candidates are bui
    original pixels, the finest one open below; the coarsest's lower end is ``low`` over its median factor.
 
 Every candidate (and the input config's pyramid) is mined; the proposal is the candidate with the
-fewest chip pixels that keeps at least ``keep`` of the boxes (fewer scales on ties), else the one
-keeping the most.
+fewest chip pixels that keeps at least ``keep`` of the trainable boxes (fewer scales on ties), else the
+one keeping the most. Trainable: valid in a positive chip under some candidate (the miner never trains a
+box under 2 px a side in original pixels, whatever the scale).
 """
 import math
 from dataclasses import dataclass
@@ -95,6 +96,8 @@ class Fit:
     evaluations: list  # every candidate, the current pyramid first
     proposal: Evaluation
     meets_keep: bool
+    trainable: float  # share of boxes some candidate makes valid (the keep target is relative to it)
+    max_boxes: int  # most boxes in one image
 
 
 def _round_up(value, digits=3):
@@ -187,11 +190,15 @@ def pyramid_overrides(cfg, pyramid):
         values = list(values)
         return [values[min(i, len(values) - 1)] if i < levels - 1 else values[-1] for i in range(levels)]
 
-    scales = [float(s) for s in pyramid.scales]
-    ranges = [list(r) for r in pyramid.valid_ranges]
-    overrides = {"TRAIN.SCALES": scales, "TRAIN.VALID_RANGES": ranges,
+    def scales():  # a new list per key: YAML would otherwise write anchors and aliases
+        return [float(s) for s in pyramid.scales]
+
+    def ranges():
+        return [list(r) for r in pyramid.valid_ranges]
+
+    overrides = {"TRAIN.SCALES": scales(), "TRAIN.VALID_RANGES": ranges(),
                  "TRAIN.NEG_CHIP_MIN_PROPOSALS": per_level(cfg.TRAIN.NEG_CHIP_MIN_PROPOSALS),
-                 "TEST.SCALES": scales, "TEST.VALID_RANGES": ranges}
+                 "TEST.SCALES": scales(), "TEST.VALID_RANGES": ranges()}
     if isinstance(cfg.TEST.BATCH_IMAGES, (list, tuple)):
         overrides["TEST.BATCH_IMAGES"] = per_level(cfg.TEST.BATCH_IMAGES)
     if tuple(pyramid.anchor_scales) != tuple(cfg.network.ANCHOR_SCALES):
@@ -249,13 +256,14 @@ def fit_pyramid(roidb, cfg, keep=DEFAULT_KEEP, max_factor=DEFAULT_MAX_FACTOR, se
     current = Pyramid(tuple(cfg.TRAIN.SCALES), tuple(tuple(r) for r in cfg.TRAIN.VALID_RANGES),
                       tuple(cfg.network.ANCHOR_SCALES), "current config")
     evaluations = [evaluate(roidb, cfg, p, seed) for p in [current] + candidate_pyramids(roidb, cfg, keep, max_factor)]
-    passing = [e for e in evaluations if e.kept >= keep]
+    trainable = max(e.valid for e in evaluations)  # boxes too small for the miner at any scale do not count
+    passing = [e for e in evaluations if e.kept >= keep * trainable]
     if passing:
         proposal = min(passing, key=lambda e: (e.chip_pixels, len(e.pyramid.scales)))
     else:
         proposal = max(evaluations, key=lambda e: (e.kept, -e.chip_pixels))
     return Fit(band=SizeBand.from_config(cfg), current=evaluations[0], evaluations=evaluations, proposal=proposal,
-               meets_keep=bool(passing))
+               meets_keep=bool(passing), trainable=trainable, max_boxes=max(len(e["boxes"]) for e in roidb))
 
 
 def report(fit):
@@ -269,6 +277,15 @@ def report(fit):
     header = ["", "candidate", "scales", "valid ranges", "kept %", "valid %", "chips/img", "px vs 800x1333",
               "chip px p1/p50/p99"]
     return markdown_table(header, rows, [None, None, None, None, ".1f", ".1f", ".2f", ".2f", None])
+
+
+def dense_overrides(cfg, max_boxes):
+    """A set with more than 100 boxes in an image is scored at every detection the test keeps
+    (TEST.EVAL_MAX_DETS 0), which keeps at least twice that many (TEST.MAX_PER_IMAGE, in hundreds)."""
+    if max_boxes <= 100:
+        return {}
+    return {"TEST.EVAL_MAX_DETS": 0,
+            "TEST.MAX_PER_IMAGE": max(cfg.TEST.MAX_PER_IMAGE, 100 * math.ceil(2 * max_boxes / 100))}
 
 
 def _set_nested(mapping, dotted, value):
@@ -288,10 +305,11 @@ def fitted_config_path(config_path):
 
 
 def write_fitted_config(config_path, cfg, fit, out_path=None):
-    """The input YAML with the proposal's keys set, written (atomically) beside it; returns the path."""
+    """The input YAML with the proposal's keys (and ``dense_overrides``) set, written (atomically) beside
+    it; returns the path."""
     with open(config_path) as f:
         loaded = yaml.safe_load(f) or {}
-    for key, value in pyramid_overrides(cfg, fit.proposal.pyramid).items():
+    for key, value in {**pyramid_overrides(cfg, fit.proposal.pyramid), **dense_overrides(cfg, fit.max_boxes)}.items():
         _set_nested(loaded, key, value)
     e = fit.proposal
     header = (f"# Written by tools/fit_scales.py from {config_path}: the pyramid keeps {100 * e.kept:.1f}% of the\n"

@@ -118,3 +118,23 @@ def test_fitted_yaml_loads_and_holds_the_proposal(cfg, tmp_path):
 def test_no_boxes_is_an_error(cfg):
     with pytest.raises(FitError, match="no boxes"):
         fit_pyramid(square_entries([], 640, 480, 1), cfg)
+
+
+def test_dense_scenes_are_scored_at_every_kept_detection(cfg, tmp_path):
+    # 120 boxes in one image: EVAL_MAX_DETS follows MAX_PER_IMAGE, raised to 2 x 120 -> 300 (hundreds)
+    source = tmp_path / "dense.yml"
+    source.write_text("TEST:\n  MAX_PER_IMAGE: 200\n")
+    fit = fit_pyramid(square_entries([30] * 120, 1000, 800, 120), cfg)
+    fitted = load_config(write_fitted_config(str(source), load_config(str(source)), fit))
+    assert fit.max_boxes == 120 and fitted.TEST.EVAL_MAX_DETS == 0 and fitted.TEST.MAX_PER_IMAGE == 300
+    sparse = load_config(write_fitted_config(str(source), load_config(str(source)),
+                                             fit_pyramid(square_entries([30] * 20, 1000, 800, 20), cfg)))
+    assert sparse.TEST.EVAL_MAX_DETS == 100 and sparse.TEST.MAX_PER_IMAGE == 200
+
+
+def test_boxes_no_scale_can_train_do_not_count_against_keep(cfg):
+    # 10% of the boxes 1 px (x2 - x1 = 0: below the 2 px rule of the finer scales, and with no visible
+    # pixel for the assignment at the coarsest), 90% 20 px: 90% is all any pyramid can train, and it is kept
+    fit = fit_pyramid(square_entries([1] * 10 + [20] * 90, 640, 480, 20), cfg)
+    assert fit.trainable == pytest.approx(0.9) and fit.meets_keep
+    assert fit.proposal.kept == pytest.approx(0.9)

@@ -25,6 +25,7 @@ from lib.data.epoch_plan import ChipRef
 from lib.dataset import load_roidb
 from lib.dataset.pascal_voc import HASHED_IDS, read_class_names, voc_image_id
 from lib.dataset.proposals import write_proposals
+from lib.dataset.variants import add_empty_images, small_object_set
 from lib.inference.coco_summary import max_dets_for, parse_bands
 from lib.inference.evaluator import COCO_STAT_NAMES, evaluate_coco
 from lib.inference.folder_test import image_ids, list_images, test_images
@@ -505,3 +506,26 @@ def test_without_tensorboardx_nothing_is_written_and_nothing_breaks(tmp_path, mo
     log.close()
     assert not os.path.exists(tmp_path / "tb")
     assert TensorBoardLog(str(tmp_path / "off"), enabled=False).writer is None
+
+
+# ---------------------------------------------------------------- variant sets for measuring
+def test_small_object_mosaics_and_inpainted_empty_images(tmp_path):
+    source, out = str(tmp_path / "src"), str(tmp_path / "out")
+    write_coco(source, "train", [image_record(1, 90, 60), image_record(2, 90, 60)],
+               [ann(1, 1, [30, 15, 30, 30]), ann(2, 2, [0, 0, 9, 6])])
+    cv2.imwrite(os.path.join(source, "images", "train", "1.jpg"), np.full((60, 90, 3), 200, np.uint8))
+    small_object_set(source, out, "train", count=2, tile=3, seed=0)
+    roidb, _ = load_roidb(dataset_cfg(tmp_path, **{"dataset.dataset_path": out}), "train", training=False)
+    assert [(e["width"], e["height"]) for e in roidb] == [(90, 60), (90, 60)]  # 3 x 3 cells of 30 x 20
+    boxes = np.concatenate([e["boxes"] for e in roidb])
+    # each 30 x 30 box of image 1 becomes 10 x 10 in its cell, image 2's 9 x 6 becomes 3 x 2: 1/3 the size
+    assert len(boxes) == 9 * 2
+    sizes = sorted({(round(float(b[2] - b[0] + 1)), round(float(b[3] - b[1] + 1))) for b in boxes})
+    assert set(sizes) <= {(10, 10), (3, 2)} and all(b[0] % 30 in (0, 10) for b in boxes)
+    added = add_empty_images(out, "train", count=1, seed=0)
+    roidb, _ = load_roidb(dataset_cfg(tmp_path, **{"dataset.dataset_path": out, "dataset.root_path":
+                                                   str(tmp_path / "root2")}), "train", training=False)
+    empty = by_id(roidb)[added[0]]
+    assert len(roidb) == 3 and empty["boxes"].shape == (0, 4)
+    copy = cv2.imread(empty["image"])
+    assert copy.shape == (60, 90, 3)

@@ -38,10 +38,11 @@ def main():
                           args.seed)
     except FitError as err:
         sys.exit(f"fit_scales: {err}")
-    print(f"well sized: {fit.band.low:.1f} to {fit.band.high:.0f} chip px (sqrt area); * = proposal")
+    print(f"well sized: {fit.band.low:.1f} to {fit.band.high:.0f} chip px (sqrt area); trainable (valid under some "
+          f"candidate): {100 * fit.trainable:.1f}% of the boxes; * = proposal")
     print(report(fit))
     if not fit.meets_keep:
-        print(f"no candidate keeps {100 * args.keep:.0f}% of the boxes: the proposal keeps the most")
+        print(f"no candidate keeps {100 * args.keep:.0f}% of the trainable boxes: the proposal keeps the most")
     print(f"wrote {write_fitted_config(args.cfg, cfg, fit, args.out or None)}")
 
 
