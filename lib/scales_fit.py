@@ -91,7 +91,7 @@ class Evaluation:
 
 @dataclass
 class Fit:
-    band: SizeBand
+    band: SizeBand  # the proposal's (its anchors)
     current: Evaluation
     evaluations: list  # every candidate, the current pyramid first
     proposal: Evaluation
@@ -262,7 +262,7 @@ def fit_pyramid(roidb, cfg, keep=DEFAULT_KEEP, max_factor=DEFAULT_MAX_FACTOR, se
         proposal = min(passing, key=lambda e: (e.chip_pixels, len(e.pyramid.scales)))
     else:
         proposal = max(evaluations, key=lambda e: (e.kept, -e.chip_pixels))
-    return Fit(band=SizeBand.from_config(cfg), current=evaluations[0], evaluations=evaluations, proposal=proposal,
+    return Fit(band=SizeBand.from_config(cfg, proposal.pyramid.anchor_scales), current=evaluations[0], evaluations=evaluations, proposal=proposal,
                meets_keep=bool(passing), trainable=trainable, max_boxes=max(len(e["boxes"]) for e in roidb))
 
 
