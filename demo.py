@@ -45,7 +45,7 @@ def main(argv=None):
     from lib.run.checkpoint import CheckpointError
 
     try:
-        image = read_image(args.im_path)
+        image = read_image(args.im_path, max_pixels=cfg.dataset.MAX_IMAGE_PIXELS)
     except IOError as err:
         sys.exit(str(err))
     try:

@@ -67,6 +67,9 @@ DEFAULTS = {
         # NMS threshold (IoU > it suppresses) applied to each image's pooled proposals when they are loaded for
         # negative chip mining. reference: 0.7; other: 0 keeps every proposal.
         "PROPOSAL_NMS": 0.7,
+        # Images larger than this (annotated, or declared by a JPEG/PNG header) are refused before they are
+        # decoded: 1 gigapixel (about 31,600 x 31,600; larger images are read by windows, raise it for them).
+        "MAX_IMAGE_PIXELS": 1_000_000_000,
         # dataset "synthetic" only: training / validation image counts and the generator's seed.
         "synthetic_train": 200,
         "synthetic_val": 50,
@@ -111,6 +114,9 @@ DEFAULTS = {
         "SHUFFLE": True,
         "FLIP": True,
         "ONLY_PROPOSAL": False,  # RPN-only training (first stage of negative chip mining)
+        # Instance masks: COCO polygons are loaded with the boxes and every chip's batch gets ``gt_masks``
+        # (B, 100, 500: lib/data/chip_masks.py) for the mask branch (not in RPN-only training).
+        "WITH_MASK": False,
         "USE_NEG_CHIPS": True,
         "MAX_NEG_CHIPS": 2,  # negative chips sampled per image and epoch
         # Training images without a usable box. reference: drop; other: negative, kept as sources of negative

@@ -757,3 +757,51 @@ def test_a_voc_list_entry_leading_outside_the_dataset_is_refused(tmp_path):
         f.write("../../../etc/passwd\n")
     with pytest.raises(ValueError, match=r"names image '../../../etc/passwd', which leads outside"):
         load_roidb(dataset_cfg(tmp_path, dataset="pascal_voc"), "2007_trainval", training=False)
+
+
+# ---------------------------------------------------------------- images that would exhaust memory
+
+
+def png_header(width, height):
+    """The first bytes of a PNG declaring ``width`` x ``height`` (8-bit RGB): what a decompression bomb
+    shows before its tiny, highly compressed pixel data."""
+    import struct
+    import zlib
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    chunk = struct.pack(">I", len(ihdr)) + b"IHDR" + ihdr + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
+    return b"\x89PNG\r\n\x1a\n" + chunk
+
+
+@pytest.mark.parametrize("ext", [".png", ".jpg"])
+def test_declared_size_reads_the_header_of_real_files(tmp_path, ext):
+    from lib.dataset.image_io import declared_size
+
+    path = str(tmp_path / f"x{ext}")
+    cv2.imwrite(path, np.zeros((37, 53, 3), np.uint8))
+    with open(path, "rb") as f:
+        assert declared_size(f.read()) == (37, 53)
+    assert declared_size(b"BM not a jpeg or png") is None
+
+
+def test_an_image_declaring_too_many_pixels_is_refused_before_decoding(tmp_path, monkeypatch):
+    from lib.dataset import image_io
+
+    path = tmp_path / "bomb.png"
+    path.write_bytes(png_header(100_000, 100_000) + b"\x00" * 64)
+    monkeypatch.setattr(image_io.cv2, "imdecode", lambda *a: pytest.fail("decoded"))
+    with pytest.raises(IOError, match=r"bomb.png declares 100000x100000 pixels \(10000 Mpx\), more than "
+                                      r"dataset.MAX_IMAGE_PIXELS \(1000 Mpx\); not decoded"):
+        image_io.read_image(str(path), max_pixels=1_000_000_000)
+    # annotated small, the header says otherwise: refused with the annotated-size message, not decoded
+    entry = {"image": str(path), "height": 40, "width": 30}
+    with pytest.raises(IOError, match=r"is 100000x100000 pixels, but its annotations say 30x40"):
+        image_io.read_roidb_image(entry)
+
+
+def test_an_annotated_size_over_the_pixel_limit_is_refused_at_load(tmp_path):
+    write_coco(str(tmp_path / "data"), "train", [image_record(1), image_record(2, width=100_000, height=100_000)],
+               [ann(1, 1, [10, 20, 30, 40]), ann(2, 2, [0, 0, 10, 10])], image_files=False)
+    with pytest.raises(ValueError, match=r"image id 2 .* is annotated 100000x100000 pixels \(10000 Mpx\), more than "
+                                         r"dataset.MAX_IMAGE_PIXELS \(1000 Mpx\); 1 image\(s\) are over it"):
+        load_roidb(dataset_cfg(tmp_path), "train")

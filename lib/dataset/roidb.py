@@ -27,6 +27,7 @@ from lib.atomic import write_bytes
 from lib.boxes import flip_boxes
 from lib.dataset.coco import CocoDataset
 from lib.dataset.pascal_voc import PascalVocDataset, read_class_names
+from lib.dataset.polygons import flip_polygons, select_polygons
 from lib.dataset.proposals import read_proposals
 from lib.dataset.reference_rules import suppress_pooled_proposals, truncate_to_whole_pixels
 from lib.dataset.synthetic import ensure_synthetic_dataset
@@ -59,8 +60,9 @@ def load_roidb(cfg, image_set, training=True):
     """``(roidb, dataset)`` for ``image_set``.
 
     Training: images without usable boxes are dropped, VOC difficult objects become ignore regions
-    (``crowd_boxes``), mirrored copies are appended when ``cfg.TRAIN.FLIP``, and proposals are
-    attached when ``cfg.dataset.proposal`` names a file. Test: every image, in the dataset's order,
+    (``crowd_boxes``), mirrored copies are appended when ``cfg.TRAIN.FLIP``, proposals are attached
+    when ``cfg.dataset.proposal`` names a file, and with ``cfg.TRAIN.WITH_MASK`` (COCO-format sets only)
+    every box has its polygons (lib/dataset/polygons.py). Test: every image, in the dataset's order,
     with all its boxes and their ``difficult`` flags (the VOC evaluator's ground truth).
     An image file missing from disk is an error listing the first few, not a skip: a silently
     smaller dataset would change training and make AP incomparable. The project's synthetic
@@ -71,18 +73,23 @@ def load_roidb(cfg, image_set, training=True):
                                  val=cfg.dataset.synthetic_val, seed=cfg.dataset.synthetic_seed)
     dataset = make_dataset(cfg, image_set)
     flip = bool(training and cfg.TRAIN.FLIP)
+    masks = bool(training and cfg.TRAIN.WITH_MASK)
+    if masks and dataset.kind != "coco":
+        raise ValueError(f"config key TRAIN.WITH_MASK: instance masks need a COCO-format dataset (polygons), "
+                         f"but dataset.dataset is {cfg.dataset.dataset!r}")
     keep_empty = training and keeps_empty_images(cfg)
-    cache_path = _cache_path(cfg.dataset.root_path, dataset, training, flip, keep_empty)
+    cache_path = _cache_path(cfg.dataset.root_path, dataset, training, flip, masks, keep_empty)
     cached = _read_cache(cache_path)
     if cached is not None:
         dataset, roidb = cached
         logger.info("roidb of %s %r: %d entries from cache %s", dataset.kind, image_set, len(roidb), cache_path)
     else:
-        entries = dataset.load_entries()
+        entries = dataset.load_entries(masks=True) if masks else dataset.load_entries()
         roidb = training_roidb(entries, flip, keep_empty) if training else entries
         _write_cache(cache_path, (dataset, roidb))
         logger.info("roidb of %s %r: %d entries, cached to %s", dataset.kind, image_set, len(roidb), cache_path)
     check_num_classes(cfg, dataset)
+    check_image_sizes(roidb, dataset, cfg.dataset.MAX_IMAGE_PIXELS)
     check_image_files(roidb)
     if training and cfg.dataset.INTEGER_BOXES:
         roidb = truncate_to_whole_pixels(roidb)
@@ -96,6 +103,8 @@ def flip_entry(entry):
     flipped = dict(entry, flipped=True)
     for key in ("boxes", "crowd_boxes"):
         flipped[key] = flip_boxes(entry[key], entry["width"])
+    if "mask_coords" in entry:
+        flipped["mask_coords"] = flip_polygons(entry["mask_coords"], entry["width"])
     return flipped
 
 
@@ -119,6 +128,8 @@ def training_roidb(entries, flip, keep_empty=False):
         entry = dict(entry)
         difficult = entry.pop("difficult")
         entry["crowd_boxes"] = np.concatenate([entry["crowd_boxes"], entry["boxes"][difficult]])
+        if "mask_counts" in entry:
+            entry.update(select_polygons(entry, ~difficult))
         entry["boxes"] = entry["boxes"][~difficult]
         entry["gt_classes"] = entry["gt_classes"][~difficult]
         if not len(entry["boxes"]):
@@ -132,6 +143,18 @@ def training_roidb(entries, flip, keep_empty=False):
         logger.warning("dropped %d of %d training images without usable boxes (e.g. image ids %s)",
                        len(empty), len(entries), ", ".join(str(e["id"]) for e in empty[:MAX_LISTED]))
     return usable + [flip_entry(entry) for entry in usable] if flip else usable
+
+
+def check_image_sizes(roidb, dataset, max_pixels):
+    """Every annotated image size must be within ``max_pixels`` (dataset.MAX_IMAGE_PIXELS): refused at load,
+    before anything decodes it or plans chips over it."""
+    sizes = np.array([entry["height"] * entry["width"] for entry in roidb], dtype=np.float64)
+    if len(sizes) and sizes.max() > max_pixels:
+        entry = roidb[int(np.argmax(sizes))]
+        raise ValueError(f"{dataset.kind} image set {dataset.image_set!r}: image id {entry['id']} ({entry['image']}) "
+                         f"is annotated {entry['width']}x{entry['height']} pixels ({sizes.max() / 1e6:.0f} Mpx), "
+                         f"more than dataset.MAX_IMAGE_PIXELS ({max_pixels / 1e6:.0f} Mpx); {len({e['id'] for e, s in zip(roidb, sizes) if s > max_pixels})} "
+                         f"image(s) are over it: fix their annotated sizes, or raise the limit for genuine large images")
 
 
 def check_num_classes(cfg, dataset):
@@ -227,11 +250,13 @@ def _file_digest(path):
     return digest.hexdigest()
 
 
-def _cache_path(root_path, dataset, training, flip, keep_empty=False):
+def _cache_path(root_path, dataset, training, flip, masks, keep_empty=False):
     """Cache file named after the dataset and a hash of its annotation files and the options."""
     files = dataset.annotation_files
     options = {"version": CACHE_VERSION, "kind": dataset.kind, "path": dataset.dataset_path,
                "image_set": dataset.image_set, "training": training, "flip": flip}
+    if masks:  # only then, so that the caches of box-only training keep their names
+        options["masks"] = True
     if keep_empty:  # only then: the caches of the reference's rule keep their names
         options["empty_images"] = "negative"
     options.update(getattr(dataset, "cache_options", {}))  # e.g. own VOC classes
