@@ -46,9 +46,9 @@ def main(argv=None):
                                          dump_config(cfg))
         try:
             if args.images:
-                from lib.inference.folder_test import test_images
+                from lib.inference.folder_test import detect_images
 
-                test_images(cfg, args.images, args.out, args.draw, args.draw_thresh)
+                detect_images(cfg, args.images, args.out, args.draw, args.draw_thresh)
             elif cfg.TEST.EXTRACT_PROPOSALS:
                 extract_proposals(cfg)
             else:

@@ -21,8 +21,9 @@ well sized (at least ``low``; the ranges bound it above). The candidates are bui
 2. otherwise the finest factor ``s1 = low / q`` makes the size quantile ``q`` (at the trims 0, a quarter
    and half of ``1 - keep``: the rest is left to the miner's own losses) exactly ``low`` (capped at
    ``max_factor``: then smaller anchor scales are proposed instead); each next factor is
-   ``s * low / high * overlap`` (overlap 1: adjacent ranges touch; 1.25: they overlap), until the boxes above the last range are well sized at the coarsest scale
-   (appended) or there are none (the last range opened). Range of factor ``s``: ``[low / s, high / s]``
+   ``s * low / high * overlap`` (overlap 1: adjacent ranges touch; 1.25: they overlap), until the
+   boxes above the last range are well sized at the coarsest scale (appended) or there are none (the
+   last range opened). Range of factor ``s``: ``[low / s, high / s]``
    original pixels, the finest one open below; the coarsest's lower end is ``low`` over its median factor.
 
 Every candidate (and the input config's pyramid) is mined; the proposal is the candidate with the
@@ -262,8 +263,9 @@ def fit_pyramid(roidb, cfg, keep=DEFAULT_KEEP, max_factor=DEFAULT_MAX_FACTOR, se
         proposal = min(passing, key=lambda e: (e.chip_pixels, len(e.pyramid.scales)))
     else:
         proposal = max(evaluations, key=lambda e: (e.kept, -e.chip_pixels))
-    return Fit(band=SizeBand.from_config(cfg, proposal.pyramid.anchor_scales), current=evaluations[0], evaluations=evaluations, proposal=proposal,
-               meets_keep=bool(passing), trainable=trainable, max_boxes=max(len(e["boxes"]) for e in roidb))
+    return Fit(band=SizeBand.from_config(cfg, proposal.pyramid.anchor_scales), current=evaluations[0],
+               evaluations=evaluations, proposal=proposal, meets_keep=bool(passing), trainable=trainable,
+               max_boxes=max(len(e["boxes"]) for e in roidb))
 
 
 def report(fit):
@@ -271,9 +273,9 @@ def report(fit):
     rows = []
     for e in fit.evaluations:
         p = e.pyramid
-        rows.append(["*" if e is fit.proposal else "", p.label, str(list(p.scales)), str([list(r) for r in p.valid_ranges]),
-                     100 * e.kept, 100 * e.valid, e.chips_per_image, e.pixel_ratio,
-                     "/".join(f"{v:.0f}" for v in e.chip_sizes)])
+        rows.append(["*" if e is fit.proposal else "", p.label, str(list(p.scales)),
+                     str([list(r) for r in p.valid_ranges]), 100 * e.kept, 100 * e.valid, e.chips_per_image,
+                     e.pixel_ratio, "/".join(f"{v:.0f}" for v in e.chip_sizes)])
     header = ["", "candidate", "scales", "valid ranges", "kept %", "valid %", "chips/img", "px vs 800x1333",
               "chip px p1/p50/p99"]
     return markdown_table(header, rows, [None, None, None, None, ".1f", ".1f", ".2f", ".2f", None])

@@ -28,7 +28,7 @@ from lib.dataset.proposals import write_proposals
 from lib.dataset.variants import add_empty_images, small_object_set
 from lib.inference.coco_summary import max_dets_for, parse_bands
 from lib.inference.evaluator import COCO_STAT_NAMES, evaluate_coco
-from lib.inference.folder_test import image_ids, list_images, test_images
+from lib.inference.folder_test import detect_images, image_ids, list_images
 from lib.run.folder import find_checkpoint
 from lib.run import checkpoint
 from lib.run.checkpoint import output_dir
@@ -364,7 +364,7 @@ class NamedOracle(OracleDetector):
 def test_a_folder_of_images_is_tested_into_coco_results_and_drawn(tiny, tmp_path):
     cfg = with_overrides(tiny[0], {"TEST.SOFT_NMS": False, "TEST.NUM_PROCESS": 0})
     folder = os.path.join(cfg.dataset.dataset_path, "images", "val")  # a.png b.png broken.jpg c.png
-    summary = test_images(cfg, folder, str(tmp_path / "out"), draw=True, thresh=0.5, detector=NamedOracle(cfg))
+    summary = detect_images(cfg, folder, str(tmp_path / "out"), draw=True, thresh=0.5, detector=NamedOracle(cfg))
     assert (summary["images"], summary["tested"], summary["skipped"]) == (4, 3, 1)
     assert summary["images_per_s"] > 0
     info = json.load(open(tmp_path / "out" / "image_info.json"))

@@ -113,6 +113,7 @@ def per_class_size_ap(coco_eval):
         for a, label in enumerate(params.areaRngLbl):
             curve = precision[:, :, k, a, -1]
             valid = curve[curve > -1]
-            row["AP" if label == "all" else band_stat("AP", label)] = float(valid.mean()) if valid.size else float("nan")
+            name = "AP" if label == "all" else band_stat("AP", label)
+            row[name] = float(valid.mean()) if valid.size else float("nan")
         table[names[category]] = row
     return table

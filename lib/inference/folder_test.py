@@ -78,7 +78,7 @@ def output_folder(cfg, source):
     return os.path.join(output_dir(cfg), "results", f"images_{os.path.splitext(name)[0] or 'images'}")
 
 
-def test_images(cfg, source, out_dir=None, draw=False, thresh=0.5, detector=None):
+def detect_images(cfg, source, out_dir=None, draw=False, thresh=0.5, detector=None):
     """Detect on every image of ``source`` (module docstring); returns a summary dict."""
     from lib.inference.detector import Detector
     from lib.inference.tester import run_images

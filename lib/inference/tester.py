@@ -100,8 +100,9 @@ def _coco(dataset, roidb, found, tested, out_dir, image_set, test_cfg):
                     image_set)
         return {"results": path}
     max_dets = test_cfg.EVAL_MAX_DETS or test_cfg.MAX_PER_IMAGE
-    return {"results": path, "stats": evaluate_coco(dataset.coco, path, out_dir, image_ids=image_ids, max_dets=max_dets,
-                                                    bands=parse_bands(test_cfg.SIZE_BANDS))}
+    stats = evaluate_coco(dataset.coco, path, out_dir, image_ids=image_ids, max_dets=max_dets,
+                          bands=parse_bands(test_cfg.SIZE_BANDS))
+    return {"results": path, "stats": stats}
 
 
 def _voc(dataset, roidb, found, tested, out_dir):
