@@ -211,6 +211,9 @@ def test_training_evaluates_its_checkpoints_and_names_the_best(tmp_path):
     saved = json.load(open(checkpoint.progress_path(checkpoint.checkpoint_prefix(cfg), 2)))
     assert saved["iters_per_epoch"] == -(-batches[0] // 2)
     assert saved["num_update"] == sum(-(-b // 2) for b in batches)
+    # the log line of each epoch's last batch counts updates (a partial last group updates after it)
+    last = [r for r in records if "eval" not in r and r["batch"] == r["batches"]]
+    assert [r["iteration"] for r in last] == [batches[0] // 2, -(-batches[0] // 2) + batches[1] // 2]
     if importlib.util.find_spec("tensorboardX"):  # the optional event files (TRAIN.TENSORBOARD)
         tags = {tag for tag, _, _ in read_event_scalars(os.path.join(run, "tensorboard"))}
         assert {"eval/AP", "lr", "loss/RPNLogLoss", "speed/chips_per_s"} <= tags

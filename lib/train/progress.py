@@ -58,16 +58,18 @@ class RunProgress:
         if self.events is not None:
             self.events.scalars(self.num_update, {f"eval/{name}": value for name, value in stats.items()})
 
-    def record(self, batches_done, lr, losses, speed):
-        """Append one metrics record; return the "ETA epoch .. run .." text for the log line."""
+    def record(self, batches_done, lr, losses, speed, updates_done=None):
+        """Append one metrics record; return the "ETA epoch .. run .." text for the log line. Its iteration
+        counts optimizer updates (``updates_done`` of this epoch; default: one per batch)."""
         epoch_left, run_left = self.etas(batches_done)
+        iteration = self.num_update + (batches_done if updates_done is None else updates_done)
         if self.path:
-            record = {"iteration": self.num_update + batches_done, "epoch": self.epoch + 1, "batch": batches_done,
+            record = {"iteration": iteration, "epoch": self.epoch + 1, "batch": batches_done,
                       "batches": self.num_batches, "lr": lr, **losses, "chips_per_s": speed,
                       "seconds": round(self.clock() - self.run_start, 3)}
             with open(self.path, "a") as f:
                 f.write(json.dumps(record) + "\n")
         if self.events is not None:
-            self.events.scalars(self.num_update + batches_done, {"lr": lr, "speed/chips_per_s": speed,
-                                                                 **{f"loss/{k}": v for k, v in losses.items()}})
+            self.events.scalars(iteration, {"lr": lr, "speed/chips_per_s": speed,
+                                            **{f"loss/{k}": v for k, v in losses.items()}})
         return f"ETA epoch {format_duration(epoch_left)} run {format_duration(run_left)}"

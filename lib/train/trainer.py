@@ -198,7 +198,7 @@ def _train_epoch(cfg, module, loader, metric, epoch, num_workers, progress):
             speed = window_samples * num_workers / max(now - window_tic, 1e-9)
             values = loss_values(metric)
             lr = module._optimizer.learning_rate
-            eta = progress.record(iteration + 1, lr, values, speed)
+            eta = progress.record(iteration + 1, lr, values, speed, updates_done=updates)
             bar.set_postfix({k: f"{v:.3f}" for k, v in values.items()})
             logger.info("epoch[%d] batch[%d/%d] speed %.2f chips/s lr %.2e %s %s", epoch + 1, iteration + 1,
                         num_batches, speed, lr, " ".join(f"{k}={v:.4f}" for k, v in values.items()), eta)
