@@ -1,5 +1,6 @@
-"""Own data: images without objects (TRAIN.EMPTY_IMAGES), evaluation while training, dense-scene
-evaluation, Pascal VOC-format sets with any classes."""
+"""Own data (issue 25): images without objects, evaluation while training, dense and small-object COCO
+evaluation, own Pascal VOC-format sets, a folder of images, gradient accumulation, TensorBoard, and the
+variant sets BENCHMARKS.md measures on."""
 import contextlib
 import importlib.util
 import io
@@ -29,20 +30,20 @@ from lib.dataset.variants import add_empty_images, small_object_set
 from lib.inference.coco_summary import max_dets_for, parse_bands
 from lib.inference.evaluator import COCO_STAT_NAMES, evaluate_coco
 from lib.inference.folder_test import detect_images, image_ids, list_images
-from lib.run.folder import find_checkpoint
 from lib.run import checkpoint
 from lib.run.checkpoint import output_dir
+from lib.run.folder import find_checkpoint
 from lib.train.accumulation import GradientAccumulation, grad_req, updates_per_epoch
 from lib.train.evaluation import EvaluationError, TrainingEvaluation, metric_names, metric_value
 from lib.train.optimizer import make_optimizer_params
 from lib.train.progress import RunProgress
 from lib.train.tensorboard import TensorBoardLog
-from lib.train.trainer import train
+import main_train
+from test_dataset import ann, by_id, dataset_cfg, image_record, voc_xml, write_coco, write_voc
+from test_tester import IMAGES, OracleDetector, tiny  # noqa: F401  (tiny: a fixture)
 
 TINY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "faster",
                     "sniper_synthetic_tiny.yml")
-from test_dataset import ann, by_id, dataset_cfg, image_record, voc_xml, write_coco, write_voc
-from test_tester import IMAGES, OracleDetector, tiny  # noqa: F401  (tiny: a fixture)
 
 
 # ---------------------------------------------------------------- images without objects
@@ -172,6 +173,11 @@ def test_a_resumed_run_keeps_the_history_of_the_epochs_it_keeps(tmp_path):
     resumed = TrainingEvaluation(cfg, 2, test=FakeTester([0.25]))
     assert [h["epoch"] for h in resumed.history] == [1, 2]
     assert resumed.after_epoch(3, fake_params(cfg, 3)) is True
+    # a fresh start in the same folder drops the old history: best.json no longer names an old epoch
+    TrainingEvaluation(cfg, 0, test=FakeTester([]))
+    assert not os.path.exists(os.path.join(output_dir(cfg), "best.json"))
+    open(os.path.join(output_dir(cfg), "config.yaml"), "w").write("TRAIN:\n  model_prefix: SNIPER\n")
+    assert find_checkpoint(output_dir(cfg))[0].endswith("SNIPER-0003.params")  # the newest again
 
 
 def test_evaluation_keys_are_checked_before_training(tmp_path):
@@ -196,7 +202,7 @@ def test_training_evaluates_its_checkpoints_and_names_the_best(tmp_path):
                  "TRAIN.end_epoch": "2", "TRAIN.warmup_step": "5", "TRAIN.lr_step": "10", "gpus": "cpu:1",
                  "TRAIN.EVAL_EVERY": "1", "TRAIN.EVAL_IMAGES": "1", "TRAIN.GRAD_ACCUM_STEPS": "2"}
     cfg = load_config(TINY, list(overrides.items()))
-    train(cfg)
+    main_train.main(["--cfg", TINY, "--eval", "--set", *[f"{k}={v}" for k, v in overrides.items()]])
     run = output_dir(cfg)
     for epoch in (1, 2):
         summary = json.load(open(os.path.join(run, "evaluations", f"epoch_{epoch:04d}", "test_summary.json")))
@@ -204,6 +210,9 @@ def test_training_evaluates_its_checkpoints_and_names_the_best(tmp_path):
     best = json.load(open(os.path.join(run, "best.json")))
     assert [h["epoch"] for h in best["history"]] == [1, 2]
     assert best["best"] == max(best["history"], key=lambda h: (h["value"], -h["epoch"]))
+    # --eval tested the best epoch on the whole test set
+    summary = json.load(open(os.path.join(run, "results", "val", "test_summary.json")))
+    assert summary["images"] == 2 and summary["checkpoint"].endswith(best["best"]["params"])
     records = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl"))]
     assert [r["epoch"] for r in records if "eval" in r] == [1, 2]
     # GRAD_ACCUM_STEPS 2: the schedule counts one update per two batches (the last group may be partial)

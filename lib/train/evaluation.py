@@ -7,7 +7,7 @@ tester, into ``{run folder}/evaluations/epoch_NNNN/``; the stats are logged and 
 (``{"metric", "best": {"epoch", "value", "params"}, "history": [{"epoch", "value", "stats"}]}``):
 ``--model RUN_FOLDER`` tests that checkpoint (lib/run/folder.py). ``EARLY_STOP`` > 0 ends training after
 that many evaluations in a row without improvement. A resumed run continues the history of the epochs
-it keeps. Rank 0 alone evaluates; early stopping is refused with several workers (the others would wait
+it keeps (a fresh start over an old run folder drops the old history). Rank 0 alone evaluates; early stopping is refused with several workers (the others would wait
 for a batch that never comes).
 """
 import json
@@ -49,7 +49,7 @@ def metric_value(stats, metric):
 class TrainingEvaluation:
     """Evaluates checkpoints as training writes them (module docstring); ``due(epoch)`` / ``after_epoch``."""
 
-    def __init__(self, cfg, begin_epoch, num_workers=1, test=None):
+    def __init__(self, cfg, begin_epoch, num_workers=1, test=None, writer=True):
         train = cfg.TRAIN
         if train.EVAL_EVERY < 0 or train.EVAL_IMAGES < 0 or train.EARLY_STOP < 0:
             raise EvaluationError("config keys TRAIN.EVAL_EVERY, EVAL_IMAGES and EARLY_STOP must be >= 0")
@@ -66,7 +66,16 @@ class TrainingEvaluation:
         self.every, self.images, self.metric = train.EVAL_EVERY, train.EVAL_IMAGES, train.EVAL_METRIC
         self.patience, self.end_epoch = train.EARLY_STOP, train.end_epoch
         self.path = os.path.join(output_dir(cfg), BEST_FILE)
-        self.history = [h for h in self._saved_history() if h["epoch"] <= begin_epoch]
+        saved = self._saved_history()
+        self.history = [h for h in saved if h["epoch"] <= begin_epoch]
+        if writer and os.path.isfile(self.path) and self.history != saved:
+            self._write()  # the epochs this run retrains (or a fresh start) lose their old evaluations
+
+    def _write(self):
+        if self.history:
+            write_json({"metric": self.metric, "best": self.best(), "history": self.history}, self.path)
+        else:
+            os.remove(self.path)
 
     def _saved_history(self):
         if not os.path.isfile(self.path):
@@ -107,8 +116,8 @@ class TrainingEvaluation:
         value = metric_value(stats, self.metric)
         self.history.append({"epoch": epoch, "value": value, "stats": numbers,
                              "params": os.path.basename(params)})
+        self._write()
         best = self.best()
-        write_json({"metric": self.metric, "best": best, "history": self.history}, self.path)
         if progress is not None:
             progress.record_evaluation(numbers)
         logger.info("evaluation after epoch %d on %d images of %s: %s %.4f; best %s",

@@ -90,7 +90,8 @@ def _train(cfg, resume, kvstore, workers):
         for folder in sorted({checkpoint.output_dir(cfg), os.path.dirname(prefix)}):
             remove_stale_temporaries(folder)
     begin_epoch = _begin_epoch(cfg, prefix, resume)
-    evaluation = TrainingEvaluation(cfg, begin_epoch, workers.count)  # TRAIN.EVAL_EVERY: its keys checked first
+    evaluation = TrainingEvaluation(cfg, begin_epoch, workers.count,  # TRAIN.EVAL_EVERY: its keys checked first
+                                    writer=workers.rank == 0)
     chips_per_device = cfg.TRAIN.BATCH_IMAGES  # the one read: the loader and the loss normalisation share it
     loader = ChipLoader(roidb, cfg, chips_per_device, num_ctx=len(contexts), rpn_only=rpn_only,
                         seed=cfg.default.seed, begin_epoch=begin_epoch, num_shards=workers.count,
