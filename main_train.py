@@ -32,6 +32,7 @@ def main(argv=None):
     from lib.run.checkpoint import CheckpointError, output_dir
     from lib.train.pretrained import PretrainedError
     from lib.run.lock import RunFolderError
+    from lib.train.evaluation import EvaluationError
     from lib.train.trainer import TrainingDiverged, train
 
     try:
@@ -56,7 +57,7 @@ def main(argv=None):
                     test(cfg, checkpoint=best_checkpoint(output_dir(cfg)) or
                          params_path(prefix, last_complete_epoch(prefix)))
             except (RunFolderError, FileNotFoundError, FileExistsError, CheckpointError, PretrainedError,
-                    TrainingDiverged) as err:
+                    TrainingDiverged, EvaluationError) as err:
                 sys.exit(f"error: {err}")
 
 

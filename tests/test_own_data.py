@@ -18,7 +18,7 @@ from pycocotools.cocoeval import COCOeval
 
 from chip_generator.mining import MiningParams, mine_image_chips, sample_epoch_chips
 from lib.atomic import write_json
-from lib.config import load_config, with_overrides
+from lib.config import ConfigError, load_config, with_overrides
 from lib.data.anchor_target import AnchorTargeter, AnchorTargetParams
 from lib.data.batch_ring import BatchRing
 from lib.data.chip_worker import ChipWorker, batch_fields
@@ -188,6 +188,9 @@ def test_evaluation_keys_are_checked_before_training(tmp_path):
                            test=FakeTester([]))
     with pytest.raises(EvaluationError, match="several workers"):
         TrainingEvaluation(eval_cfg(tmp_path, **{"TRAIN.EARLY_STOP": "1"}), 0, num_workers=2, test=FakeTester([]))
+    for key in ("TRAIN.EVAL_EVERY", "TRAIN.EARLY_STOP", "TRAIN.EVAL_IMAGES", "TRAIN.GRAD_ACCUM_STEPS"):
+        with pytest.raises(ConfigError, match=key):
+            eval_cfg(tmp_path, **{key: "-1"})
     off = TrainingEvaluation(eval_cfg(tmp_path, **{"TRAIN.EVAL_EVERY": "0"}), 0, test=FakeTester([]))
     assert not any(off.due(epoch) for epoch in range(1, 7))
     assert metric_value({"mAP": 0.7, "AP": {"cat": 0.7}}, "AP50") == 0.7  # a VOC set: its one metric

@@ -29,8 +29,6 @@ class GradientAccumulation:
     both return whether the optimizer updated."""
 
     def __init__(self, module, steps):
-        if steps < 1:
-            raise ValueError(f"config key TRAIN.GRAD_ACCUM_STEPS = {steps}: must be >= 1")
         self.module, self.steps, self.pending = module, steps, 0
 
     def _gradients(self):

@@ -51,8 +51,6 @@ class TrainingEvaluation:
 
     def __init__(self, cfg, begin_epoch, num_workers=1, test=None, writer=True):
         train = cfg.TRAIN
-        if train.EVAL_EVERY < 0 or train.EVAL_IMAGES < 0 or train.EARLY_STOP < 0:
-            raise EvaluationError("config keys TRAIN.EVAL_EVERY, EVAL_IMAGES and EARLY_STOP must be >= 0")
         if train.EVAL_METRIC not in metric_names(cfg):
             raise EvaluationError(f"config key TRAIN.EVAL_METRIC = {train.EVAL_METRIC!r}: expected one of "
                                   f"{', '.join(metric_names(cfg))}")

@@ -84,7 +84,6 @@ def _train(cfg, resume, kvstore, workers):
     compiled_deformable = use_compiled_deformable(cfg, contexts)
     _seed(cfg)
     rpn_only = cfg.TRAIN.ONLY_PROPOSAL
-    roidb, dataset = load_roidb(cfg, cfg.dataset.image_set, training=True)
     prefix = checkpoint.checkpoint_prefix(cfg)
     if workers.rank == 0:  # the writer of the run's files clears what a killed write left behind
         for folder in sorted({checkpoint.output_dir(cfg), os.path.dirname(prefix)}):
@@ -92,6 +91,7 @@ def _train(cfg, resume, kvstore, workers):
     begin_epoch = _begin_epoch(cfg, prefix, resume)
     evaluation = TrainingEvaluation(cfg, begin_epoch, workers.count,  # TRAIN.EVAL_EVERY: its keys checked first
                                     writer=workers.rank == 0)
+    roidb, dataset = load_roidb(cfg, cfg.dataset.image_set, training=True)
     chips_per_device = cfg.TRAIN.BATCH_IMAGES  # the one read: the loader and the loss normalisation share it
     loader = ChipLoader(roidb, cfg, chips_per_device, num_ctx=len(contexts), rpn_only=rpn_only,
                         seed=cfg.default.seed, begin_epoch=begin_epoch, num_shards=workers.count,
