@@ -42,20 +42,25 @@ def main(argv=None):
     setup_logging()
     from lib.dataset import read_image
     from lib.inference import Detector
+    from lib.inference.detector import checkpoint_file
     from lib.run.checkpoint import CheckpointError
+    from lib.run.folder import checkpoint_classes
 
     try:
         image = read_image(args.im_path, max_pixels=cfg.dataset.MAX_IMAGE_PIXELS)
     except IOError as err:
         sys.exit(str(err))
     try:
-        detector = Detector.from_checkpoint(cfg)
+        params = checkpoint_file(cfg)
+        detector = Detector.from_config(cfg, params, checkpoint_classes(params, cfg))
     except (CheckpointError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
     detections = detector(image)
     shown = detections.above(args.thresh)
-    for box, score, name in zip(shown.boxes, shown.scores, shown.names):
-        logger.info("%-15s %.3f  [%.0f, %.0f, %.0f, %.0f]", name, score, *box)
+    areas = shown.masks.sum(axis=(1, 2)) if shown.masks is not None else [None] * len(shown)
+    for box, score, name, area in zip(shown.boxes, shown.scores, shown.names, areas):
+        logger.info("%-15s %.3f  [%.0f, %.0f, %.0f, %.0f]%s", name, score, *box,
+                    "" if area is None else f"  mask {area} px")
     if not cv2.imwrite(out, detector.draw(image, detections, args.thresh)):
         sys.exit(f"cannot write {out}")
     logger.info("%d detections, %d with score >= %.2f, drawn to %s", len(detections), len(shown), args.thresh, out)

@@ -29,8 +29,6 @@ DEFAULTS = {
         # checkpoints; BGR feeds the channels as decoded.
         "CHANNEL_ORDER": "RGB",
         "IMAGE_STRIDE": 0,  # > 0: test canvases rounded up to a multiple of it (0: exactly the largest image)
-        "RPN_FEAT_STRIDE": 16,  # the body's feature stride: 16 for the ResNets, 32 for MobileNetV2
-        "RCNN_FEAT_STRIDE": 16,
         "FIXED_PARAMS": ["conv0", "bn0", "stage1"],  # name prefixes kept frozen
         # Keep every batch-norm's gamma and beta at their pretrained values while its statistics still
         # come from the batch: the reference MobileNetV2 does this (its FIXED_PARAMS 'gamma', 'beta'
@@ -114,8 +112,9 @@ DEFAULTS = {
         "SHUFFLE": True,
         "FLIP": True,
         "ONLY_PROPOSAL": False,  # RPN-only training (first stage of negative chip mining)
-        # Instance masks: COCO polygons are loaded with the boxes and every chip's batch gets ``gt_masks``
-        # (B, 100, 500: lib/data/chip_masks.py) for the mask branch (not in RPN-only training).
+        # Instance masks (the reference's mask network): COCO polygons are loaded with the boxes and every
+        # chip's batch gets ``gt_masks`` (B, 100, 500: lib/data/chip_masks.py); the network's RPN reads res4,
+        # and the mask branch and its loss are added (symbols/mask.py; not in RPN-only training). ResNets only.
         "WITH_MASK": False,
         "USE_NEG_CHIPS": True,
         "MAX_NEG_CHIPS": 2,  # negative chips sampled per image and epoch

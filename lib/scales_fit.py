@@ -8,7 +8,7 @@ with the real chip miner (``lib.pixel_budget.epoch_pixel_budget``, the calls tra
 The rule (README "Fitting the scales to your data"). An object is *well sized* in a chip when its
 sqrt(area) in chip pixels lies in the band ``[low, high]``:
 
-* ``low`` = smallest anchor side / sqrt(2) (``RPN_FEAT_STRIDE x min(ANCHOR_SCALES) / sqrt(2)``: a box
+* ``low`` = smallest anchor side / sqrt(2) (feature stride x ``min(ANCHOR_SCALES)`` / sqrt(2): a box
   that size, centred on the smallest square anchor, has IoU 0.5 with it, RPN's positive threshold),
   at least ``RPN_MIN_GT_SIZE`` (smaller boxes are dropped from the RPN targets);
 * ``high`` = CHIP_SIZE / 2 (the published middle scale trains up to 150 x 1.667 = 250 px in 512 px chips).
@@ -42,6 +42,7 @@ from lib.benchmarking import markdown_table
 from lib.config import with_overrides
 from lib.pixel_budget import epoch_pixel_budget
 from lib.scales import MAX_SCALE_FACTOR, box_sqrt_area
+from symbols.backbones import feature_stride
 
 DEFAULT_KEEP = 0.98
 DEFAULT_MAX_FACTOR = 4.0  # beyond this, smaller anchors are cheaper than enlarging images further
@@ -63,7 +64,7 @@ class SizeBand:
     @classmethod
     def from_config(cls, cfg, anchor_scales=None):
         scales = anchor_scales or cfg.network.ANCHOR_SCALES
-        low = max(cfg.network.RPN_FEAT_STRIDE * min(scales) / math.sqrt(2), float(cfg.TRAIN.RPN_MIN_GT_SIZE))
+        low = max(feature_stride(cfg) * min(scales) / math.sqrt(2), float(cfg.TRAIN.RPN_MIN_GT_SIZE))
         return cls(low=low, high=cfg.TRAIN.CHIP_SIZE / 2)
 
 
@@ -127,7 +128,7 @@ def _smaller_anchors(anchor_scales, needed_side, stride):
 
 def build_pyramid(sizes, coarse, trim, overlap, cfg, max_factor):
     """The candidate of the module docstring's rule for the size quantile ``trim`` and ``overlap``."""
-    chip_size, stride = cfg.TRAIN.CHIP_SIZE, cfg.network.RPN_FEAT_STRIDE
+    chip_size, stride = cfg.TRAIN.CHIP_SIZE, feature_stride(cfg)
     band, anchors = SizeBand.from_config(cfg), tuple(cfg.network.ANCHOR_SCALES)
     label = f"trim {trim:.3f}, overlap {overlap:g}"
     if np.mean(sizes * coarse < band.low) <= trim:

@@ -110,7 +110,8 @@ def test_an_empty_image_gives_negative_chips_only_whose_targets_are_background(t
 
 # ---------------------------------------------------------------- evaluation while training
 def eval_cfg(tmp_path, **overrides):
-    keys = {"output_path": str(tmp_path), "TRAIN.end_epoch": "6", "TRAIN.EVAL_EVERY": "2", **overrides}
+    keys = {"output_path": str(tmp_path), "TRAIN.end_epoch": "6", "TRAIN.lr_step": "", "TRAIN.EVAL_EVERY": "2",
+            **overrides}
     return load_config(None, list(keys.items()))
 
 
@@ -419,7 +420,7 @@ def trained(batches, batch_size, steps, seed=0):
     """Params after training on ``batches`` (data, labels) with GRAD_ACCUM_STEPS ``steps``, SGD with
     momentum and weight decay from make_optimizer_params (no warm-up, no fp16), the trainer's helpers."""
     cfg = load_config(None, [("TRAIN.GRAD_ACCUM_STEPS", str(steps)), ("TRAIN.warmup", "false"),
-                             ("TRAIN.lr", "0.1"), ("TRAIN.lr_step", "100")])
+                             ("TRAIN.lr", "0.1"), ("TRAIN.lr_step", "")])
     module = mx.mod.Module(small_network(), context=mx.cpu())
     module.bind([("data", (batch_size, 5))], [("softmax_label", (batch_size,))], grad_req=grad_req(cfg))
     mx.random.seed(seed)

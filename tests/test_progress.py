@@ -5,8 +5,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
 
+from lib.bootstrap import ROOT
 from lib.train.progress import RunProgress, format_duration
 
 PLOT = os.path.join(ROOT, "tools", "plot_metrics.py")

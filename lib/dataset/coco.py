@@ -18,15 +18,21 @@ training boxes (they are ``crowd_boxes``), so no polygons either.
 import contextlib
 import io
 import json
+import logging
 import os
 import re
 
 import numpy as np
 from tqdm import tqdm
 
+from lib.atomic import write_json
 from lib.dataset.annotations import BoxReport, clean_boxes, escapes_folder, make_entry, split_image_sets
+from lib.dataset.base import Dataset
 from lib.dataset.polygons import pack_polygons
+from lib.dataset.synthetic import ensure_synthetic_dataset
 
+
+logger = logging.getLogger(__name__)
 
 def read_coco_json(path):
     """Load and structurally check one COCO annotation file; errors name the file."""
@@ -157,7 +163,7 @@ def image_folder(dataset_path, image_set):
     return folder
 
 
-class CocoDataset:
+class CocoDataset(Dataset):
     """One or more COCO image sets; ``load_entries`` reads them, ``coco`` indexes them for COCOeval.
 
     ``classes[label]`` is the category name of contiguous label ``label`` (0 = background) and
@@ -167,19 +173,10 @@ class CocoDataset:
     kind = "coco"
 
     def __init__(self, dataset_path, image_set):
-        self.dataset_path = os.path.abspath(dataset_path)
-        self.image_set = image_set
+        super().__init__(dataset_path, image_set)
         self.image_sets = split_image_sets(image_set)
         self.annotation_files = [annotation_file(self.dataset_path, name) for name in self.image_sets]
-        self.classes = None
-        self.category_ids = None
-        self.image_ids = None
-        self.box_report = {}
         self._coco = None
-
-    @property
-    def num_classes(self):
-        return len(self.classes)
 
     def load_entries(self, masks=False):
         """Unflipped roidb entries of every image, in file order, with the boxes' polygons when ``masks``; also
@@ -285,3 +282,35 @@ class CocoDataset:
     def __getstate__(self):
         # The roidb cache pickles the dataset; the COCO index is rebuilt from the files on demand.
         return {**self.__dict__, "_coco": None}
+
+    def evaluate(self, entries, detections, out_dir, segmentations=None, scoring=None):
+        """The results file (COCO format, original category ids: test-dev ready; masks as ``segmentation``),
+        then COCO bbox (and segm) AP through pycocotools when the set has annotations, at ``scoring``'s
+        TEST.EVAL_MAX_DETS (0: its MAX_PER_IMAGE) detections per image and size bands TEST.SIZE_BANDS."""
+        from lib.inference.coco_summary import COCO_BANDS, parse_bands
+        from lib.inference.evaluator import coco_results, evaluate_coco  # the scoring, with the other metrics
+
+        image_ids = [entry["id"] for entry in entries]
+        results = coco_results(detections, image_ids, self.category_ids, segmentations)
+        path = os.path.join(out_dir, f"detections_{self.image_set}_results.json")
+        write_json(results, path)
+        logger.info("wrote %d detections to %s", len(results), path)
+        if not self.coco.dataset.get("annotations"):
+            logger.info("%s has no annotations (e.g. test-dev): results written for submission, not evaluated",
+                        self.image_set)
+            return {"results": path}
+        max_dets = (scoring.EVAL_MAX_DETS or scoring.MAX_PER_IMAGE) if scoring is not None else 100
+        bands = parse_bands(scoring.SIZE_BANDS) if scoring is not None else COCO_BANDS
+        stats = evaluate_coco(self.coco, path, out_dir, image_ids=image_ids, max_dets=max_dets, bands=bands)
+        return {"results": path, "stats": stats}
+
+
+class SyntheticDataset(CocoDataset):
+    """The project's COCO-format shapes set (lib/dataset/synthetic.py), generated first when absent from
+    ``dataset.synthetic_train``, ``synthetic_val`` and ``synthetic_seed``."""
+
+    @classmethod
+    def from_config(cls, cfg, image_set):
+        ensure_synthetic_dataset(cfg.dataset.dataset_path, train=cfg.dataset.synthetic_train,
+                                 val=cfg.dataset.synthetic_val, seed=cfg.dataset.synthetic_seed)
+        return cls(cfg.dataset.dataset_path, image_set)

@@ -23,6 +23,7 @@ import xml.etree.ElementTree as ET
 from tqdm import tqdm
 
 from lib.dataset.annotations import BoxReport, clean_boxes, escapes_folder, make_entry, split_image_sets
+from lib.dataset.base import Dataset
 
 VOC_CLASSES = (
     "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow",
@@ -87,9 +88,9 @@ def _positive_int(root, key, path):
     return value
 
 
-class PascalVocDataset:
+class PascalVocDataset(Dataset):
     """The images of one or more ``{year}_{split}`` parts, with ``class_names`` (default VOC's 20) as
-    labels 1..C.
+    labels 1..C (results are written with the labels).
 
     ``image_names[i]`` is ``"VOC{year}/{name}"`` of ``image_ids[i]`` (for VOC-format result files).
     """
@@ -97,9 +98,9 @@ class PascalVocDataset:
     kind = "pascal_voc"
 
     def __init__(self, dataset_path, image_set, class_names=VOC_CLASSES):
-        self.dataset_path = os.path.abspath(dataset_path)
-        self.image_set = image_set
+        super().__init__(dataset_path, image_set)
         self.classes = ("__background__",) + tuple(class_names)
+        self.category_ids = tuple(range(len(self.classes)))  # results are written with the labels
         self._label_of = {name: label for label, name in enumerate(self.classes) if label}
         self.parts = []
         for part in split_image_sets(image_set):
@@ -112,19 +113,18 @@ class PascalVocDataset:
         for path in self.list_files:
             if not os.path.isfile(path):
                 raise FileNotFoundError(f"Pascal VOC image list {path} (image set {image_set!r}) does not exist")
-        self.image_ids = None
         self.image_names = None
-        self.box_report = {}
         self._names = None
-
-    @property
-    def num_classes(self):
-        return len(self.classes)
 
     @property
     def cache_options(self):
         """What beyond the annotation files changes the roidb (lib.dataset.roidb's cache key): the classes."""
         return {} if self.classes[1:] == VOC_CLASSES else {"classes": list(self.classes[1:])}
+
+    @classmethod
+    def from_config(cls, cfg, image_set):
+        """With the classes of ``dataset.CLASSES`` / ``CLASSES_FILE`` (VOC's 20 when both are empty)."""
+        return cls(cfg.dataset.dataset_path, image_set, read_class_names(cfg.dataset.CLASSES, cfg.dataset.CLASSES_FILE))
 
     @property
     def use_07_metric(self):
@@ -213,3 +213,13 @@ class PascalVocDataset:
         if not os.path.isfile(path) and filename:
             return self._path(year, "JPEGImages", filename)
         return path
+
+    def evaluate(self, entries, detections, out_dir, segmentations=None, scoring=None):
+        """VOC AP per class at IoU 0.5 against the entries' boxes, difficult ones ignored (11-point AP for
+        VOC2007); VOC has no masks to score ``segmentations`` against (TRAIN.WITH_MASK is refused for it) and
+        no COCO settings to read from ``scoring``."""
+        from lib.inference.evaluator import evaluate_voc  # the scoring, with the other metrics
+
+        return {"stats": evaluate_voc(detections, [e["boxes"] for e in entries], [e["gt_classes"] for e in entries],
+                                      [e["difficult"] for e in entries], list(self.classes), out_dir,
+                                      self.use_07_metric)}

@@ -80,12 +80,15 @@ def output_folder(cfg, source):
 
 def detect_images(cfg, source, out_dir=None, draw=False, thresh=0.5, detector=None):
     """Detect on every image of ``source`` (module docstring); returns a summary dict."""
-    from lib.inference.detector import Detector
+    from lib.inference.detector import Detector, checkpoint_file
     from lib.inference.tester import run_images
+    from lib.run.folder import checkpoint_classes
 
     paths = list_images(source)
     entries, unreadable = image_entries(paths)
-    detector = detector or Detector.from_checkpoint(cfg, None)
+    if detector is None:
+        params = checkpoint_file(cfg)
+        detector = Detector.from_config(cfg, params, checkpoint_classes(params, cfg))
     out_dir = out_dir or output_folder(cfg, source)
     start = time.perf_counter()
     found, skipped = run_images(entries, detector, cfg.TEST.NUM_PROCESS, "testing images")

@@ -19,10 +19,9 @@ from tqdm import tqdm
 from lib.atomic import write_json
 from lib.dataset import load_roidb
 from lib.dataset.proposals import write_proposals
-from lib.inference.detector import Detector
+from lib.inference.detector import Detector, checkpoint_file
+from lib.inference.masks import image_segmentations
 from lib.inference.pipeline import RoidbImages
-from lib.inference.coco_summary import parse_bands
-from lib.inference.evaluator import coco_results, evaluate_coco, evaluate_voc
 from lib.run.checkpoint import output_dir
 
 logger = logging.getLogger(__name__)
@@ -68,7 +67,7 @@ def test(cfg, detector=None, checkpoint=None, out_dir=None, max_images=0):
     roidb, dataset = load_roidb(cfg, image_set, training=False)
     if max_images:
         roidb = roidb[:max_images]
-    detector = detector or Detector.from_checkpoint(cfg, dataset.num_classes, path=checkpoint)
+    detector = detector or Detector.from_config(cfg, checkpoint or checkpoint_file(cfg), dataset.classes)
     logger.info("testing %d images of %s at scales %s on %s", len(roidb), image_set, cfg.TEST.SCALES,
                 detector.contexts)
     found, skipped = run_images(roidb, detector, cfg.TEST.NUM_PROCESS, "testing")
@@ -77,10 +76,12 @@ def test(cfg, detector=None, checkpoint=None, out_dir=None, max_images=0):
     summary = {"image_set": image_set, "checkpoint": detector.source,
                "images": len(roidb), "tested": len(tested), "skipped": len(skipped),
                "skipped_images": [entry["image"] for entry in skipped]}
-    if dataset.kind == "coco":
-        summary.update(_coco(dataset, roidb, found, tested, out_dir, image_set, cfg.TEST))
-    else:
-        summary.update(_voc(dataset, roidb, found, tested, out_dir))
+    segmentations = None
+    if detector.mask_head is not None:  # instance masks of the final detections (lib.inference.masks)
+        by_index = image_segmentations(detector.mask_head, RoidbImages(roidb), {i: found[i] for i in tested})
+        segmentations = [by_index[i] for i in tested]
+    summary.update(dataset.evaluate([roidb[i] for i in tested], [found[i] for i in tested], out_dir,
+                                    segmentations=segmentations, scoring=cfg.TEST))
     if skipped:
         logger.warning("%d of %d images could not be read and were skipped (listed in %s)", len(skipped),
                        len(roidb), os.path.join(out_dir, "test_summary.json"))
@@ -89,37 +90,13 @@ def test(cfg, detector=None, checkpoint=None, out_dir=None, max_images=0):
     return summary
 
 
-def _coco(dataset, roidb, found, tested, out_dir, image_set, test_cfg):
-    image_ids = [roidb[i]["id"] for i in tested]
-    results = coco_results([found[i] for i in tested], image_ids, dataset.category_ids)
-    path = os.path.join(out_dir, f"detections_{image_set}_results.json")
-    write_json(results, path)
-    logger.info("wrote %d detections to %s", len(results), path)
-    if not dataset.coco.dataset.get("annotations"):
-        logger.info("%s has no annotations (e.g. test-dev): results written for submission, not evaluated",
-                    image_set)
-        return {"results": path}
-    max_dets = test_cfg.EVAL_MAX_DETS or test_cfg.MAX_PER_IMAGE
-    stats = evaluate_coco(dataset.coco, path, out_dir, image_ids=image_ids, max_dets=max_dets,
-                          bands=parse_bands(test_cfg.SIZE_BANDS))
-    return {"results": path, "stats": stats}
-
-
-def _voc(dataset, roidb, found, tested, out_dir):
-    entries = [roidb[i] for i in tested]
-    result = evaluate_voc([found[i] for i in tested], [e["boxes"] for e in entries],
-                          [e["gt_classes"] for e in entries], [e["difficult"] for e in entries],
-                          list(dataset.classes), out_dir, dataset.use_07_metric)
-    return {"stats": result}
-
-
 def extract_proposals(cfg, detector=None):
     """RPN proposals of every image of ``dataset.image_set`` at ``TEST.SCALES`` (the best
     ``TEST.NUM_PROPOSALS`` per scale, pooled), saved as ``{image_id: float32 (P, 5)}`` in original
     unflipped pixels to ``proposal_file(cfg)`` (lib.dataset.proposals); returns the path."""
     image_set = cfg.dataset.image_set
     roidb, _ = load_roidb(cfg, image_set, training=False)
-    detector = detector or Detector.from_checkpoint(cfg, None, rpn_only=True)
+    detector = detector or Detector.from_config(cfg, checkpoint_file(cfg), rpn_only=True)
     found, skipped = run_images(roidb, detector, cfg.TEST.NUM_PROCESS, "proposals")
     proposals = {roidb[i]["id"]: found[i] for i in sorted(found)}
     path = proposal_file(cfg)
