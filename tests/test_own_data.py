@@ -203,7 +203,7 @@ def test_training_evaluates_its_checkpoints_and_names_the_best(tmp_path):
     overrides = {"dataset.dataset_path": str(tmp_path / "data"), "dataset.synthetic_train": "2",
                  "dataset.synthetic_val": "2", "dataset.root_path": str(tmp_path), "output_path": str(tmp_path),
                  "TRAIN.NUM_PROCESS": "0", "TEST.NUM_PROCESS": "0", "TRAIN.BATCH_IMAGES": "2",
-                 "TRAIN.end_epoch": "2", "TRAIN.warmup_step": "5", "TRAIN.lr_step": "10", "gpus": "cpu:1",
+                 "TRAIN.end_epoch": "2", "TRAIN.warmup_step": "5", "TRAIN.lr_step": "", "gpus": "cpu:1",
                  "TRAIN.EVAL_EVERY": "1", "TRAIN.EVAL_IMAGES": "1", "TRAIN.GRAD_ACCUM_STEPS": "2"}
     cfg = load_config(TINY, list(overrides.items()))
     main_train.main(["--cfg", TINY, "--eval", "--set", *[f"{k}={v}" for k, v in overrides.items()]])
