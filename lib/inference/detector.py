@@ -25,6 +25,7 @@ from lib.inference.detections import Detections
 from lib.inference.masks import MaskHead
 from lib.inference.merge import merge_scales
 from lib.inference.pipeline import ArrayImages, run_pipeline
+from lib.inference.tiling import run_tiled
 from lib.run.checkpoint import CheckpointError, checkpoint_prefix, load_params, params_path
 from lib.run.folder import load_run
 from lib.scales import pyramid
@@ -242,9 +243,13 @@ class Detector:
         ArrayImages) as it completes, or ``(index, IOError)`` for an unreadable one; results are
         detections (see ``detect``) or, for the RPN-only network, proposals (see ``propose``), or what
         ``combine`` makes of an image's per-level results. With TEST.AUTO_FOCUS, detections on the
-        config's pyramid come from lib.inference.autofocus (whole images at the coarsest level only)."""
+        config's pyramid come from lib.inference.autofocus (whole images at the coarsest level only); with
+        TEST.TILE, from lib.inference.tiling (every scale in tiles)."""
         if self.autofocus and levels is None and combine is None:
             yield from run_autofocus(self, source, num_workers)
+            return
+        if self.cfg.TEST.TILE and not self.rpn_only and levels is None and combine is None:
+            yield from run_tiled(self, source, num_workers)  # lib.inference.tiling
             return
         levels = self.levels if levels is None else levels
         network = self.cfg.network

@@ -16,6 +16,7 @@ import numpy as np
 
 from lib.inference.merge import in_test_range
 from lib.inference.pipeline import prepare_image
+from symbols.backbones import feature_stride
 from symbols.mask import MASK_SIZE
 
 MASK_THRESH = 0.5
