@@ -21,7 +21,7 @@ def parse_args(argv=None):
                        help="start over in a run folder that holds checkpoints of this config: their epoch files "
                             "are first moved to {output_path}/{name}/replaced_TIME/")
     parser.add_argument("--eval", action="store_true",
-                        help="evaluate the final checkpoint (TRAIN.end_epoch) on the test image set")
+                        help="evaluate the final checkpoint on the test image set (with TRAIN.EVAL_EVERY: the best)")
     return parser.parse_args(argv)
 
 
@@ -32,6 +32,7 @@ def main(argv=None):
     from lib.run.checkpoint import CheckpointError, output_dir
     from lib.train.pretrained import PretrainedError
     from lib.run.lock import RunFolderError
+    from lib.train.evaluation import EvaluationError
     from lib.train.trainer import TrainingDiverged, train
 
     try:
@@ -47,12 +48,16 @@ def main(argv=None):
                 prefix, _ = train(cfg, resume=args.resume, kvstore=kvstore, overwrite=args.overwrite)
                 if args.eval and workers.rank == 0:
                     from lib.inference.tester import test
-                    from lib.run.checkpoint import params_path
+                    from lib.run.checkpoint import last_complete_epoch, params_path
+                    from lib.run.folder import best_checkpoint
 
-                    # The checkpoint just written, whatever TEST.TEST_EPOCH / TEST.MODEL say (they serve main_test.py).
-                    test(cfg, checkpoint=params_path(prefix, cfg.TRAIN.end_epoch))
+                    # The best epoch of the evaluations while training (TRAIN.EVAL_EVERY), else the last checkpoint
+                    # written (an early stop ends before TRAIN.end_epoch), whatever TEST.TEST_EPOCH / TEST.MODEL say
+                    # (they serve main_test.py).
+                    test(cfg, checkpoint=best_checkpoint(output_dir(cfg)) or
+                         params_path(prefix, last_complete_epoch(prefix)))
             except (RunFolderError, FileNotFoundError, FileExistsError, CheckpointError, PretrainedError,
-                    TrainingDiverged) as err:
+                    TrainingDiverged, EvaluationError) as err:
                 sys.exit(f"error: {err}")
 
 

@@ -58,6 +58,10 @@ DEFAULTS = {
         "test_image_set": "minival2014",
         "root_path": "data",  # roidb caches go to {root_path}/cache
         "NUM_CLASSES": 0,  # 0: derived from the annotation file (background included)
+        # pascal_voc only: the class names (background excluded) of own VOC-format data, as a list or a text file
+        # of one name per line (at most one of the two); both empty: VOC's 20 classes.
+        "CLASSES": [],
+        "CLASSES_FILE": "",
         "proposal": "",  # proposals file for negative chip mining ("" disables it)
         # Training boxes truncated to whole pixels (every coordinate toward zero). reference: true (its COCO
         # loader stores boxes as uint16); other: false keeps the annotation's fractional pixels.
@@ -89,11 +93,25 @@ DEFAULTS = {
         "begin_epoch": 0,
         "end_epoch": 7,
         "model_prefix": "SNIPER",
+        # Evaluation while training (lib/train/evaluation.py): every EVAL_EVERY epochs and after the last (0: off),
+        # on the test set's first EVAL_IMAGES images (0: all); the best epoch by EVAL_METRIC (a COCO stat: AP,
+        # AP50, AP75, APs, APm, APl, AR100...; a VOC set has one, mAP) is named in {run folder}/best.json, which
+        # --model RUN_FOLDER then uses; EARLY_STOP > 0 stops after that many evaluations without improvement.
+        "EVAL_EVERY": 0,
+        "EVAL_IMAGES": 0,
+        "EVAL_METRIC": "AP",
+        "EARLY_STOP": 0,
+        # TensorBoard event files in {run folder}/tensorboard/ (losses, lr, speed, evaluation APs) when tensorboardX
+        # is installed (lib/train/tensorboard.py); without it, one log line and nothing else.
+        "TENSORBOARD": True,
         "resume": False,
         "FROM_SCRATCH": False,
         "fp16": True,
         "fp16_loss_scale": 100.0,  # gradient scale of the losses with fp16 (the optimizer divides it out)
         "BATCH_IMAGES": 16,  # chips per device
+        # Batches whose gradients are summed before one optimizer update (lib/train/accumulation.py): a batch of
+        # N x BATCH_IMAGES chips per device on a GPU holding BATCH_IMAGES. lr, warm-up and lr steps count updates.
+        "GRAD_ACCUM_STEPS": 1,
         "NUM_PROCESS": 8,  # data loader worker processes
         # A data loader worker silent this many seconds (stopped, deadlocked, stalled on a network
         # filesystem) stops training with an error naming it and its image (0: wait forever).
@@ -108,6 +126,9 @@ DEFAULTS = {
         "WITH_MASK": False,
         "USE_NEG_CHIPS": True,
         "MAX_NEG_CHIPS": 2,  # negative chips sampled per image and epoch
+        # Training images without a usable box. reference: drop; other: negative, kept as sources of negative
+        # chips (their proposals) when negative chips are on (USE_NEG_CHIPS and a dataset.proposal file).
+        "EMPTY_IMAGES": "drop",
         # Training scales: factors with an optional last "longer side in pixels" entry (> 10), or
         # [shorter side, longer side cap] pairs with -1 for "no constraint". Finest first.
         "SCALES": [3.0, 1.667, 512.0],
@@ -205,6 +226,12 @@ DEFAULTS = {
         "SOFT_NMS_SIGMA": 0.55,
         "SCORE_THRESH": 0.001,
         "MAX_PER_IMAGE": 200,
+        # Detections per image COCO evaluation scores (pycocotools' last maxDets): 100 is COCO's standard (the
+        # published numbers); 0 follows MAX_PER_IMAGE (at least 100), for scenes with more than 100 objects.
+        "EVAL_MAX_DETS": 100,
+        # COCO evaluation's size bands: [name, lo, hi] in sqrt(area) px (-1 open); small/medium/large report as
+        # APs/APm/APl, any other name as AP_{name} (e.g. [[tiny, 0, 16], [small, 16, 32], ...]).
+        "SIZE_BANDS": [["small", 0, 32], ["medium", 32, 96], ["large", 96, -1]],
         "TEST_EPOCH": 7,
         "MODEL": "",  # checkpoint "prefix-epoch.params" path; "" uses the training output folder
         "EXTRACT_PROPOSALS": False,

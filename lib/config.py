@@ -287,6 +287,7 @@ VARIANT_KEYS = {
     "TRAIN.CHIP_WINDOWS": ("reference", "clipped"),
     "dataset.TEST_IMAGE_ORDER": ("reference", "file"),
     "TRAIN.CHIP_CROP": ("truncate", "round"),
+    "TRAIN.EMPTY_IMAGES": ("drop", "negative"),
     "TRAIN.RPN_ANCHOR_BORDER": ("chip", "content"),
     "TRAIN.NEW_LAYER_INIT": ("reference", "msra"),
     "TRAIN.PROPOSAL_TARGET_RULES": ("reference", "exact"),
@@ -341,6 +342,9 @@ def validate(cfg):
                "must be a number of seconds >= 0 (0: no limit)")
     _check(train.IMAGE_CACHE_MB >= 0, "TRAIN.IMAGE_CACHE_MB", train.IMAGE_CACHE_MB,
            "must be >= 0 (0: decode the image for every chip)")
+    _check(train.GRAD_ACCUM_STEPS >= 1, "TRAIN.GRAD_ACCUM_STEPS", train.GRAD_ACCUM_STEPS, "must be >= 1 (1: none)")
+    for key in ("EVAL_EVERY", "EVAL_IMAGES", "EARLY_STOP"):
+        _check(train[key] >= 0, f"TRAIN.{key}", train[key], "must be >= 0 (0: off / all)")
     _check(train.RCNN_BBOX_LOSS_CHIPS >= 0, "TRAIN.RCNN_BBOX_LOSS_CHIPS", train.RCNN_BBOX_LOSS_CHIPS,
            "must be >= 0 (0: the chips per device)")
     _check(0 <= cfg.dataset.PROPOSAL_NMS <= 1, "dataset.PROPOSAL_NMS", cfg.dataset.PROPOSAL_NMS,

@@ -21,7 +21,8 @@ BOOKKEEPING = {"iteration", "epoch", "batch", "batches", "lr", "chips_per_s", "s
 
 
 def read_metrics(path):
-    """(records, skipped lines) of a metrics.jsonl file."""
+    """(training records, skipped lines) of a metrics.jsonl file; evaluation records (``eval``) are not
+    training curves and are left out, uncounted."""
     records, skipped = [], 0
     with open(path) as f:
         for line in f:
@@ -29,6 +30,8 @@ def read_metrics(path):
                 record = json.loads(line)
             except json.JSONDecodeError:
                 record = None
+            if isinstance(record, dict) and "eval" in record:
+                continue
             if isinstance(record, dict) and "iteration" in record:
                 records.append(record)
             else:

@@ -50,14 +50,15 @@ def load_roidb(cfg, image_set, training=True):
     if masks and dataset.kind != "coco":
         raise ValueError(f"config key TRAIN.WITH_MASK: instance masks need a COCO-format dataset (polygons), "
                          f"but dataset.dataset is {cfg.dataset.dataset!r}")
-    path = cache_path(cfg.dataset.root_path, dataset, training, flip, masks)
+    keep_empty = training and keeps_empty_images(cfg)
+    path = cache_path(cfg.dataset.root_path, dataset, training, flip, masks, keep_empty)
     cached = read_cache(path)
     if cached is not None:
         dataset, roidb = cached
         logger.info("roidb of %s %r: %d entries from cache %s", dataset.kind, image_set, len(roidb), path)
     else:
         entries = dataset.load_entries(masks=True) if masks else dataset.load_entries()
-        roidb = training_roidb(entries, flip) if training else entries
+        roidb = training_roidb(entries, flip, keep_empty) if training else entries
         write_cache(path, (dataset, roidb))
         logger.info("roidb of %s %r: %d entries, cached to %s", dataset.kind, image_set, len(roidb), path)
     check_num_classes(cfg, dataset)
@@ -83,9 +84,22 @@ def flip_entry(entry):
     return flipped
 
 
-def training_roidb(entries, flip):
-    """Training entries: difficult boxes as ignore regions, images without boxes dropped, flips appended."""
-    usable, dropped = [], []
+def keeps_empty_images(cfg):
+    """Whether training keeps images without a usable box (TRAIN.EMPTY_IMAGES negative): only where they
+    can give negative chips, i.e. with negative chips on and a proposal file; said once otherwise."""
+    if cfg.TRAIN.EMPTY_IMAGES != "negative":
+        return False
+    if cfg.TRAIN.USE_NEG_CHIPS and cfg.dataset.proposal:
+        return True
+    logger.info("TRAIN.EMPTY_IMAGES negative: images without boxes are still dropped, negative chips are off "
+                "(TRAIN.USE_NEG_CHIPS with a dataset.proposal file turns them on)")
+    return False
+
+
+def training_roidb(entries, flip, keep_empty=False):
+    """Training entries: difficult boxes as ignore regions, images without boxes dropped (``keep_empty``:
+    kept in place, for their negative chips), flips appended."""
+    usable, empty = [], []
     for entry in entries:
         entry = dict(entry)
         difficult = entry.pop("difficult")
@@ -94,10 +108,16 @@ def training_roidb(entries, flip):
             entry.update(select_polygons(entry, ~difficult))
         entry["boxes"] = entry["boxes"][~difficult]
         entry["gt_classes"] = entry["gt_classes"][~difficult]
-        (usable if len(entry["boxes"]) else dropped).append(entry)
-    if dropped:
+        if not len(entry["boxes"]):
+            empty.append(entry)
+        if len(entry["boxes"]) or keep_empty:
+            usable.append(entry)
+    if empty and keep_empty:
+        logger.info("kept %d of %d training images without usable boxes as sources of negative chips",
+                    len(empty), len(entries))
+    elif empty:
         logger.warning("dropped %d of %d training images without usable boxes (e.g. image ids %s)",
-                       len(dropped), len(entries), ", ".join(str(e["id"]) for e in dropped[:MAX_LISTED]))
+                       len(empty), len(entries), ", ".join(str(e["id"]) for e in empty[:MAX_LISTED]))
     return usable + [flip_entry(entry) for entry in usable] if flip else usable
 
 

@@ -42,13 +42,16 @@ def _file_digest(path):
     return digest.hexdigest()
 
 
-def cache_path(root_path, dataset, training, flip, masks):
+def cache_path(root_path, dataset, training, flip, masks, keep_empty=False):
     """Cache file named after the dataset and a hash of its annotation files and the options."""
     files = dataset.annotation_files
     options = {"version": CACHE_VERSION, "kind": dataset.kind, "path": dataset.dataset_path,
                "image_set": dataset.image_set, "training": training, "flip": flip}
     if masks:  # only then, so that the caches of box-only training keep their names
         options["masks"] = True
+    if keep_empty:  # TRAIN.EMPTY_IMAGES negative; only then, as for masks
+        options["empty_images"] = "negative"
+    options.update(getattr(dataset, "cache_options", {}))  # e.g. own VOC classes (lib.dataset.pascal_voc)
     key = hashlib.sha1(json.dumps(options, sort_keys=True).encode())
     for path in tqdm(files, desc="hashing annotations", leave=False, disable=len(files) < 100):
         key.update(os.path.relpath(path, dataset.dataset_path).encode())

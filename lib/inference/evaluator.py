@@ -16,13 +16,12 @@ import numpy as np
 
 from lib.atomic import write_json
 from lib.boxes import bbox_overlaps
+from lib.inference.coco_summary import COCO_BANDS, band_stat, configure, max_dets_for, per_class_size_ap, \
+    stat_names, summary_stats, summary_text
 
 logger = logging.getLogger(__name__)
 
-COCO_STAT_NAMES = (
-    "AP", "AP50", "AP75", "APs", "APm", "APl",
-    "AR1", "AR10", "AR100", "ARs", "ARm", "ARl",
-)
+COCO_STAT_NAMES = tuple(stat_names())  # the default setting's: AP, AP50, AP75, APs, APm, APl, AR1, ..., ARl
 
 
 # Decimals of the results file, the reference's: scores with 8 (5 would tie many of the 1e-3 soft-NMS
@@ -103,26 +102,28 @@ def log_per_class_table(table, output_dir, title, filename="per_class_ap.json"):
     write_json(table, os.path.join(output_dir, filename))
 
 
-def _cocoeval(coco_gt, results, iou_type, image_ids):
-    """(stats, summary text, per-category table) of COCOeval ``iou_type`` ("bbox" or "segm") on ``results``."""
+def _cocoeval(coco_gt, results, iou_type, image_ids, max_dets, bands):
+    """(stats, summary text, per-category table, per-category x per-size table) of COCOeval ``iou_type``
+    ("bbox" or "segm") on ``results``, at ``max_dets`` detections per image and the size ``bands``
+    (lib/inference/coco_summary.py)."""
     from pycocotools.cocoeval import COCOeval
 
     if not results:
-        per_class = {c["name"]: {"AP": 0.0, "AP50": 0.0} for c in coco_gt.loadCats(coco_gt.getCatIds())}
-        return dict.fromkeys(COCO_STAT_NAMES, 0.0), "no detections\n", per_class
+        categories = coco_gt.loadCats(coco_gt.getCatIds())
+        per_class = {c["name"]: {"AP": 0.0, "AP50": 0.0} for c in categories}
+        per_size = {c["name"]: {"AP": 0.0, **{band_stat("AP", b[0]): 0.0 for b in bands}} for c in categories}
+        return dict.fromkeys(stat_names(bands, max_dets_for(max_dets)[-1]), 0.0), "no detections\n", per_class, \
+            per_size
     with contextlib.redirect_stdout(io.StringIO()):
         coco_dt = coco_gt.loadRes(results)
     coco_eval = COCOeval(coco_gt, coco_dt, iou_type)
     if image_ids is not None:
         coco_eval.params.imgIds = sorted(int(i) for i in image_ids)
+    configure(coco_eval, max_dets, bands)
     with contextlib.redirect_stdout(io.StringIO()):
         coco_eval.evaluate()
         coco_eval.accumulate()
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
-        coco_eval.summarize()
-    stats = {name: float(value) for name, value in zip(COCO_STAT_NAMES, coco_eval.stats)}
-    return stats, buffer.getvalue(), per_category_ap(coco_eval)
+    return summary_stats(coco_eval), summary_text(coco_eval), per_category_ap(coco_eval), per_class_size_ap(coco_eval)
 
 
 def _gt_has_masks(coco_gt, image_ids):
@@ -132,15 +133,16 @@ def _gt_has_masks(coco_gt, image_ids):
     return bool(annotations) and all(a.get("segmentation") for a in annotations)
 
 
-def evaluate_coco(coco_gt, results_path, output_dir, image_ids=None):
+def evaluate_coco(coco_gt, results_path, output_dir, image_ids=None, max_dets=100, bands=COCO_BANDS):
     """Run COCOeval on a results file: bbox, and segm too when its entries carry ``segmentation`` and the
     ground truth has masks; log each 12-line summary and per-category AP table and write them with the
     stats.
 
-    Only ``image_ids`` are scored when given (a subset run must not count the rest as misses).
-    Writes ``coco_summary.txt``, ``coco_stats.json`` and ``per_class_ap.json`` (segm:
-    ``per_class_segm_ap.json``) to ``output_dir``; returns the bbox stats dict, with the segm stats under
-    the key ``segm`` when evaluated (coco_stats.json holds the same).
+    Only ``image_ids`` are scored when given (a subset run must not count the rest as misses); up to
+    ``max_dets`` detections per image, in the size ``bands`` (TEST.EVAL_MAX_DETS, TEST.SIZE_BANDS).
+    Writes ``coco_summary.txt``, ``coco_stats.json``, ``per_class_ap.json`` and ``per_class_size_ap.json``
+    (segm: ``per_class_segm_ap.json``, ``per_class_size_segm_ap.json``) to ``output_dir``; returns the bbox
+    stats dict, with the segm stats under the key ``segm`` when evaluated (coco_stats.json holds the same).
     """
     with open(results_path) as f:
         results = json.load(f)
@@ -156,11 +158,14 @@ def evaluate_coco(coco_gt, results_path, output_dir, image_ids=None):
     os.makedirs(output_dir, exist_ok=True)
     summaries, all_stats = [], {}
     for iou_type in iou_types:
-        stats, summary, per_class = _cocoeval(coco_gt, results, iou_type, image_ids)
+        stats, summary, per_class, per_size = _cocoeval(coco_gt, results, iou_type, image_ids, max_dets, bands)
         logger.info("COCO %s evaluation of %s\n%s", iou_type, results_path, summary.rstrip())
+        suffix = "" if iou_type == "bbox" else f"_{iou_type}"
         log_per_class_table(per_class, output_dir,
                             f"COCO {iou_type} AP per category (IoU 0.50:0.95 and 0.50, all areas)",
-                            "per_class_ap.json" if iou_type == "bbox" else f"per_class_{iou_type}_ap.json")
+                            f"per_class{suffix}_ap.json")
+        log_per_class_table(per_size, output_dir, f"COCO {iou_type} AP per category and size (IoU 0.50:0.95)",
+                            f"per_class_size{suffix}_ap.json")
         summaries.append(summary if iou_type == "bbox" else f"\n{iou_type}:\n{summary}")
         all_stats[iou_type] = stats
     with open(os.path.join(output_dir, "coco_summary.txt"), "w") as f:

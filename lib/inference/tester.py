@@ -57,19 +57,22 @@ def run_images(roidb, detector, num_workers, desc):
     return outputs, skipped
 
 
-def test(cfg, detector=None, checkpoint=None):
+def test(cfg, detector=None, checkpoint=None, out_dir=None, max_images=0):
     """Detect on ``dataset.test_image_set`` with ``detector``, or one loaded from ``checkpoint`` (default:
     ``TEST.MODEL`` or epoch ``TEST.TEST_EPOCH`` of the config's run), write the results and evaluate
     them; returns a summary dict (COCO stats or VOC APs, image counts, skipped images), also written as
-    ``test_summary.json``."""
+    ``test_summary.json``. ``out_dir`` replaces ``results_dir(cfg)``; ``max_images`` > 0 tests (and scores)
+    the set's first that many images only (evaluation while training)."""
     image_set = cfg.dataset.test_image_set
     roidb, dataset = load_roidb(cfg, image_set, training=False)
+    if max_images:
+        roidb = roidb[:max_images]
     detector = detector or Detector.from_config(cfg, checkpoint or checkpoint_file(cfg), dataset.classes)
     logger.info("testing %d images of %s at scales %s on %s", len(roidb), image_set, cfg.TEST.SCALES,
                 detector.contexts)
     found, skipped = run_images(roidb, detector, cfg.TEST.NUM_PROCESS, "testing")
     tested = sorted(found)
-    out_dir = results_dir(cfg)
+    out_dir = out_dir or results_dir(cfg)
     summary = {"image_set": image_set, "checkpoint": detector.source,
                "images": len(roidb), "tested": len(tested), "skipped": len(skipped),
                "skipped_images": [entry["image"] for entry in skipped]}
@@ -78,7 +81,7 @@ def test(cfg, detector=None, checkpoint=None):
         by_index = image_segmentations(detector.mask_head, RoidbImages(roidb), {i: found[i] for i in tested})
         segmentations = [by_index[i] for i in tested]
     summary.update(dataset.evaluate([roidb[i] for i in tested], [found[i] for i in tested], out_dir,
-                                    segmentations=segmentations))
+                                    segmentations=segmentations, scoring=cfg.TEST))
     if skipped:
         logger.warning("%d of %d images could not be read and were skipped (listed in %s)", len(skipped),
                        len(roidb), os.path.join(out_dir, "test_summary.json"))

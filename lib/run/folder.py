@@ -25,10 +25,11 @@ from lib.config import ConfigError, add_config_arguments, dump_config, load_conf
 from lib.run.checkpoint import CheckpointError, output_dir, params_epochs, params_path, progress_path
 
 CONFIG_FILE = "config.yaml"
+BEST_FILE = "best.json"  # the best epoch of evaluation while training (lib/train/evaluation.py)
 MODEL_KEY = "model"  # the entry of a checkpoint's progress.json
 # Keys holding file system paths: resolved against the run folder when a run's config is loaded.
 PATH_KEYS = ("dataset.root_path", "dataset.dataset_path", "dataset.proposal", "network.pretrained",
-             "TEST.PROPOSAL_SAVE_PATH")
+             "TEST.PROPOSAL_SAVE_PATH", "dataset.CLASSES_FILE")
 _PARAMS_NAME = re.compile(r"(?P<prefix>.+)-(?P<epoch>\d{4})\.params")
 
 Run = namedtuple("Run", "cfg params info")
@@ -125,8 +126,24 @@ def newest_checkpoint(folder, prefix):
     return params_path(os.path.join(folder, prefix), epochs[-1]) if epochs else None
 
 
+def best_checkpoint(folder):
+    """The checkpoint ``{folder}/best.json`` names (evaluation while training), or None without one (or
+    when it names a file no longer there)."""
+    path = os.path.join(folder, BEST_FILE)
+    try:
+        with open(path) as f:
+            name = json.load(f)["best"]["params"]
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ModelError(f"{path} cannot be read as the run's best epoch: {err}") from None
+    params = os.path.join(folder, os.path.basename(str(name)))
+    return params if os.path.isfile(params) else None
+
+
 def find_checkpoint(model, prefix=None):
-    """``model`` (a run folder, meaning its newest checkpoint, or a ``.params`` file) -> (params path,
+    """``model`` (a run folder, meaning its best epoch when training evaluated, else its newest checkpoint,
+    or a ``.params`` file) -> (params path,
     run folder); a folder's checkpoints are ``prefix`` (default: ``TRAIN.model_prefix`` of its config.yaml)."""
     if os.path.isdir(model):
         config = os.path.join(model, CONFIG_FILE)
@@ -134,7 +151,7 @@ def find_checkpoint(model, prefix=None):
             raise ModelError(f"{model} has no {CONFIG_FILE} (not a run folder, or a run from before they "
                              f"described themselves): pass --cfg FILE with it")
         prefix = prefix or load_config(config).TRAIN.model_prefix
-        params = newest_checkpoint(model, prefix)
+        params = best_checkpoint(model) or newest_checkpoint(model, prefix)
         if params is None:
             raise ModelError(f"{model} holds no checkpoint {prefix}-NNNN.params yet")
         return params, model
@@ -181,8 +198,9 @@ def add_model_arguments(parser):
                          cfg_help="YAML config (not needed with --model RUN_FOLDER or a checkpoint of one: its "
                                   "config.yaml is used; with --model an older checkpoint's config)")
     parser.add_argument("--model", default=None,
-                        help="a run folder (its newest checkpoint) or a .params file of one; without --cfg its "
-                             "config.yaml, classes and class count are used, --set overrides test-time keys")
+                        help="a run folder (its best epoch when training evaluated, else its newest checkpoint) or "
+                             "a .params file of one; without --cfg its config.yaml, classes and class count are "
+                             "used, --set overrides test-time keys")
 
 
 def config_from_model_arguments(args):

@@ -42,7 +42,7 @@ def make_optimizer_params(cfg, iters_per_epoch, num_update, fp16):
         "momentum": cfg.TRAIN.momentum,
         "wd": cfg.TRAIN.wd * scale,
         "lr_scheduler": scheduler,
-        "rescale_grad": 1.0,
+        "rescale_grad": 1.0 / cfg.TRAIN.GRAD_ACCUM_STEPS,  # the mean of the accumulated batches' gradients
         "clip_gradient": None,
         "multi_precision": fp16,
         "begin_num_update": num_update,

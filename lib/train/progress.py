@@ -23,8 +23,9 @@ class RunProgress:
     """Progress of the epochs ``begin_epoch + 1 .. end_epoch`` of a run; ``path`` (or None) is the
     metrics log. Call ``start_epoch`` before an epoch and ``record`` at each periodic log line."""
 
-    def __init__(self, path, begin_epoch, end_epoch, num_update, clock=time.monotonic):
+    def __init__(self, path, begin_epoch, end_epoch, num_update, clock=time.monotonic, events=None):
         self.path, self.end_epoch, self.clock = path, end_epoch, clock
+        self.events = events  # lib.train.tensorboard.TensorBoardLog or None: the same records as scalars
         self.begin_epoch, self.num_update = begin_epoch, num_update
         self.run_start = clock()
         self.epoch = self.epoch_start = self.num_batches = None
@@ -47,13 +48,28 @@ class RunProgress:
         later_epochs = self.end_epoch - self.epoch - 1
         return epoch_left, epoch_left + later_epochs * per_batch * self.num_batches
 
-    def record(self, batches_done, lr, losses, speed):
-        """Append one metrics record; return the "ETA epoch .. run .." text for the log line."""
-        epoch_left, run_left = self.etas(batches_done)
+    def record_evaluation(self, stats):
+        """Append the evaluation after this epoch (``{"eval": stats}`` with its iteration and epoch)."""
         if self.path:
-            record = {"iteration": self.num_update + batches_done, "epoch": self.epoch + 1, "batch": batches_done,
+            record = {"iteration": self.num_update, "epoch": self.epoch + 1, "eval": stats,
+                      "seconds": round(self.clock() - self.run_start, 3)}
+            with open(self.path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+        if self.events is not None:
+            self.events.scalars(self.num_update, {f"eval/{name}": value for name, value in stats.items()})
+
+    def record(self, batches_done, lr, losses, speed, updates_done=None):
+        """Append one metrics record; return the "ETA epoch .. run .." text for the log line. Its iteration
+        counts optimizer updates (``updates_done`` of this epoch; default: one per batch)."""
+        epoch_left, run_left = self.etas(batches_done)
+        iteration = self.num_update + (batches_done if updates_done is None else updates_done)
+        if self.path:
+            record = {"iteration": iteration, "epoch": self.epoch + 1, "batch": batches_done,
                       "batches": self.num_batches, "lr": lr, **losses, "chips_per_s": speed,
                       "seconds": round(self.clock() - self.run_start, 3)}
             with open(self.path, "a") as f:
                 f.write(json.dumps(record) + "\n")
+        if self.events is not None:
+            self.events.scalars(iteration, {"lr": lr, "speed/chips_per_s": speed,
+                                            **{f"loss/{k}": v for k, v in losses.items()}})
         return f"ETA epoch {format_duration(epoch_left)} run {format_duration(run_left)}"
