@@ -18,7 +18,7 @@ import sys
 
 import cv2
 
-from lib.logger import setup_logging
+from lib.logger import report_user_errors, setup_logging
 from lib.run_folder import add_model_arguments, config_from_model_arguments
 
 logger = logging.getLogger("demo")
@@ -33,6 +33,7 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line
 def main(argv=None):
     args = parse_args(argv)
     cfg = config_from_model_arguments(args)
@@ -42,16 +43,9 @@ def main(argv=None):
     setup_logging()
     from lib.dataset import read_image
     from lib.inference import Detector
-    from lib.train.checkpoint import CheckpointError
 
-    try:
-        image = read_image(args.im_path)
-    except IOError as err:
-        sys.exit(str(err))
-    try:
-        detector = Detector.from_checkpoint(cfg)
-    except (CheckpointError, FileNotFoundError) as err:
-        sys.exit(f"error: {err}")
+    image = read_image(args.im_path)
+    detector = Detector.from_checkpoint(cfg)
     detections = detector(image)
     shown = detections.above(args.thresh)
     for box, score, name in zip(shown.boxes, shown.scores, shown.names):

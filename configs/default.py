@@ -89,6 +89,8 @@ DEFAULTS = {
         # A data loader worker silent this many seconds (stopped, deadlocked, stalled on a network
         # filesystem) stops training with an error naming it and its image (0: wait forever).
         "LOADER_TIMEOUT": 600.0,
+        # ... and one silent this many seconds is warned about once, naming it, its pid and its image (0: no warning).
+        "STALL_WARN": 60.0,
         "IMAGE_CACHE_MB": 256,  # decoded images each loader worker keeps (least recently used out; 0: none)
         "SHUFFLE": True,
         "FLIP": True,
@@ -177,6 +179,7 @@ DEFAULTS = {
         "BATCH_PARTS": 2,
         "NUM_PROCESS": 2,  # worker processes preparing images and merging detections (0: in the main process)
         "LOADER_TIMEOUT": 600.0,  # as TRAIN.LOADER_TIMEOUT, for those workers
+        "STALL_WARN": 60.0,  # as TRAIN.STALL_WARN
         "SCALES": [[1400, 2000], [800, 1280], [480, 512]],
         "VALID_RANGES": [[-1, 90], [32, 180], [75, -1]],
         # "reference": the proposal rules the reference ran (lib/inference/proposal_layer.py, on the host);

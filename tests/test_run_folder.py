@@ -96,7 +96,8 @@ def test_main_test_takes_a_run_folder_alone_from_another_directory(trained, else
     shutil.rmtree(folder / "results")
     result = run([os.path.join(ROOT, "main_test.py"), "--model", str(folder), "--set", *EVERY_SCORE], cwd=elsewhere)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "  SCORE_THRESH: 0.0\n" in result.stderr  # the effective config logged: --set still applies
+    logs = sorted(folder.glob("test_*.log"), key=os.path.getmtime)
+    assert "  SCORE_THRESH: 0.0\n" in logs[-1].read_text()  # the effective config logged: --set still applies
     with open(folder / "results" / "val" / "test_summary.json") as f:
         summary = json.load(f)
     # the newest epoch; the dataset's relative paths found through the run folder, not the working directory

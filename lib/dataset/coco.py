@@ -20,6 +20,7 @@ import numpy as np
 from tqdm import tqdm
 
 from lib.dataset.annotations import BoxReport, clean_boxes, make_entry, split_image_sets
+from lib.errors import DataError, DataFileError
 
 
 def read_coco_json(path):
@@ -28,19 +29,19 @@ def read_coco_json(path):
         with open(path, "rb") as f:
             data = json.load(f)
     except OSError as err:
-        raise IOError(f"cannot read COCO annotation file {path}: {err.strerror or err}") from None
+        raise DataFileError(f"cannot read COCO annotation file {path}: {err.strerror or err}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"COCO annotation file {path} is not valid JSON: {err}") from None
+        raise DataError(f"COCO annotation file {path} is not valid JSON: {err}") from None
     if not isinstance(data, dict):
-        raise ValueError(f"COCO annotation file {path}: expected a JSON object, got {type(data).__name__}")
+        raise DataError(f"COCO annotation file {path}: expected a JSON object, got {type(data).__name__}")
     for key in ("images", "categories"):
         if not isinstance(data.get(key), list):
-            raise ValueError(f"COCO annotation file {path}: missing or malformed '{key}' list")
+            raise DataError(f"COCO annotation file {path}: missing or malformed '{key}' list")
     if not data["categories"]:
-        raise ValueError(f"COCO annotation file {path}: the 'categories' list is empty")
+        raise DataError(f"COCO annotation file {path}: the 'categories' list is empty")
     data.setdefault("annotations", [])  # image-info files (test-dev) have none
     if not isinstance(data["annotations"], list):
-        raise ValueError(f"COCO annotation file {path}: 'annotations' must be a list")
+        raise DataError(f"COCO annotation file {path}: 'annotations' must be a list")
     return data
 
 
@@ -66,40 +67,40 @@ def _categories(data, path):
     categories = []
     for cat in data["categories"]:
         if not (type(cat) is dict and _is_int(cat.get("id")) and type(cat.get("name")) is str):
-            raise ValueError(f"COCO annotation file {path}: category {cat!r} needs an integer 'id' and a 'name'")
+            raise DataError(f"COCO annotation file {path}: category {cat!r} needs an integer 'id' and a 'name'")
         categories.append((int(cat["id"]), cat["name"]))
     ids = [cat_id for cat_id, _ in categories]
     if len(set(ids)) != len(ids):
         duplicate = next(i for i in ids if ids.count(i) > 1)
-        raise ValueError(f"COCO annotation file {path}: category id {duplicate} appears twice")
+        raise DataError(f"COCO annotation file {path}: category id {duplicate} appears twice")
     return sorted(categories)
 
 
 def _check_image(image, path):
     if not (type(image) is dict and _is_int(image.get("id"))):
-        raise ValueError(f"COCO annotation file {path}: image record {str(image)[:200]} has no integer 'id'")
+        raise DataError(f"COCO annotation file {path}: image record {str(image)[:200]} has no integer 'id'")
     if type(image.get("file_name")) is not str:
-        raise ValueError(f"COCO annotation file {path}: image id {image['id']} has no 'file_name'")
+        raise DataError(f"COCO annotation file {path}: image id {image['id']} has no 'file_name'")
     for key in ("width", "height"):
         value = _number(image.get(key))
         if value is None or not value >= 1:  # NaN fails too
-            raise ValueError(
+            raise DataError(
                 f"COCO annotation file {path}: image id {image['id']} has invalid {key} {image.get(key)!r}")
 
 
 def _check_annotation(ann, path, index_of, label_of, seen_annotations):
     """Every id an annotation refers to must exist; a dangling one is an error naming it."""
     if not (type(ann) is dict and _is_int(ann.get("id"))):
-        raise ValueError(f"COCO annotation file {path}: annotation {str(ann)[:200]} has no integer 'id'")
+        raise DataError(f"COCO annotation file {path}: annotation {str(ann)[:200]} has no integer 'id'")
     if ann["id"] in seen_annotations:
-        raise ValueError(f"COCO annotation file {path}: annotation id {ann['id']} appears twice")
+        raise DataError(f"COCO annotation file {path}: annotation id {ann['id']} appears twice")
     seen_annotations.add(ann["id"])
     if not _is_int(ann.get("image_id")) or ann["image_id"] not in index_of:
-        raise ValueError(f"COCO annotation file {path}: annotation {ann['id']} refers to image id "
-                         f"{ann.get('image_id')!r}, which is not in its 'images' list")
+        raise DataError(f"COCO annotation file {path}: annotation {ann['id']} refers to image id "
+                        f"{ann.get('image_id')!r}, which is not in its 'images' list")
     if not _is_int(ann.get("category_id")) or ann["category_id"] not in label_of:
-        raise ValueError(f"COCO annotation file {path}: annotation {ann['id']} has category_id "
-                         f"{ann.get('category_id')!r}, which is not in its 'categories' list")
+        raise DataError(f"COCO annotation file {path}: annotation {ann['id']} has category_id "
+                        f"{ann.get('category_id')!r}, which is not in its 'categories' list")
 
 
 def annotation_file(dataset_path, image_set):
@@ -158,7 +159,7 @@ class CocoDataset:
                 self.classes = ["__background__"] + [name for _, name in categories]
                 self.category_ids = [0] + [cat_id for cat_id, _ in categories]
             elif [0] + [cat_id for cat_id, _ in categories] != self.category_ids:
-                raise ValueError(
+                raise DataError(
                     f"COCO annotation file {path}: categories differ from {self.annotation_files[0]}; "
                     f"joined image sets must share them")
             label_of = {cat_id: label for label, cat_id in enumerate(self.category_ids) if label}
@@ -177,7 +178,7 @@ class CocoDataset:
         for image in images:
             _check_image(image, path)
             if image["id"] in first_file:
-                raise ValueError(
+                raise DataError(
                     f"image id {image['id']} appears twice: in {first_file[image['id']]} and in {path}")
             first_file[image["id"]] = path
             index_of[image["id"]] = len(index_of)

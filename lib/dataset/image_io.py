@@ -11,6 +11,8 @@ import re
 import cv2
 import numpy as np
 
+from lib.errors import DataFileError
+
 # EXIF orientation is ignored: annotation files give boxes in the stored pixel frame (as PIL and
 # pycocotools see it), and rotating the pixels would move every object away from its box.
 _READ_FLAGS = cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION
@@ -69,16 +71,16 @@ def read_image(path):
         with open(path, "rb") as f:
             data = f.read()
     except OSError as err:
-        raise IOError(f"cannot read image {path}: {err.strerror or err}") from None
+        raise DataFileError(f"cannot read image {path}: {err.strerror or err}") from None
     if data.startswith(_JPEG_START) and _jpeg_truncated(data) or \
             data.startswith(_PNG_SIGNATURE) and _png_truncated(data):
-        raise IOError(f"truncated image {path}: the file ends before its end-of-image marker ({len(data)} bytes; "
-                      f"an interrupted copy or download?)")
+        raise DataFileError(f"truncated image {path}: the file ends before its end-of-image marker "
+                            f"({len(data)} bytes; an interrupted copy or download?)")
     # imdecode on the bytes (rather than imread) works for any path encoding and separates
     # "cannot open" from "cannot decode".
     image = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), _READ_FLAGS) if data else None
     if image is None:
-        raise IOError(f"cannot decode image {path}: not a supported image file ({len(data)} bytes)")
+        raise DataFileError(f"cannot decode image {path}: not a supported image file ({len(data)} bytes)")
     return image
 
 
@@ -93,6 +95,6 @@ def check_annotated_size(entry, image):
     canvases are all planned from the annotated size); training's loader and the tester give the same
     message."""
     if image.shape[:2] != (entry["height"], entry["width"]):
-        raise IOError(f"image {entry['image']} is {image.shape[1]}x{image.shape[0]} pixels, but its annotations say "
-                      f"{entry['width']}x{entry['height']}")
+        raise DataFileError(f"image {entry['image']} is {image.shape[1]}x{image.shape[0]} pixels, but its "
+                            f"annotations say {entry['width']}x{entry['height']}")
     return image

@@ -15,6 +15,7 @@ import xml.etree.ElementTree as ET
 from tqdm import tqdm
 
 from lib.dataset.annotations import BoxReport, clean_boxes, make_entry, split_image_sets
+from lib.errors import DataError, DataFileError
 
 VOC_CLASSES = (
     "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow",
@@ -29,7 +30,7 @@ def voc_image_id(year, name):
     """
     digits = name.replace("_", "")
     if not digits.isdigit() or len(digits) > 10:
-        raise ValueError(f"VOC{year} image name {name!r} is not of the form 123456 or 2008_123456")
+        raise DataError(f"VOC{year} image name {name!r} is not of the form 123456 or 2008_123456")
     return int(year) * 10 ** 10 + int(digits)
 
 
@@ -37,9 +38,9 @@ def _read_xml(path):
     try:
         return ET.parse(path).getroot()
     except OSError as err:
-        raise IOError(f"cannot read VOC annotation file {path}: {err.strerror or err}") from None
+        raise DataFileError(f"cannot read VOC annotation file {path}: {err.strerror or err}") from None
     except ET.ParseError as err:
-        raise ValueError(f"VOC annotation file {path} is not valid XML: {err}") from None
+        raise DataError(f"VOC annotation file {path} is not valid XML: {err}") from None
 
 
 def _positive_int(root, key, path):
@@ -49,7 +50,7 @@ def _positive_int(root, key, path):
     except (TypeError, ValueError):
         value = 0
     if value < 1:
-        raise ValueError(f"VOC annotation file {path}: missing or invalid <size><{key}> ({text!r})")
+        raise DataError(f"VOC annotation file {path}: missing or invalid <size><{key}> ({text!r})")
     return value
 
 
@@ -69,8 +70,8 @@ class PascalVocDataset:
         for part in split_image_sets(image_set):
             match = re.fullmatch(r"(\d{4})_(\w+)", part)
             if not match:
-                raise ValueError(f"Pascal VOC image set {part!r} (in {image_set!r}) is not of the form YEAR_SPLIT, "
-                                 f"e.g. 2007_trainval")
+                raise DataError(f"Pascal VOC image set {part!r} (in {image_set!r}) is not of the form YEAR_SPLIT, "
+                                f"e.g. 2007_trainval")
             self.parts.append(match.groups())
         self.list_files = [self._path(year, "ImageSets", "Main", f"{split}.txt") for year, split in self.parts]
         for path in self.list_files:
@@ -102,7 +103,7 @@ class PascalVocDataset:
                     with open(path) as f:
                         names.extend((year, line.split()[0]) for line in f if line.strip())
                 except (OSError, UnicodeDecodeError) as err:
-                    raise IOError(f"cannot read Pascal VOC image list {path}: {err}") from None
+                    raise DataFileError(f"cannot read Pascal VOC image list {path}: {err}") from None
             self._names = names
         return self._names
 
@@ -119,7 +120,7 @@ class PascalVocDataset:
         for year, name in tqdm(self._listed_images(), desc=f"reading VOC {self.image_set}", leave=False):
             image_id = voc_image_id(year, name)
             if image_id in seen:
-                raise ValueError(f"Pascal VOC image VOC{year}/{name} is listed twice in {self.image_set!r}")
+                raise DataError(f"Pascal VOC image VOC{year}/{name} is listed twice in {self.image_set!r}")
             seen.add(image_id)
             entries.append(self._entry(year, name, image_id, report))
         report.log()
@@ -138,7 +139,7 @@ class PascalVocDataset:
         for index, obj in enumerate(root.findall("object")):
             class_name = (obj.findtext("name") or "").strip()
             if class_name not in VOC_CLASSES:
-                raise ValueError(f"VOC annotation file {path}: object {index} has unknown class {class_name!r}")
+                raise DataError(f"VOC annotation file {path}: object {index} has unknown class {class_name!r}")
             ref = f"VOC{year}/{name} object {index}"
             try:
                 # 1-based inclusive pixels -> 0-based inclusive pixels

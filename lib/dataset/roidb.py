@@ -24,11 +24,13 @@ import numpy as np
 from tqdm import tqdm
 
 from lib.atomic import write_bytes
+from lib.config import ConfigError
 from lib.dataset.coco import CocoDataset
 from lib.dataset.pascal_voc import PascalVocDataset
 from lib.dataset.proposals import read_proposals
 from lib.dataset.reference_rules import suppress_pooled_proposals, truncate_to_whole_pixels
 from lib.dataset.synthetic import ensure_synthetic_dataset
+from lib.errors import DataError
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +49,7 @@ def make_dataset(cfg, image_set):
     """The dataset object named by ``cfg.dataset.dataset`` for ``image_set``."""
     kind = cfg.dataset.dataset
     if kind not in DATASETS:
-        raise ValueError(f"config key dataset.dataset: unknown dataset {kind!r}; expected one of {sorted(DATASETS)}")
+        raise ConfigError(f"config key dataset.dataset: unknown dataset {kind!r}; expected one of {sorted(DATASETS)}")
     return DATASETS[kind](cfg.dataset.dataset_path, image_set)
 
 
@@ -116,6 +118,9 @@ def training_roidb(entries, flip):
     if dropped:
         logger.warning("dropped %d of %d training images without usable boxes (e.g. image ids %s)",
                        len(dropped), len(entries), ", ".join(str(e["id"]) for e in dropped[:MAX_LISTED]))
+    if entries and not usable:
+        raise DataError(f"none of the {len(entries)} training images has a usable box (every box is invalid, "
+                        f"difficult or of an unknown class: see the warnings above); check the annotations")
     return usable + [flip_entry(entry) for entry in usable] if flip else usable
 
 
@@ -123,7 +128,7 @@ def check_num_classes(cfg, dataset):
     """``cfg.dataset.NUM_CLASSES`` must be 0 (derive from the data) or agree with the dataset."""
     expected = cfg.dataset.NUM_CLASSES
     if expected and expected != dataset.num_classes:
-        raise ValueError(
+        raise ConfigError(
             f"config key dataset.NUM_CLASSES is {expected}, but {dataset.kind} image set {dataset.image_set!r} "
             f"in {dataset.dataset_path} has {dataset.num_classes - 1} categories, i.e. {dataset.num_classes} "
             f"classes with background; set it to {dataset.num_classes} or to 0 to derive it")

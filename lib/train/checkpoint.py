@@ -27,6 +27,7 @@ import mxnet as mx
 import numpy as np
 
 from lib.atomic import atomic_path, write_json
+from lib.errors import UserError, reason
 from lib.train.optimizer_states import read_optimizer_states
 
 logger = logging.getLogger(__name__)
@@ -36,7 +37,7 @@ BBOX_PRED_BIAS = "bbox_pred_bias"
 TRAIN_KIND = "train"  # key prefix of the regressor's exact training values
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError, ValueError):
     """A checkpoint that cannot be read or does not fit the network asked of it."""
 
 
@@ -130,7 +131,7 @@ def load_params(path, with_training_values=False, plain_names=True):
         blob = mx.nd.load(path)
     except mx.base.MXNetError as err:
         raise CheckpointError(f"checkpoint {path} cannot be read (truncated or not an MXNet .params file): "
-                         f"{str(err).splitlines()[0]}") from None
+                              f"{reason(err)}") from None
     if not isinstance(blob, dict):
         raise CheckpointError(f"checkpoint {path} holds a list, not named parameters")
     arg_params, aux_params, training_values = {}, {}, {}
@@ -206,7 +207,8 @@ def last_readable_epoch(prefix):
             return epoch
         damaged.extend(problems)
     if damaged:
-        raise ValueError(f"no readable checkpoint of {prefix} to resume from: {'; '.join(damaged)}")
+        raise CheckpointError(f"no readable checkpoint of {prefix} to resume from: {'; '.join(damaged)}; start "
+                              f"over with --overwrite")
     return 0
 
 
@@ -218,5 +220,5 @@ def _unreadable_files(prefix, epoch):
         try:
             read(path)
         except (OSError, ValueError) as err:  # json.JSONDecodeError is a ValueError
-            problems.append(f"{path} ({str(err).splitlines()[0]})")
+            problems.append(f"{path} ({reason(err)})")
     return problems

@@ -7,15 +7,12 @@ lr/S * (S*g + wd*S*w) equals the fp32 update lr * (g + wd*w), applied to fp32 ma
 import mxnet as mx
 import numpy as np
 
+from lib.start_checks import lr_step_epochs
+
 
 def parse_lr_steps(text, iters_per_epoch, key="TRAIN.lr_step"):
     """Epoch list "5.33" or "8,11" -> increasing iteration numbers (at least 1)."""
-    try:
-        epochs = [float(part) for part in str(text).split(",") if part.strip()]
-    except ValueError:
-        raise ValueError(f"{key}: expected comma-separated epochs, got {text!r}") from None
-    steps = sorted({max(1, int(round(epoch * iters_per_epoch))) for epoch in epochs})
-    return steps
+    return sorted({max(1, int(round(epoch * iters_per_epoch))) for epoch in lr_step_epochs(text, key)})
 
 
 def make_optimizer_params(cfg, iters_per_epoch, num_update, fp16):

@@ -2,11 +2,18 @@
 
 Every periodic log line of the trainer is also appended to ``{output_dir}/metrics.jsonl`` as one JSON
 object (iteration, epoch, batch, lr, every loss, chips/s, seconds since the run started), so curves can be
-drawn (tools/plot_metrics.py) or compared without parsing logs. A resumed run appends to the same file.
+drawn (tools/plot_metrics.py) or compared without parsing logs. A resumed run appends to the same file,
+after dropping the lines of the epochs it trains again (those of an interrupted epoch), so every epoch's
+lines appear once.
 """
 import json
+import logging
 import os
 import time
+
+from lib.atomic import write_bytes
+
+logger = logging.getLogger(__name__)
 
 
 def format_duration(seconds):
@@ -31,6 +38,7 @@ class RunProgress:
         self.seconds_per_batch = None
         if path:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            _drop_epochs_after(path, begin_epoch)
 
     def start_epoch(self, epoch, num_batches):
         """``epoch`` is 0-based; its updates start at ``self.num_update``."""
@@ -57,3 +65,44 @@ class RunProgress:
             with open(self.path, "a") as f:
                 f.write(json.dumps(record) + "\n")
         return f"ETA epoch {format_duration(epoch_left)} run {format_duration(run_left)}"
+
+
+def _drop_epochs_after(path, epoch):
+    """Remove the records of epochs after ``epoch`` (1-based in the file) from the metrics log."""
+    if not os.path.isfile(path):
+        return
+    with open(path, "rb") as f:
+        lines = f.read().splitlines(keepends=True)
+    kept = [line for line in lines if _record_epoch(line) <= epoch]
+    if len(kept) < len(lines):
+        write_bytes(b"".join(kept), path)
+        logger.info("%s: dropped %d lines of epochs after %d (trained again now)", path, len(lines) - len(kept), epoch)
+
+
+def _record_epoch(line):
+    try:
+        return int(json.loads(line)["epoch"])
+    except (ValueError, KeyError, TypeError):  # a line cut by a kill: dropped with the interrupted epoch
+        return float("inf")
+
+
+def schedule_warnings(cfg, iters_per_epoch, num_update):
+    """What makes a short run end in a useless model, said at its start: it ends inside the warm-up, or
+    before any learning-rate step (``num_update``: the updates done before this run's first epoch)."""
+    from lib.start_checks import lr_step_epochs
+
+    train = cfg.TRAIN
+    total = train.end_epoch * iters_per_epoch
+    warnings = []
+    if train.warmup and train.warmup_step >= total:
+        warnings.append(f"the run ends after {total} updates ({train.end_epoch} epochs of {iters_per_epoch} batches), "
+                        f"inside the warm-up (TRAIN.warmup_step {train.warmup_step}): the learning rate never reaches "
+                        f"TRAIN.lr, so expect a model that detects little; train more epochs or lower warmup_step")
+    steps = lr_step_epochs(train.lr_step)
+    if steps and min(steps) >= train.end_epoch:
+        warnings.append(f"the run ends at epoch {train.end_epoch}, before the first learning-rate step "
+                        f"(TRAIN.lr_step {train.lr_step!r} epochs): intended for a short test run? A small own set "
+                        f"typically needs 20-30 epochs (README: Own data)")
+    if num_update >= total:
+        warnings = []  # a resumed run past its schedule: nothing left to warn about
+    return warnings

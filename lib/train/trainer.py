@@ -4,6 +4,7 @@ A hand-written loop over Module's forward_backward/update (rather than Module.fi
 non-finite loss stops the run at the iteration where it appears, before the update, and so that
 checkpoints are written atomically with their optimizer state.
 """
+import contextlib
 import logging
 import os
 import time
@@ -16,6 +17,7 @@ from lib.atomic import remove_stale_temporaries
 from lib.contexts import fp16_enabled, parse_contexts
 from lib.data import ChipLoader
 from lib.dataset import load_roidb
+from lib.errors import Interrupted, UserError
 from lib.run_folder import MODEL_KEY, model_info, write_run_config
 from lib.train import checkpoint
 from lib.train.distributed import Workers, create_kvstore
@@ -23,14 +25,14 @@ from lib.train.metrics import loss_values, make_metrics
 from lib.train.optimizer import make_optimizer_params, master_params
 from lib.train.optimizer_states import load_optimizer_states, state_arrays
 from lib.train.pretrained import initial_params
-from lib.train.progress import RunProgress
+from lib.train.progress import RunProgress, schedule_warnings
 from lib.train.run_lock import clear_later_epochs, run_lock
 from symbols import PROPOSAL_TARGET_GROUP, get_fixed_param_names, training_symbol, use_compiled_deformable
 
 logger = logging.getLogger(__name__)
 
 
-class TrainingDiverged(RuntimeError):
+class TrainingDiverged(UserError, RuntimeError):
     """A loss became NaN or infinite; the last good checkpoint is left in place."""
 
 
@@ -105,6 +107,9 @@ def _train(cfg, resume, kvstore, workers):
     # steps in epochs) counts in batches of the first epoch, remembered across resumes.
     iters_per_epoch = progress.get("iters_per_epoch", loader.num_batches)
     num_update = progress.get("num_update", begin_epoch * iters_per_epoch)
+    if workers.rank == 0:
+        for warning in schedule_warnings(cfg, iters_per_epoch, num_update):
+            logger.warning("%s", warning)
     with workers.optimizer_on_workers():
         module.init_optimizer(kvstore=kvstore, optimizer="sgd",
                               optimizer_params=make_optimizer_params(cfg, iters_per_epoch, num_update, fp16))
@@ -123,7 +128,7 @@ def _train(cfg, resume, kvstore, workers):
     history = []
     metrics_log = os.path.join(checkpoint.output_dir(cfg), "metrics.jsonl") if workers.rank == 0 else None
     progress = RunProgress(metrics_log, begin_epoch, cfg.TRAIN.end_epoch, num_update)
-    with loader:
+    with loader, _interruption_said(prefix, progress):
         for epoch in range(begin_epoch, cfg.TRAIN.end_epoch):
             if epoch > begin_epoch:
                 loader.reset()
@@ -146,6 +151,18 @@ def _train(cfg, resume, kvstore, workers):
                                            progress={"iters_per_epoch": iters_per_epoch, "num_update": num_update,
                                                      "metrics": history[-1], MODEL_KEY: model})
     return prefix, history
+
+
+@contextlib.contextmanager
+def _interruption_said(prefix, progress):
+    """Ctrl-C in the epoch loop: one line saying where the run stopped and how to continue it."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        done = checkpoint.last_complete_epoch(prefix)
+        where = f"in epoch {progress.epoch + 1}" if progress.epoch is not None else "before the first epoch"
+        raise Interrupted(f"training interrupted (Ctrl-C) {where}; the last complete checkpoint is epoch {done}: "
+                          f"the same command with --resume continues from epoch {done + 1}") from None
 
 
 def bind_module(cfg, symbol, loader, contexts):
