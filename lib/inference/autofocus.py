@@ -141,7 +141,7 @@ def run_autofocus(detector, source, num_workers=0, stats=None, on_region=None):
                                                  network.IMAGE_STRIDE, scales=scales) if batch.images]
         results = run_pipeline(_FocusNetwork(detector), RegionImages(source, regions), batches, 1, list,
                                network.PIXEL_MEANS, network.CHANNEL_ORDER, num_workers,
-                               timeout=test.LOADER_TIMEOUT) if regions else ()
+                               timeout=test.LOADER_TIMEOUT, warn_after=test.STALL_WARN) if regions else ()
         for position, result in results:
             region = regions[position]
             state = states.get(region.image)

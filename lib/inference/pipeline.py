@@ -165,14 +165,15 @@ class _Building:
 
 
 def run_pipeline(network, source, batches, num_levels, combine, pixel_means, channel_order, num_workers,
-                 prefetch=2, timeout=0):
+                 prefetch=2, timeout=0, warn_after=0):
     """Yield ``(index, result)`` per image of ``source`` as it completes: ``combine([per-level result,
     ...])``, or the IOError that made the image unreadable (then the image has no result).
 
     ``batches`` (TestBatch) run in their order on ``network``, which has ``forward_shape(batch)`` ->
     (B, h, w), ``forward(data, im_info) -> outputs`` and ``image_result(outputs, batch_size, slot, scale,
     resized, size) -> per-level result``. A worker silent for ``timeout`` s (TEST.LOADER_TIMEOUT; 0: no
-    limit) stops the run with a WorkerStalledError naming it and its image.
+    limit) stops the run with a WorkerStalledError naming it and its image; one silent for ``warn_after``
+    s (TEST.STALL_WARN) is warned about once before that.
     """
     shapes = [network.forward_shape(batch) for batch in batches]
     largest = max((b * 3 * h * w for b, h, w in shapes), default=1)
@@ -188,7 +189,7 @@ def run_pipeline(network, source, batches, num_levels, combine, pixel_means, cha
         if num_workers:
             with settled_engine(), ChipWorker.fork_guard():
                 pool = ProcessPool(worker, num_workers, ChipWorker.process_start, "test-pipeline", timeout,
-                                   "TEST.LOADER_TIMEOUT")
+                                   "TEST.LOADER_TIMEOUT", warn_after=warn_after)
         else:
             pool = InlinePool(worker)
         ring.unlink()  # the workers hold the mapping now
