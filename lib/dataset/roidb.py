@@ -46,11 +46,16 @@ MAX_LISTED = 5
 
 
 def make_dataset(cfg, image_set):
-    """The dataset object named by ``cfg.dataset.dataset`` for ``image_set``."""
+    """The dataset object named by ``cfg.dataset.dataset`` for ``image_set``; the synthetic set is
+    generated first when absent (in its own folder per counts and seed: lib.dataset.synthetic)."""
     kind = cfg.dataset.dataset
     if kind not in DATASETS:
         raise ConfigError(f"config key dataset.dataset: unknown dataset {kind!r}; expected one of {sorted(DATASETS)}")
-    return DATASETS[kind](cfg.dataset.dataset_path, image_set)
+    path = cfg.dataset.dataset_path
+    if kind == "synthetic":
+        path = ensure_synthetic_dataset(path, train=cfg.dataset.synthetic_train, val=cfg.dataset.synthetic_val,
+                                        seed=cfg.dataset.synthetic_seed)
+    return DATASETS[kind](path, image_set)
 
 
 def load_roidb(cfg, image_set, training=True):
@@ -64,9 +69,6 @@ def load_roidb(cfg, image_set, training=True):
     smaller dataset would change training and make AP incomparable. The project's synthetic
     dataset (``dataset.dataset: synthetic``) is generated first when absent.
     """
-    if cfg.dataset.dataset == "synthetic":
-        ensure_synthetic_dataset(cfg.dataset.dataset_path, train=cfg.dataset.synthetic_train,
-                                 val=cfg.dataset.synthetic_val, seed=cfg.dataset.synthetic_seed)
     dataset = make_dataset(cfg, image_set)
     flip = bool(training and cfg.TRAIN.FLIP)
     cache_path = _cache_path(cfg.dataset.root_path, dataset, training, flip)
