@@ -299,3 +299,23 @@ def test_damaged_metadata_is_named(trained, tmp_path):
     (damaged / "SNIPER-0001.progress.json").write_text(json.dumps(progress))
     result = run([os.path.join(ROOT, "main_test.py"), "--model", str(damaged)], cwd=tmp_path)
     assert_one_line_error(result, "metadata lacks NUM_CLASSES")
+
+
+@pytest.mark.parametrize("tool, argv, made", [
+    ("visualize_chips.py", ["TRAIN_ID", "--out", "chips.png"], "chips.png"),
+    ("visualize_batch.py", ["--chips", "2", "--out", "batch.png"], "batch.png"),
+    ("visualize_detections.py", ["--results", "RESULTS", "--images", "1", "--out", "pictures"], "pictures"),
+    ("benchmark_inference.py", ["--null-forward", "--images", "2", "--runs", "1", "--workers", "0"], None),
+])
+def test_the_tools_take_a_run_folder_alone(trained, elsewhere, tool, argv, made):
+    work, folder, evaluated = trained
+    with open(work / "data" / "synthetic" / "annotations" / "instances_train.json") as f:
+        train_id = json.load(f)["images"][0]["id"]
+    results = str(work / evaluated["results"])
+    argv = [str(train_id) if a == "TRAIN_ID" else results if a == "RESULTS" else a for a in argv]
+    result = run([os.path.join(ROOT, "tools", tool), *argv, "--model", str(folder)], cwd=elsewhere)
+    assert result.returncode == 0, result.stderr[-3000:]
+    if made:  # the run's own data found through the run folder, from another directory
+        assert os.path.exists(elsewhere / made)
+    else:
+        assert "images/s" in result.stdout

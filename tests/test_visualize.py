@@ -84,7 +84,7 @@ def test_viewer_draws_ground_truth_and_detections_of_a_test_set(val_set, tmp_pat
     assert sheet[row, max(column - 1, 0):column + 2].max(axis=0).sum() > 300  # a coloured line, not background
 
     bad = run_tool("--results", str(results_path))
-    assert bad.returncode == 2 and "either --cfg" in bad.stderr
+    assert bad.returncode == 2 and "either --model RUN_FOLDER or --cfg" in bad.stderr
 
 
 def test_viewer_takes_a_folder_of_images_with_ids_in_the_file_names(val_set, tmp_path):

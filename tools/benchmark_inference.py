@@ -1,7 +1,7 @@
 """Inference speed: the test pipeline's host side with a null forward; SNIPER single- and multi-scale testing
 vs GluonCV's Faster R-CNN ResNet-101.
 
-    python tools/benchmark_inference.py --cfg FILE [--set KEY VALUE ...] [--images 2] [--runs 3]
+    python tools/benchmark_inference.py --model RUN_FOLDER | --cfg FILE [--set KEY VALUE ...] [--images 2] [--runs 3]
     python tools/benchmark_inference.py --cfg FILE --null-forward [--images 48] [--workers 0 2] [--runs 3]
 
 ``--null-forward`` measures everything around the network: ``--images`` JPEG files of ``--image_size`` are
@@ -35,9 +35,10 @@ import mxnet as mx
 import numpy as np
 
 from lib.benchmarking import PeakMemory, markdown_table, measure
-from lib.config import add_config_arguments, config_from_arguments, with_overrides
+from lib.config import with_overrides
 from lib.inference.detector import DATA_NAMES, Detector, checkpoint_file
 from lib.inference.pipeline import RoidbImages
+from lib.run_folder import add_model_arguments, config_from_model_arguments
 from lib.scales import ScaleLevel, pyramid
 from symbols import inference_symbol
 
@@ -170,7 +171,7 @@ def gluoncv_runner(images, specs, context):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_arguments(parser)
+    add_model_arguments(parser)  # --model RUN_FOLDER (its config.yaml) or --cfg FILE [--set ...]
     parser.add_argument("--images", type=int, default=None, help="images per run (default 2, null forward 48)")
     parser.add_argument("--runs", type=int, default=3, help="timed runs (median reported)")
     parser.add_argument("--image_size", type=int, nargs=2, default=[480, 640], metavar=("H", "W"))
@@ -185,7 +186,7 @@ def main(argv=None):
                         help="SNIPER rows for each network.CPU_DEFORMABLE_OPS value, side by side "
                              "(default: the config's only)")
     args = parser.parse_args(argv)
-    cfg = config_from_arguments(args)  # a bad file, key or value stops here
+    cfg = config_from_model_arguments(args)  # a bad file, key or value stops here
     num_classes = cfg.dataset.NUM_CLASSES or args.num_classes
     cores = f"{os.cpu_count()} CPU cores (affinity {len(os.sched_getaffinity(0))})"
     if args.null_forward:

@@ -1,6 +1,7 @@
 """Draw the chips SNIPER mines for one training image: one panel per training scale.
 
-    python tools/visualize_chips.py IMAGE_ID --cfg FILE [--set KEY VALUE ...] [--out PNG] [--flipped] [--stride N]
+    python tools/visualize_chips.py IMAGE_ID (--model RUN_FOLDER | --cfg FILE) [--set KEY VALUE ...] [--out PNG] \
+        [--flipped] [--stride N]
 
 Each panel is the image at that scale (shrunk for display) with its gt boxes, green when valid at
 the scale and red when not, the positive chips in blue and the negative chips in orange; a legend
@@ -15,10 +16,10 @@ import cv2
 import numpy as np
 
 from chip_generator.mining import MiningParams, draw_epoch_stride, mine_image_chips
-from lib.config import add_config_arguments, config_from_arguments
 from lib.dataset import load_roidb, read_image
 from lib.drawing import draw_boxes, legend
 from lib.logger import setup_logging
+from lib.run_folder import add_model_arguments, config_from_model_arguments
 
 logger = logging.getLogger("visualize_chips")
 PANEL_HEIGHT = 540  # display height of every panel, in pixels
@@ -54,13 +55,13 @@ def scale_panel(image, entry, scale, level):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("image_id", type=int)
-    add_config_arguments(parser, cfg_help="config YAML, e.g. configs/faster/sniper_synthetic_tiny.yml")
+    add_model_arguments(parser)  # --model RUN_FOLDER (its config.yaml) or --cfg FILE [--set ...]
     parser.add_argument("--out", help="PNG path (default {output_path}/chips_{IMAGE_ID}.png)")
     parser.add_argument("--flipped", action="store_true", help="the mirrored training copy")
     parser.add_argument("--stride", type=int, help="chip stride (default: drawn from TRAIN.CHIP_STRIDE)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    cfg = config_from_arguments(args)
+    cfg = config_from_model_arguments(args)
     setup_logging()
     roidb, _ = load_roidb(cfg, cfg.dataset.image_set, training=True)
     entry = find_entry(roidb, args.image_id, args.flipped)
