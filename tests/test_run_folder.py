@@ -319,3 +319,19 @@ def test_the_tools_take_a_run_folder_alone(trained, elsewhere, tool, argv, made)
         assert os.path.exists(elsewhere / made)
     else:
         assert "images/s" in result.stdout
+
+
+def test_the_readme_python_api_snippet_runs_as_written(trained, tmp_path):
+    """README's snippet, verbatim, in a directory laid out as after ``make train`` (the trained run and its
+    data linked in), with the interpreter README names (.venv/bin/python: this test's own)."""
+    work, folder, _ = trained
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    snippet = readme.split("**Python API.**", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    for link, target in (("output/sniper_synthetic_tiny", folder), ("data/synthetic", work / "data" / "synthetic")):
+        os.makedirs(tmp_path / os.path.dirname(link), exist_ok=True)
+        os.symlink(target, tmp_path / link)
+    assert os.path.realpath(sys.prefix) == os.path.realpath(os.path.join(ROOT, ".venv"))  # README's interpreter
+    result = run(["-c", snippet], cwd=tmp_path, env={**os.environ, "PYTHONPATH": ROOT})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "detections:" in result.stdout and os.path.getsize(tmp_path / "output" / "api_detections.png") > 0
