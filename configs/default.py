@@ -91,6 +91,8 @@ DEFAULTS = {
         "LOADER_TIMEOUT": 600.0,
         # ... and one silent this many seconds is warned about once, naming it, its pid and its image (0: no warning).
         "STALL_WARN": 60.0,
+        # Checkpoints kept: the newest N epochs plus TEST.TEST_EPOCH (the one main_test.py tests); 0: every epoch.
+        "KEEP_CHECKPOINTS": 0,
         "IMAGE_CACHE_MB": 256,  # decoded images each loader worker keeps (least recently used out; 0: none)
         "SHUFFLE": True,
         "FLIP": True,

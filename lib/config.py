@@ -323,6 +323,8 @@ def validate(cfg):
         warn = cfg[section].STALL_WARN
         _check(math.isfinite(warn) and warn >= 0, f"{section}.STALL_WARN", warn,
                "must be a number of seconds >= 0 (0: no warning)")
+    _check(train.KEEP_CHECKPOINTS >= 0, "TRAIN.KEEP_CHECKPOINTS", train.KEEP_CHECKPOINTS,
+           "must be >= 0 (0: keep every epoch)")
     _check(train.IMAGE_CACHE_MB >= 0, "TRAIN.IMAGE_CACHE_MB", train.IMAGE_CACHE_MB,
            "must be >= 0 (0: decode the image for every chip)")
     _check(train.RCNN_BBOX_LOSS_CHIPS >= 0, "TRAIN.RCNN_BBOX_LOSS_CHIPS", train.RCNN_BBOX_LOSS_CHIPS,

@@ -150,6 +150,7 @@ def _train(cfg, resume, kvstore, workers):
                                            states=state_arrays(module),
                                            progress={"iters_per_epoch": iters_per_epoch, "num_update": num_update,
                                                      "metrics": history[-1], MODEL_KEY: model})
+                checkpoint.prune_checkpoints(prefix, cfg.TRAIN.KEEP_CHECKPOINTS, also=(cfg.TEST.TEST_EPOCH,))
     return prefix, history
 
 
