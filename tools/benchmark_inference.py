@@ -28,6 +28,7 @@ import _bootstrap  # noqa: F401  (repository root on sys.path, the project's vir
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 
 import cv2
@@ -60,6 +61,11 @@ def side_by_side(calls, runs):
                 seconds[key] += measure(lambda: finished(function), repeat=1, warmup=0).seconds
                 peaks[key] = memory.rss
     return {key: (statistics.median(seconds[key]), peaks[key]) for key in calls}
+
+
+def say(message):
+    """A progress line on stderr (the table goes to stdout): a long benchmark shows what it is doing."""
+    print(f"benchmark_inference: {message}", file=sys.stderr, flush=True)
 
 
 def load_detectors(cfg, num_classes, variants):
@@ -208,18 +214,29 @@ def main(argv=None):
     single = detector.levels[args.single_scale]
     runs = (("single-scale", (ScaleLevel(single.spec, (-1, -1)),)), ("multi-scale", pyramid(cfg.TEST, "TEST")))
     rows = []
+    total = len(runs) * (len(detectors) + (0 if args.no_gluoncv else 1))
+
+    def done(row):
+        rows.append(row)
+        say(f"row {len(rows)}/{total} done: {row[0]}, {row[1]}: {args.images / row[4]:.3f} images/s")
+
     for name, levels in runs:
+        first, last = len(rows) + 1, len(rows) + len(detectors)
+        numbers = f"row {first}" if first == last else f"rows {first}-{last}"
+        say(f"{numbers}/{total}: SNIPER {cfg.symbol} {name}, {args.runs} runs of {args.images} images after a "
+            f"warm-up ...")
         calls = {variant: lambda d=d: d.detect(images, levels) for variant, d in detectors.items()}
         for variant, (seconds, peak) in side_by_side(calls, args.runs).items():
             ops = f", {variant} deformable ops" if variant else ""
-            rows.append((f"SNIPER {cfg.symbol}{ops}", name, [level.spec for level in levels], detector.contexts,
-                         seconds, peak))
+            done((f"SNIPER {cfg.symbol}{ops}", name, [level.spec for level in levels], detector.contexts, seconds,
+                  peak))
     if not args.no_gluoncv:
         for name, levels in runs:
+            say(f"row {len(rows) + 1}/{total}: GluonCV faster_rcnn_resnet101_v1d_coco {name} ...")
             run = gluoncv_runner(images, [level.spec for level in levels], detector.contexts[0])
             seconds, peak = side_by_side({None: run}, args.runs)[None]
-            rows.append(("GluonCV faster_rcnn_resnet101_v1d_coco", name, [level.spec for level in levels],
-                         detector.contexts[:1], seconds, peak))
+            done(("GluonCV faster_rcnn_resnet101_v1d_coco", name, [level.spec for level in levels],
+                  detector.contexts[:1], seconds, peak))
 
     print(f"\n{args.images} images of {args.image_size[0]}x{args.image_size[1]} per run, median of {args.runs} "
           f"runs after warm-up, {cores}, MXNet {mx.__version__}; SNIPER weights: {weights}; load average "
