@@ -14,7 +14,7 @@ DEFAULTS = {
     # Devices: "0,1,2" for GPUs; "" or "cpu:N" for N CPU contexts.
     "gpus": "",
     "default": {
-        "frequent": 20,  # log metrics every N batches
+        "frequent": 20,  # log metrics every N batches (and at least 4 times an epoch)
         # One machine: "device" (gradients summed on the GPUs) or "local" (on the CPU); any other name
         # mx.kv.create knows (e.g. "nccl") goes to Module as is. Several machines, started by
         # tools/launch.py: "dist_sync" or "dist_device_sync"; asynchronous "dist_async" is refused.

@@ -9,7 +9,7 @@ With ``--model RUN_FOLDER`` (the run's config.yaml) or ``--cfg`` the images, gro
 are the config's test set (``dataset.test_image_set``, or ``--image-set``), as main_test.py wrote the results. With ``--folder``
 the image id of a file is the number in its name (COCO's convention: ``000000000139.jpg`` is image 139);
 ``--annotations`` (a COCO instances file) adds ground truth and category names, else categories are
-shown by id. Ground truth is drawn in green, detections scoring at least ``--thresh`` in their class
+shown by id. Ground truth is drawn in white, detections scoring at least ``--thresh`` in their class
 colour with "name score" tags; a legend names the colours. Grids go to
 ``{out}/detections_{n:03d}.png``.
 """
@@ -28,7 +28,7 @@ from lib.dataset import load_roidb, read_image
 from lib.drawing import class_palette, draw_boxes, draw_detections, grid, legend
 from lib.run_folder import add_model_arguments, config_from_model_arguments
 
-GT_COLOUR = (60, 200, 60)  # BGR
+GT_COLOUR = (255, 255, 255)  # BGR: white, a colour no class has (lib.drawing.class_palette)
 CELL_WIDTH = 640  # each image is shown this wide
 
 
@@ -88,7 +88,7 @@ def picture(path, gt_boxes, detections, names, palette, thresh):
     image = read_image(path)
     factor = CELL_WIDTH / image.shape[1]
     small = cv2.resize(image, (CELL_WIDTH, max(1, int(round(image.shape[0] * factor)))), interpolation=cv2.INTER_AREA)
-    small = draw_boxes(small, gt_boxes, GT_COLOUR, 2, factor)
+    small = draw_boxes(small, gt_boxes, GT_COLOUR, factor=factor)
     scaled = detections.copy()
     scaled[:, :4] *= factor
     ids = sorted(names)
@@ -117,13 +117,14 @@ def main(argv=None):
     detections = read_results(args.results)
     images, names = from_config(args) if configured else from_folder(args.folder, args.annotations)
     names.update({int(c): str(int(c)) for dets in detections.values() for c in dets[:, 5] if int(c) not in names})
-    palette = dict(zip(sorted(names), class_palette(len(names))))
+    colours = class_palette(len(names) + 1)  # by label, as the demo and Detector.draw colour them
+    palette = {category: colours[label] for label, category in enumerate(sorted(names), start=1)}
     images.sort(key=lambda item: item[0] not in detections)  # images with detections first, else in order
     chosen = images[:args.images]
     if not chosen:
         sys.exit("no images to draw")
     os.makedirs(args.out, exist_ok=True)
-    key = [("ground truth", GT_COLOUR)] + [(f"{names[c]}", palette[c]) for c in sorted(names)][:8]
+    key = [("ground truth (white)", (200, 200, 200))] + [(f"{names[c]}", palette[c]) for c in sorted(names)]
     written = []
     for start in range(0, len(chosen), args.per_grid):
         cells = [picture(path, gt, detections.get(image_id, np.zeros((0, 6), np.float32)), names, palette,

@@ -89,8 +89,8 @@ def main():
     for number, (level, level_stats) in enumerate(zip(seen, stats.levels)):
         panel = shade(shrunk, np.concatenate(level["focus"] or [np.zeros((0, 4))]),
                       np.concatenate(level["probs"] or [np.zeros(0)]), factor, FOCUS)
-        panel = draw_boxes(panel, level["regions"], REGION, 2, factor)
-        panel = draw_boxes(panel, level["chips"], CHIP, 2, factor)
+        panel = draw_boxes(panel, level["regions"], REGION, factor=factor)
+        panel = draw_boxes(panel, level["chips"], CHIP, factor=factor)
         if number == len(seen) - 1:
             shown = found[0].copy()
             shown[:, :4] *= factor

@@ -26,6 +26,12 @@ def format_duration(seconds):
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
+def record_every(frequent, num_batches):
+    """Batches between two log lines (and metrics records): ``default.frequent``, but at least 4 records
+    an epoch, so that a short epoch still draws a curve rather than one point."""
+    return max(1, min(frequent, num_batches // 4))
+
+
 class RunProgress:
     """Progress of the epochs ``begin_epoch + 1 .. end_epoch`` of a run; ``path`` (or None) is the
     metrics log. Call ``start_epoch`` before an epoch and ``record`` at each periodic log line."""

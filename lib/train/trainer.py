@@ -25,7 +25,7 @@ from lib.train.metrics import loss_values, make_metrics
 from lib.train.optimizer import make_optimizer_params, master_params
 from lib.train.optimizer_states import load_optimizer_states, state_arrays
 from lib.train.pretrained import initial_params
-from lib.train.progress import RunProgress, schedule_warnings
+from lib.train.progress import RunProgress, record_every, schedule_warnings
 from lib.train.run_lock import clear_later_epochs, run_lock
 from symbols import PROPOSAL_TARGET_GROUP, get_fixed_param_names, training_symbol, use_compiled_deformable
 
@@ -190,6 +190,7 @@ def _train_epoch(cfg, module, loader, metric, epoch, num_workers, progress):
     num_batches = loader.num_batches
     bar = tqdm(total=num_batches, desc=f"epoch {epoch + 1}/{cfg.TRAIN.end_epoch}", unit="batch", leave=False,
                disable=None)  # no bar when stderr is not a terminal: the log lines carry the progress
+    every = record_every(cfg.default.frequent, num_batches)
     iteration = -1
     for iteration, batch in enumerate(loader):
         module.forward_backward(batch)
@@ -198,7 +199,7 @@ def _train_epoch(cfg, module, loader, metric, epoch, num_workers, progress):
         module.update()
         window_samples += loader.batch_size - batch.pad
         bar.update(1)
-        if (iteration + 1) % cfg.default.frequent == 0 or iteration + 1 == num_batches:
+        if (iteration + 1) % every == 0 or iteration + 1 == num_batches:
             now = time.time()
             speed = window_samples * num_workers / max(now - window_tic, 1e-9)
             values = loss_values(metric)
