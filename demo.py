@@ -21,7 +21,7 @@ import sys
 import cv2
 
 from lib.logger import report_user_errors, setup_logging
-from lib.run_folder import add_model_arguments, config_from_model_arguments
+from lib.run.folder import add_model_arguments, config_from_model_arguments
 
 logger = logging.getLogger("demo")
 
@@ -38,7 +38,7 @@ def parse_args(argv=None):
 
 def default_out(cfg, im_path):
     """The run folder's ``demo/IMAGE_detections.png``: never written into the dataset's image folder."""
-    from lib.train.checkpoint import output_dir
+    from lib.run.checkpoint import output_dir
 
     stem = os.path.splitext(os.path.basename(im_path))[0]
     return os.path.join(output_dir(cfg), "demo", f"{stem}_detections.png")
@@ -55,7 +55,7 @@ def main(argv=None):
     from lib.dataset import read_image
     from lib.inference import Detector
 
-    image = read_image(args.im_path)
+    image = read_image(args.im_path, max_pixels=cfg.dataset.MAX_IMAGE_PIXELS)
     detector = Detector.from_checkpoint(cfg)
     detections = detector(image)
     shown = detections.above(args.thresh)

@@ -16,7 +16,7 @@ import argparse
 
 from lib.config import dump_config
 from lib.logger import log_config, logged_outcome, report_user_errors, setup_logging
-from lib.run_folder import add_model_arguments, config_from_model_arguments
+from lib.run.folder import add_model_arguments, config_from_model_arguments
 
 
 def parse_args(argv=None):
@@ -31,7 +31,7 @@ def main(argv=None):
     cfg = config_from_model_arguments(args)
     from lib.inference.tester import extract_proposals, test
     from lib.start_checks import check_test_start
-    from lib.train.checkpoint import output_dir
+    from lib.run.checkpoint import output_dir
 
     check_test_start(cfg)
     setup_logging(output_dir(cfg), name="test")

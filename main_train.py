@@ -29,7 +29,7 @@ def main(argv=None):
     cfg = config_from_arguments(args)
     from lib.start_checks import check_training_start
     from lib.train.distributed import Workers, create_kvstore
-    from lib.train.checkpoint import output_dir
+    from lib.run.checkpoint import output_dir
     from lib.train.trainer import train
 
     check_training_start(cfg)  # what can fail before any work fails here, and nothing is written yet
@@ -42,7 +42,7 @@ def main(argv=None):
             prefix, _ = train(cfg, resume=args.resume, kvstore=kvstore, overwrite=args.overwrite)
             if args.eval and workers.rank == 0:
                 from lib.inference.tester import test
-                from lib.train.checkpoint import params_path
+                from lib.run.checkpoint import params_path
 
                 # The checkpoint just written, whatever TEST.TEST_EPOCH / TEST.MODEL say (they serve main_test.py).
                 test(cfg, checkpoint=params_path(prefix, cfg.TRAIN.end_epoch))

@@ -63,6 +63,9 @@ DEFAULTS = {
         # NMS threshold (IoU > it suppresses) applied to each image's pooled proposals when they are loaded for
         # negative chip mining. reference: 0.7; other: 0 keeps every proposal.
         "PROPOSAL_NMS": 0.7,
+        # Images larger than this (annotated, or declared by a JPEG/PNG header) are refused before they are
+        # decoded: 1 gigapixel (about 31,600 x 31,600; larger images are read by windows, raise it for them).
+        "MAX_IMAGE_PIXELS": 1_000_000_000,
         # dataset "synthetic" only: training / validation image counts and the generator's seed.
         "synthetic_train": 200,
         "synthetic_val": 50,
@@ -97,6 +100,9 @@ DEFAULTS = {
         "SHUFFLE": True,
         "FLIP": True,
         "ONLY_PROPOSAL": False,  # RPN-only training (first stage of negative chip mining)
+        # Instance masks: COCO polygons are loaded with the boxes and every chip's batch gets ``gt_masks``
+        # (B, 100, 500: lib/data/chip_masks.py) for the mask branch (not in RPN-only training).
+        "WITH_MASK": False,
         "USE_NEG_CHIPS": True,
         "MAX_NEG_CHIPS": 2,  # negative chips sampled per image and epoch
         # Training scales: factors with an optional last "longer side in pixels" entry (> 10), or
@@ -184,7 +190,7 @@ DEFAULTS = {
         "STALL_WARN": 60.0,  # as TRAIN.STALL_WARN
         "SCALES": [[1400, 2000], [800, 1280], [480, 512]],
         "VALID_RANGES": [[-1, 90], [32, 180], [75, -1]],
-        # "reference": the proposal rules the reference ran (lib/inference/proposal_layer.py, on the host);
+        # "reference": the proposal rules the reference ran (lib/ops/proposal_layer.py, on the host);
         # "stock": MXNet's MultiProposal (on the device, but it drops the anchors of each image's last
         # partial feature row and column and pads by repeats).
         "PROPOSAL_LAYER": "reference",

@@ -310,6 +310,8 @@ def validate(cfg):
     _check(math.isfinite(train.fp16_loss_scale) and train.fp16_loss_scale > 0, "TRAIN.fp16_loss_scale",
            train.fp16_loss_scale, "must be a positive number")
     _check(cfg.default.frequent >= 1, "default.frequent", cfg.default.frequent, "must be at least 1")
+    _check(cfg.dataset.MAX_IMAGE_PIXELS >= 1, "dataset.MAX_IMAGE_PIXELS", cfg.dataset.MAX_IMAGE_PIXELS,
+           "must be at least 1")
     for section, key in (("TRAIN", "BATCH_IMAGES"), ("TRAIN", "CHIP_SIZE"), ("TRAIN", "RPN_POST_NMS_TOP_N"),
                          ("TEST", "RPN_POST_NMS_TOP_N"), ("TEST", "RPN_PRE_NMS_TOP_N"), ("TEST", "BATCH_PARTS")):
         _check(cfg[section][key] >= 1, f"{section}.{key}", cfg[section][key], "must be at least 1")

@@ -5,7 +5,7 @@ One builder makes the training, test and RPN-only graphs, so they share every pa
 a run derives (the class count from the dataset, the chips per device from the trainer) comes in as
 arguments; everything else comes from the frozen config.
 Training uses the batch-wide MultiProposalTarget operator of lib/ops; testing uses the reference's
-proposal rules (lib/inference/proposal_layer.py) or MXNet's stock MultiProposal. Output names are part
+proposal rules (lib/ops/proposal_layer.py) or MXNet's stock MultiProposal. Output names are part
 of the contract with lib/train (metrics) and lib/inference.
 
 AutoFocus (network.AUTO_FOCUS; Najibi, Singh, Davis, ICCV 2019): the FocusPixel branch reads the same
@@ -177,13 +177,13 @@ def _test_outputs(cfg, features, rpn, num_classes, rpn_only, compiled_deformable
 
 
 def _test_proposals(cfg, rpn, im_info, rpn_only):
-    """The test RPN proposal layer named ``rois``: the reference's rules (lib.inference.proposal_layer,
+    """The test RPN proposal layer named ``rois``: the reference's rules (lib.ops.proposal_layer,
     a host operator) or MXNet's stock MultiProposal (``TEST.PROPOSAL_LAYER``). Either reads the minimum
     size in the pixels of ``im_info``'s extent: the detector hands it scale 1."""
     test, network = cfg.TEST, cfg.network
     settings = dict(scales=tuple(network.ANCHOR_SCALES), ratios=tuple(network.ANCHOR_RATIOS))
     if test.PROPOSAL_LAYER == "reference":
-        from lib.inference.proposal_layer import proposal_symbol
+        from lib.ops.proposal_layer import proposal_symbol
 
         return proposal_symbol(rpn.cls_prob_map, rpn.bbox_pred, im_info, "rois", network.RPN_FEAT_STRIDE,
                                pre_nms_top_n=test.RPN_PRE_NMS_TOP_N, post_nms_top_n=test.RPN_POST_NMS_TOP_N,

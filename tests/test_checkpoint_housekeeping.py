@@ -6,7 +6,7 @@ import pytest
 
 import demo
 from conftest import build_cfg
-from lib.train.checkpoint import load_params, params_path, progress_path, prune_checkpoints, states_path
+from lib.run.checkpoint import load_params, params_path, progress_path, prune_checkpoints, states_path
 
 
 def make_epochs(prefix, epochs):

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import pickle
+import re
 import subprocess
 import sys
 
@@ -18,8 +19,9 @@ import pytest
 
 from conftest import ROOT, build_cfg
 
+from lib.boxes import flip_boxes
 from lib.dataset import coco as coco_module
-from lib.dataset import flip_boxes, load_roidb, read_image
+from lib.dataset import load_roidb, read_image
 from lib.dataset.proposals import write_proposals
 
 # Two categories with non-contiguous ids, listed out of order: labels follow sorted ids.
@@ -422,12 +424,13 @@ def test_bad_proposal_files_are_errors_naming_them(tmp_path, content, error, mes
     assert "proposals.npz" in str(info.value)
 
 
-def test_proposals_entirely_outside_the_image_are_dropped_counted_and_warned_once(tmp_path, caplog):
+def test_unusable_proposals_are_dropped_counted_by_reason_and_warned_once(tmp_path, caplog):
     write_coco(str(tmp_path / "data"), "train", [image_record(1), image_record(2)],
                [ann(1, 1, [10, 20, 30, 40]), ann(2, 2, [0, 0, 10, 10])])  # images 100 x 80 (w x h)
-    inside = [[5, 6, 20, 30, 0.9], [99, 79, 120, 100, 0.5], [-10, -10, 0, 0, 0.5], [98.5, 0, 99.9, 5, 0.3]]
+    inside = [[5, 6, 20, 30, 0.9], [99, 79, 120, 100, 0.5], [-10, -10, 0, 0, 0.5], [98.5, 0, 99.9, 5, 0.3],
+              [7, 7, 7, 7, 0.2]]  # the last one pixel: inclusive boxes
     outside = [[99.5, 0, 130, 10, 0.8], [0, 79.5, 10, 90, 0.8], [-20, 5, -0.5, 10, 0.7], [5, -9, 9, -1, 0.7],
-               [150, 150, 200, 200, 0.6], [np.nan, 0, 5, 5, 0.5]]
+               [150, 150, 200, 200, 0.6], [np.nan, 0, 5, 5, 0.5], [20, 5, 10, 15, 0.5], [5, 20, 15, 19.5, 0.4]]
     proposals = {1: np.array(inside[:2] + outside + inside[2:], np.float32),
                  2: np.array([inside[0], [300, 10, 320, 20, 0.4]], np.float32)}
     path = tmp_path / "proposals.npz"
@@ -439,10 +442,23 @@ def test_proposals_entirely_outside_the_image_are_dropped_counted_and_warned_onc
     np.testing.assert_array_equal(by_id(roidb, flipped=True)[1]["proposals"],
                                   flip_boxes(np.array(inside)[:, :4], 100))
     np.testing.assert_array_equal(by_id(roidb)[2]["proposals"], [inside[0][:4]])
-    warnings = [r.getMessage() for r in caplog.records if "outside their image" in r.getMessage()]
+    warnings = [r.getMessage() for r in caplog.records if "proposal file" in r.getMessage()]
     assert len(warnings) == 1  # once for the file, the flipped copies not counted again
-    assert "dropped 7 proposals" in warnings[0] and "in 2 images" in warnings[0]
-    assert "image id 1: 6" in warnings[0] and "image id 2: 1" in warnings[0]
+    assert "dropped 9 proposals (1 not finite, 2 inverted or empty, 6 outside their image)" in warnings[0]
+    assert "in 2 images" in warnings[0] and "image id 1: 8" in warnings[0] and "image id 2: 1" in warnings[0]
+
+
+def test_an_inverted_proposal_is_a_counted_skip_not_a_stop_of_mining(tmp_path):
+    from chip_generator.mining import MiningParams, mine_image_chips
+
+    write_coco(str(tmp_path / "data"), "train", [image_record(1)], [ann(1, 1, [10, 20, 30, 40])])
+    proposals = {1: np.array([[40, 10, 20, 30, 0.9], [50, 40, 70, 60, 0.8]], np.float32)}  # the first: x2 < x1
+    write_proposals(proposals, str(tmp_path / "proposals.npz"))
+    cfg = dataset_cfg(tmp_path, **{"dataset.proposal": tmp_path / "proposals.npz", "dataset.PROPOSAL_NMS": 0,
+                                   "TRAIN.USE_NEG_CHIPS": True})
+    roidb, _ = load_roidb(cfg, "train")
+    np.testing.assert_array_equal(by_id(roidb)[1]["proposals"], [[50, 40, 70, 60]])
+    mine_image_chips(by_id(roidb)[1], MiningParams.from_config(cfg), 32, np.random.default_rng(0))  # no error
 
 
 def test_proposal_file_is_not_read_without_negative_chips(tmp_path):
@@ -703,3 +719,89 @@ def test_a_truncated_jpeg_with_a_complete_thumbnail_inside_is_refused(tmp_path):
     assert whole[:len(whole) - len(main) // 3].rfind(b"\xff\xd9") > 0
     with pytest.raises(IOError, match="truncated image .*exif.jpg"):
         read_image(str(tmp_path / "exif.jpg"))
+
+
+# ---------------------------------------------------------------- image paths stay inside the data
+
+
+@pytest.mark.parametrize("name", ["../../../../etc/passwd", "/etc/passwd", "a/../../b.jpg", ".."])
+def test_a_coco_file_name_leading_outside_the_image_folder_is_refused_at_load(tmp_path, name):
+    images = [image_record(1), dict(image_record(2), file_name=name)]
+    path = write_coco(str(tmp_path / "data"), "train", images[:1], [ann(1, 1, [10, 20, 30, 40])])
+    with open(path, "w") as f:  # the escaping record written without an image file
+        json.dump({"images": images, "annotations": [ann(1, 1, [10, 20, 30, 40])], "categories": CATEGORIES}, f)
+    with pytest.raises(ValueError, match=rf"COCO annotation file .*instances_train.json: image id 2 has file_name "
+                                         rf"'{re.escape(name)}', which leads outside the image folder"):
+        load_roidb(dataset_cfg(tmp_path), "train")
+
+
+def test_a_symlink_inside_the_image_folder_and_a_subfolder_name_stay_allowed(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    cv2.imwrite(str(elsewhere / "real.jpg"), np.zeros((80, 100, 3), np.uint8))
+    images = [image_record(1), dict(image_record(2), file_name="sub/./2.jpg")]
+    write_coco(str(tmp_path / "data"), "train", images, [ann(1, 1, [10, 20, 30, 40]), ann(2, 2, [0, 0, 5, 5])],
+               image_files=False)
+    folder = tmp_path / "data" / "images" / "train"
+    os.symlink(elsewhere / "real.jpg", folder / "1.jpg")  # as the COCO minival layout links val2014 images
+    (folder / "sub").mkdir()
+    cv2.imwrite(str(folder / "sub" / "2.jpg"), np.zeros((80, 100, 3), np.uint8))
+    roidb, _ = load_roidb(dataset_cfg(tmp_path, **{"TRAIN.FLIP": False}), "train")
+    assert [read_image(entry["image"]).shape for entry in roidb] == [(80, 100, 3)] * 2
+
+
+def test_a_voc_list_entry_leading_outside_the_dataset_is_refused(tmp_path):
+    root = str(tmp_path / "data")
+    write_voc(root, "2007", "trainval", {"000005": voc_xml(100, 80, [("dog", (11, 21, 40, 60), False)])})
+    with open(os.path.join(root, "VOC2007", "ImageSets", "Main", "trainval.txt"), "a") as f:
+        f.write("../../../etc/passwd\n")
+    with pytest.raises(ValueError, match=r"names image '../../../etc/passwd', which leads outside"):
+        load_roidb(dataset_cfg(tmp_path, dataset="pascal_voc"), "2007_trainval", training=False)
+
+
+# ---------------------------------------------------------------- images that would exhaust memory
+
+
+def png_header(width, height):
+    """The first bytes of a PNG declaring ``width`` x ``height`` (8-bit RGB): what a decompression bomb
+    shows before its tiny, highly compressed pixel data."""
+    import struct
+    import zlib
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    chunk = struct.pack(">I", len(ihdr)) + b"IHDR" + ihdr + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
+    return b"\x89PNG\r\n\x1a\n" + chunk
+
+
+@pytest.mark.parametrize("ext", [".png", ".jpg"])
+def test_declared_size_reads_the_header_of_real_files(tmp_path, ext):
+    from lib.dataset.image_io import declared_size
+
+    path = str(tmp_path / f"x{ext}")
+    cv2.imwrite(path, np.zeros((37, 53, 3), np.uint8))
+    with open(path, "rb") as f:
+        assert declared_size(f.read()) == (37, 53)
+    assert declared_size(b"BM not a jpeg or png") is None
+
+
+def test_an_image_declaring_too_many_pixels_is_refused_before_decoding(tmp_path, monkeypatch):
+    from lib.dataset import image_io
+
+    path = tmp_path / "bomb.png"
+    path.write_bytes(png_header(100_000, 100_000) + b"\x00" * 64)
+    monkeypatch.setattr(image_io.cv2, "imdecode", lambda *a: pytest.fail("decoded"))
+    with pytest.raises(IOError, match=r"bomb.png declares 100000x100000 pixels \(10000 Mpx\), more than "
+                                      r"dataset.MAX_IMAGE_PIXELS \(1000 Mpx\); not decoded"):
+        image_io.read_image(str(path), max_pixels=1_000_000_000)
+    # annotated small, the header says otherwise: refused with the annotated-size message, not decoded
+    entry = {"image": str(path), "height": 40, "width": 30}
+    with pytest.raises(IOError, match=r"is 100000x100000 pixels, but its annotations say 30x40"):
+        image_io.read_roidb_image(entry)
+
+
+def test_an_annotated_size_over_the_pixel_limit_is_refused_at_load(tmp_path):
+    write_coco(str(tmp_path / "data"), "train", [image_record(1), image_record(2, width=100_000, height=100_000)],
+               [ann(1, 1, [10, 20, 30, 40]), ann(2, 2, [0, 0, 10, 10])], image_files=False)
+    with pytest.raises(ValueError, match=r"image id 2 .* is annotated 100000x100000 pixels \(10000 Mpx\), more than "
+                                         r"dataset.MAX_IMAGE_PIXELS \(1000 Mpx\); 1 image\(s\) are over it"):
+        load_roidb(dataset_cfg(tmp_path), "train")

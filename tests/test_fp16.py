@@ -9,9 +9,9 @@ import pytest
 
 from conftest import build_cfg
 
-from lib.train import checkpoint
+from lib.run import checkpoint
 from lib.train.optimizer import make_optimizer_params, master_params
-from lib.train.optimizer_states import state_arrays
+from lib.run.optimizer_states import state_arrays
 from symbols import inference_symbol, training_symbol
 
 A = 21  # anchors per cell with the default ANCHOR_SCALES x ANCHOR_RATIOS

@@ -13,7 +13,7 @@ from network_helpers import bind_random, graph_nodes, inference_shapes, node_att
 
 from lib.config import load_config
 from lib.data.anchor_target import AnchorTargeter, AnchorTargetParams
-from lib.train.checkpoint import params_path
+from lib.run.checkpoint import params_path
 from lib.train.pretrained import PretrainedError, initial_params
 from symbols import get_fixed_param_names, inference_symbol, is_imagenet_parameter, training_symbol
 from symbols.bodies import BODIES

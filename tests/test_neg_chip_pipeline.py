@@ -13,7 +13,7 @@ from lib.config import load_config
 from lib.data.epoch_plan import EpochPlan, mine_images
 from lib.dataset.proposals import read_proposals
 from lib.inference.detector import Detector
-from lib.train.checkpoint import load_params
+from lib.run.checkpoint import load_params
 from chip_generator.mining import MiningParams
 from lib.pipeline.neg_chips import NegChipPipeline
 from symbols import inference_symbol

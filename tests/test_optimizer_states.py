@@ -8,9 +8,9 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from lib.train import checkpoint
+from lib.run import checkpoint
 from lib.train.optimizer import master_params
-from lib.train.optimizer_states import load_optimizer_states, read_optimizer_states, state_arrays
+from lib.run.optimizer_states import load_optimizer_states, read_optimizer_states, state_arrays
 from test_fp16 import BATCH, W16, mixed_precision_module, numpy_sgd
 
 

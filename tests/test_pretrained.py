@@ -16,7 +16,7 @@ from conftest import build_cfg
 
 from lib import gluoncv_resnet
 from lib.config import with_overrides
-from lib.train.checkpoint import params_path
+from lib.run.checkpoint import params_path
 from lib.train.pretrained import PretrainedError, initial_params
 from symbols import is_imagenet_parameter, training_symbol
 from symbols.batch_norm import BatchNormPolicy

@@ -6,7 +6,7 @@ import mxnet as mx
 import numpy as np
 
 from lib.config import load_config
-from lib.inference.proposal_layer import proposals
+from lib.ops.proposal_layer import proposals
 from symbols import inference_symbol
 
 SCALES, RATIOS = (2, 4, 7, 10, 13, 16, 24), (0.5, 1, 2)
@@ -135,7 +135,7 @@ def introsort_model(scores):
 
 
 def test_anchors_are_ranked_in_std_sort_order_ties_included():
-    from lib.inference._score_order import std_sort_descending
+    from lib.ops._score_order import std_sort_descending
 
     rng = np.random.default_rng(5)
     for size, levels in ((10, 3), (40, 4), (300, 7), (2000, 50)):

@@ -1,4 +1,4 @@
-"""A self-describing run folder (lib/run_folder.py), the Python API (Detector.from_checkpoint(MODEL)) and
+"""A self-describing run folder (lib/run/folder.py), the Python API (Detector.from_checkpoint(MODEL)) and
 the stock test graph export (tools/export_model.py), through the real entry points on a tiny run trained
 once for this file in a working directory of its own, with relative paths."""
 import json
@@ -12,7 +12,7 @@ import pytest
 
 from lib.config import load_config, with_overrides
 from lib.inference.detections import Detections
-from lib.train.checkpoint import CheckpointError
+from lib.run.checkpoint import CheckpointError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml")

@@ -15,7 +15,8 @@ from tqdm import tqdm
 
 from lib.boxes import bbox_overlaps
 from lib.config import load_config, with_overrides
-from lib.dataset import flip_boxes, load_roidb
+from lib.boxes import flip_boxes
+from lib.dataset import load_roidb
 from lib.dataset.proposals import read_proposals
 from lib.scales import ScaleSpec, pyramid
 from lib.inference import tester
@@ -23,7 +24,7 @@ from lib.inference.batching import extraction_order, part_bounds, plan_level, re
 from lib.inference.detector import DATA_NAMES, Detector, checkpoint_file, to_original, unique_rows
 from lib.inference.pipeline import RoidbImages, prepare_image
 from lib.inference.merge import in_test_range, merge_scales, scale_candidates, suppress
-from lib.train.checkpoint import checkpoint_prefix, save_checkpoint
+from lib.run.checkpoint import checkpoint_prefix, save_checkpoint
 from symbols import inference_symbol
 
 NUM_CLASSES = 3  # background and the two categories of the tiny datasets below

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from lib.config import load_config
-from lib.train import checkpoint
+from lib.run import checkpoint
 from lib.train.optimizer import make_optimizer_params, parse_lr_steps
 from lib.train import trainer
-from lib.train.run_lock import RunFolderError, run_lock
+from lib.run.lock import RunFolderError, run_lock
 from lib.train.trainer import TrainingDiverged, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -253,7 +253,7 @@ def hold_lock(folder):
     """Another process holding the run folder until its stdin closes."""
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys
-        from lib.train.run_lock import run_lock
+        from lib.run.lock import run_lock
         with run_lock({folder!r}):
             print("locked", flush=True)
             sys.stdin.read()

@@ -41,7 +41,7 @@ from lib.logger import setup_logging
 from lib.pipeline.neg_chips import (DEFAULT_RPN_EPOCHS, NegChipPipeline, eval_stage, evaluated, run_stage,
                                     summary_path, train_stage)
 from lib.pixel_budget import BASELINE_SCALE, epoch_pixel_budget
-from lib.train.checkpoint import checkpoint_prefix, load_progress, params_path
+from lib.run.checkpoint import checkpoint_prefix, load_progress, params_path
 
 logger = logging.getLogger(__name__)
 

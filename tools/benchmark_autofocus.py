@@ -27,7 +27,7 @@ from lib.inference.detector import Detector
 from lib.inference.evaluator import coco_results, evaluate_coco
 from lib.inference.pipeline import RoidbImages
 from lib.logger import setup_logging
-from lib.train.checkpoint import output_dir
+from lib.run.checkpoint import output_dir
 
 
 def main():

@@ -39,7 +39,7 @@ from lib.benchmarking import PeakMemory, markdown_table, measure
 from lib.config import with_overrides
 from lib.inference.detector import DATA_NAMES, Detector, checkpoint_file
 from lib.inference.pipeline import RoidbImages
-from lib.run_folder import add_model_arguments, config_from_model_arguments
+from lib.run.folder import add_model_arguments, config_from_model_arguments
 from lib.scales import ScaleLevel, pyramid
 from symbols import inference_symbol
 

@@ -40,7 +40,8 @@ MB = 1 << 20
 
 
 def shrink_roidb(roidb, max_side, folder):
-    """Copies of the entries with images re-encoded so the longer side is ``max_side`` (boxes scaled)."""
+    """Copies of the entries with images re-encoded so the longer side is ``max_side`` (boxes and polygons
+    scaled)."""
     written, entries = {}, []
     for entry in roidb:
         scale = min(1.0, max_side / max(entry["height"], entry["width"]))
@@ -52,9 +53,9 @@ def shrink_roidb(roidb, max_side, folder):
             written[path] = os.path.join(folder, os.path.basename(path))
             cv2.imwrite(written[path], small, [cv2.IMWRITE_JPEG_QUALITY, 90])
         height, width = read_image(written[path]).shape[:2]
-        entries.append(dict(entry, image=written[path], height=height, width=width,
-                            boxes=(entry["boxes"] * (width / entry["width"])).astype("float32"),
-                            crowd_boxes=(entry["crowd_boxes"] * (width / entry["width"])).astype("float32")))
+        scaled = {key: (entry[key] * (width / entry["width"])).astype("float32")
+                  for key in ("boxes", "crowd_boxes", "mask_coords") if key in entry}  # polygons: TRAIN.WITH_MASK
+        entries.append(dict(entry, image=written[path], height=height, width=width, **scaled))
     return entries
 
 

@@ -17,7 +17,7 @@ from gluoncv.model_zoo import get_model
 from configs.default import DEFAULTS
 from lib.atomic import atomic_path
 from lib.gluoncv_resnet import MODELS, convert
-from lib.train.checkpoint import params_path
+from lib.run.checkpoint import params_path
 
 logger = logging.getLogger("convert_gluoncv_resnet")
 

@@ -19,7 +19,7 @@ import logging
 import sys
 
 from lib.logger import setup_logging
-from lib.run_folder import add_model_arguments, config_from_model_arguments
+from lib.run.folder import add_model_arguments, config_from_model_arguments
 
 logger = logging.getLogger("export_model")
 
@@ -36,7 +36,7 @@ def main(argv=None):
     cfg = config_from_model_arguments(args)
     setup_logging()
     from lib.inference.export import export_test_graph
-    from lib.train.checkpoint import CheckpointError
+    from lib.run.checkpoint import CheckpointError
 
     try:
         paths = export_test_graph(cfg, args.out)

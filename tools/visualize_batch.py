@@ -26,7 +26,7 @@ import numpy as np
 from lib.data import ChipLoader
 from lib.data.chip_worker import ChipWorker
 from lib.dataset import load_roidb
-from lib.run_folder import add_model_arguments, config_from_model_arguments
+from lib.run.folder import add_model_arguments, config_from_model_arguments
 from lib.scales import in_valid_range
 
 GREEN, RED, BLUE, YELLOW, WHITE = (0, 200, 0), (0, 0, 255), (255, 128, 0), (0, 230, 255), (255, 255, 255)

@@ -19,7 +19,7 @@ from chip_generator.mining import MiningParams, draw_epoch_stride, mine_image_ch
 from lib.dataset import load_roidb, read_image
 from lib.drawing import draw_boxes, legend, line_width, pad_to_height, title
 from lib.logger import setup_logging
-from lib.run_folder import add_model_arguments, config_from_model_arguments
+from lib.run.folder import add_model_arguments, config_from_model_arguments
 
 logger = logging.getLogger("visualize_chips")
 PANEL_HEIGHT = 540  # display height of every panel, in pixels

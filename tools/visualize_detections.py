@@ -26,7 +26,7 @@ import numpy as np
 
 from lib.dataset import load_roidb, read_image
 from lib.drawing import class_palette, draw_boxes, draw_detections, grid, legend
-from lib.run_folder import add_model_arguments, config_from_model_arguments
+from lib.run.folder import add_model_arguments, config_from_model_arguments
 
 GT_COLOUR = (255, 255, 255)  # BGR: white, a colour no class has (lib.drawing.class_palette)
 CELL_WIDTH = 640  # each image is shown this wide

@@ -25,7 +25,7 @@ from lib.inference.detector import Detector
 from lib.inference.focus_chips import focus_pixel_boxes
 from lib.inference.pipeline import RoidbImages
 from lib.logger import setup_logging
-from lib.train.checkpoint import output_dir
+from lib.run.checkpoint import output_dir
 
 PANEL_HEIGHT = 540
 TITLE_HEIGHT = 28

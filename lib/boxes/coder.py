@@ -1,4 +1,4 @@
-"""Faster R-CNN box-delta parameterisation for inclusive-pixel boxes, and clipping to an image.
+"""Faster R-CNN box-delta parameterisation for inclusive-pixel boxes, clipping to an image and mirroring.
 
 A box of width ``w = x2 - x1 + 1`` has its centre at ``x1 + 0.5 * (w - 1)``; deltas are
 ``dx = (gx - x) / w, dy = (gy - y) / h, dw = log(gw / w), dh = log(gh / h)``, divided by ``stds``.
@@ -92,3 +92,12 @@ def clip_boxes(boxes, height, width):
         raise ValueError(f"clip_boxes: height and width must be positive, got {height} x {width}")
     upper = np.tile(np.array([width - 1, height - 1, width - 1, height - 1], dtype=boxes.dtype), boxes.shape[1] // 4)
     return np.clip(boxes, 0, upper)
+
+
+def flip_boxes(boxes, width):
+    """Mirror inclusive boxes horizontally in an image ``width`` pixels wide."""
+    boxes = np.asarray(boxes, dtype=np.float32).reshape(-1, 4)
+    flipped = boxes.copy()
+    flipped[:, 0] = width - 1 - boxes[:, 2]
+    flipped[:, 2] = width - 1 - boxes[:, 0]
+    return flipped

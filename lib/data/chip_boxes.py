@@ -8,19 +8,42 @@ RPN targets and from ``gt_boxes``. A box is valid when the miner says so (chip_g
 boxes the chip is assigned); the others are kept as invalid boxes: the RPN ignores anchors around them
 and the network sees them among ``gt_boxes``, in image order, without a flag.
 """
+from typing import NamedTuple
+
 import numpy as np
+
+
+def chip_origin(im_scale, chip):
+    """The top-left corner of ``chip`` (scaled-image pixels) in original pixels, float32 (x, y)."""
+    return np.array([chip[0] / im_scale, chip[1] / im_scale], np.float32)
 
 
 def boxes_in_chip(boxes, im_scale, chip, round_boxes):
     """Boxes (N, 4) in original pixels -> float32 (N, 4) in the pixels of ``chip`` (scaled-image
     pixels), unclipped, rounded to whole pixels (half to even) with ``round_boxes``."""
-    origin = np.float32(chip[0] / im_scale), np.float32(chip[1] / im_scale)
-    moved = (np.asarray(boxes, np.float32).reshape(-1, 4) - np.array(origin * 2, np.float32)) * np.float32(im_scale)
+    origin = np.tile(chip_origin(im_scale, chip), 2)
+    moved = (np.asarray(boxes, np.float32).reshape(-1, 4) - origin) * np.float32(im_scale)
     return np.round(moved) if round_boxes else moved
 
 
+class ChipBoxes(NamedTuple):
+    """The boxes a chip shows: ``rows`` (K,) their indices in the entry, ``boxes`` (K, 4) in chip pixels,
+    ``classes`` (K,), ``valid`` (K,) bool."""
+
+    rows: np.ndarray
+    boxes: np.ndarray
+    classes: np.ndarray
+    valid: np.ndarray
+
+
 def chip_gt_boxes(boxes, gt_classes, valid, im_scale, chip, min_size, input_size, round_boxes):
-    """``(boxes (K, 4) chip pixels, classes (K,), valid (K,) bool)`` of the boxes the chip shows.
+    """``(boxes (K, 4) chip pixels, classes (K,), valid (K,) bool)`` of the boxes the chip shows
+    (``select_chip_boxes`` without the rows)."""
+    return tuple(select_chip_boxes(boxes, gt_classes, valid, im_scale, chip, min_size, input_size, round_boxes)[1:])
+
+
+def select_chip_boxes(boxes, gt_classes, valid, im_scale, chip, min_size, input_size, round_boxes):
+    """``ChipBoxes`` of the boxes the chip shows.
 
     ``valid``: (N,) mask over the image's boxes, the miner's decision for this chip. Boxes are clipped
     to the ``input_size`` square of the network input; kept boxes overlap the chip and have a clipped
@@ -40,7 +63,7 @@ def chip_gt_boxes(boxes, gt_classes, valid, im_scale, chip, min_size, input_size
     kept, kept_valid = clipped[keep], np.asarray(valid, bool).reshape(-1)[keep]
     if kept_valid.any() and not kept_valid.all():
         kept_valid = kept_valid | (kept[:, None, :] == kept[kept_valid][None, :, :]).all(axis=2).any(axis=1)
-    return kept, np.asarray(gt_classes).reshape(-1)[keep], kept_valid
+    return ChipBoxes(np.flatnonzero(keep), kept, np.asarray(gt_classes).reshape(-1)[keep], kept_valid)
 
 
 def chip_valid_range(valid_range, im_scale, input_size):

@@ -13,12 +13,14 @@ import numpy as np
 from chip_generator.mining import MiningParams
 from lib.data.anchor_target import AnchorTargeter, AnchorTargetParams
 from lib.data.batch_ring import Field
-from lib.data.chip_boxes import chip_gt_boxes, chip_valid_range, pack_gt_boxes
+from lib.data.chip_boxes import chip_valid_range, pack_gt_boxes, select_chip_boxes
 from lib.data.chip_image import render_chip
+from lib.data.chip_masks import MAX_POLYGON_LEN, chip_gt_masks
 from lib.data.epoch_plan import mine_images
 from lib.data.focus_labels import FocusLabelParams, focus_labels
 from lib.data.image_cache import DecodedImageCache
-from lib.dataset.image_io import check_annotated_size, read_image
+from lib.dataset.image_io import read_roidb_image
+from lib.dataset.polygons import select_polygons
 from lib.scales import scaled_image_size
 
 
@@ -38,7 +40,14 @@ def batch_fields(cfg, targeter, rpn_only):
     focus = focus_params(cfg, rpn_only)
     if focus is not None:  # AutoFocus: the FocusPixel labels of the chip's feature cells, row-major
         fields.append(Field("scale_label", (focus.map_size ** 2,), is_label=True))
+    if with_masks(cfg, rpn_only):  # the polygons of the gt_boxes rows (lib.data.chip_masks)
+        fields.append(Field("gt_masks", (max_gt, MAX_POLYGON_LEN), is_label=True))
     return fields
+
+
+def with_masks(cfg, rpn_only):
+    """Whether batches carry ``gt_masks`` (TRAIN.WITH_MASK; the RPN-only graph has no mask branch)."""
+    return bool(cfg.TRAIN.WITH_MASK) and not rpn_only
 
 
 def focus_params(cfg, rpn_only):
@@ -65,6 +74,7 @@ class ChipWorker:
         # filled only in the process that builds chips (a forked worker starts with the parent's empty one)
         self.images = DecodedImageCache(int(cfg.TRAIN.IMAGE_CACHE_MB * (1 << 20)))
         self.focus = focus_params(cfg, rpn_only)
+        self.with_masks = with_masks(cfg, rpn_only)
 
     @staticmethod
     @contextlib.contextmanager
@@ -103,8 +113,7 @@ class ChipWorker:
         entry = self.roidb[chip.image_index]
         start = time.perf_counter()
         try:
-            image, decoded_now = self.images.get(entry["image"], read_image)
-            check_annotated_size(entry, image)
+            image, decoded_now = self.images.get(entry["image"], lambda _: read_roidb_image(entry))
         except IOError as err:
             return ("bad_image", tag, position, entry["image"], str(err))
         decoded = time.perf_counter()
@@ -114,7 +123,7 @@ class ChipWorker:
                               self.channel_order, self.crop, arrays["data"][position])
         rendered = time.perf_counter()
 
-        boxes, classes, valid = self.chip_boxes(entry, chip)
+        rows, boxes, classes, valid = self.select_boxes(entry, chip)
         size = self.mining.chip_size
         border_of = content if self.border_of_content else (size, size)  # TRAIN.RPN_ANCHOR_BORDER
         rng = np.random.default_rng(seed)
@@ -127,6 +136,8 @@ class ChipWorker:
             valid_range = self.mining.levels[chip.scale_index].valid_range
             arrays["valid_ranges"][position] = chip_valid_range(valid_range, chip.im_scale, size)
             dropped = pack_gt_boxes(boxes, classes, arrays["gt_boxes"][position])
+        if self.with_masks:
+            chip_gt_masks(select_polygons(entry, rows), classes, chip.im_scale, chip.box, arrays["gt_masks"][position])
         if self.focus is not None:  # from every gt box of the image, whatever the chip's valid boxes
             arrays["scale_label"][position] = focus_labels(entry["boxes"], chip.im_scale, chip.box, self.focus).ravel()
         done = time.perf_counter()
@@ -134,8 +145,12 @@ class ChipWorker:
 
     def chip_boxes(self, entry, chip):
         """(boxes in chip pixels, classes, valid) of the entry's boxes ``chip`` shows (lib.data.chip_boxes)."""
-        return chip_gt_boxes(entry["boxes"], entry["gt_classes"], chip.valid_mask(len(entry["boxes"])), chip.im_scale,
-                             chip.box, self.min_gt_size, self.mining.chip_size, self.round_gt)
+        return tuple(self.select_boxes(entry, chip)[1:])
+
+    def select_boxes(self, entry, chip):
+        """``ChipBoxes`` (rows in the entry, boxes in chip pixels, classes, valid) of the boxes ``chip`` shows."""
+        return select_chip_boxes(entry["boxes"], entry["gt_classes"], chip.valid_mask(len(entry["boxes"])),
+                                 chip.im_scale, chip.box, self.min_gt_size, self.mining.chip_size, self.round_gt)
 
     def input_extent(self, entry, chip):
         """(height, width) the network is told a chip has (``im_info``; the proposals are clipped to it): the

@@ -5,6 +5,7 @@ skipped or clipped, never silently: a ``BoxReport`` counts them per reason with 
 one summary per dataset, so a bad file shows up in the log instead of in the training loss.
 """
 import logging
+import os
 from collections import defaultdict
 
 import numpy as np
@@ -78,6 +79,16 @@ def clean_boxes(corners, height, width, refs, report):
     clipped = np.clip(kept, 0, upper[keep])
     report.fix("clipped to the image", refs[keep][(clipped != kept).any(axis=1)])
     return keep, clipped.astype(np.float32)
+
+
+def escapes_folder(name):
+    """Whether an image name from an annotation file (``file_name``, a list-file entry) would resolve
+    outside the folder it is joined to: absolute, or climbing out with ``..``. The rule is lexical, on
+    the name alone: a symlink inside the folder that points elsewhere (the COCO minival layout links its
+    images from ``val2014``) stays allowed, since the user put it there; a name an annotation file chose
+    cannot reach files the user did not put beside the data."""
+    normal = os.path.normpath(name)
+    return os.path.isabs(name) or normal == os.pardir or normal.startswith(os.pardir + os.sep)
 
 
 def make_entry(image_path, image_id, height, width, boxes, gt_classes, crowd_boxes, difficult=None):

@@ -9,6 +9,11 @@ instead (images and categories only): it loads for testing, with entries without
 tester writes its results without evaluating them. test-dev's images live in COCO's
 ``test{year}`` folder, so ``images/test{year}/`` serves ``test-dev{year}`` unless
 ``images/test-dev{year}/`` exists.
+
+With ``masks`` (TRAIN.WITH_MASK) the entries also carry each box's polygons (lib/dataset/polygons.py),
+read as the reference reads them: the polygons of a ``segmentation`` list with at least 3 points, none
+for an RLE-only annotation (its box trains with an empty mask); crowd annotations have no box among the
+training boxes (they are ``crowd_boxes``), so no polygons either.
 """
 import contextlib
 import io
@@ -19,7 +24,8 @@ import re
 import numpy as np
 from tqdm import tqdm
 
-from lib.dataset.annotations import BoxReport, clean_boxes, make_entry, split_image_sets
+from lib.dataset.annotations import BoxReport, clean_boxes, escapes_folder, make_entry, split_image_sets
+from lib.dataset.polygons import pack_polygons
 from lib.errors import DataError, DataFileError
 
 
@@ -81,6 +87,10 @@ def _check_image(image, path):
         raise DataError(f"COCO annotation file {path}: image record {str(image)[:200]} has no integer 'id'")
     if type(image.get("file_name")) is not str:
         raise DataError(f"COCO annotation file {path}: image id {image['id']} has no 'file_name'")
+    if escapes_folder(image["file_name"]):
+        raise DataError(f"COCO annotation file {path}: image id {image['id']} has file_name "
+                        f"{image['file_name']!r}, which leads outside the image folder (image paths must stay "
+                        f"inside it; a symlink placed inside it may point elsewhere)")
     for key in ("width", "height"):
         value = _number(image.get(key))
         if value is None or not value >= 1:  # NaN fails too
@@ -101,6 +111,30 @@ def _check_annotation(ann, path, index_of, label_of, seen_annotations):
     if not _is_int(ann.get("category_id")) or ann["category_id"] not in label_of:
         raise DataError(f"COCO annotation file {path}: annotation {ann['id']} has category_id "
                         f"{ann.get('category_id')!r}, which is not in its 'categories' list")
+
+
+def _polygons(ann, report):
+    """The polygons of a non-crowd annotation as (2K,) float64 arrays: those of its ``segmentation`` list with
+    at least 6 coordinates (the reference's rule), none for RLE. Malformed polygons (not a list of finite
+    numbers, odd length) are left out and counted, as are the short ones; the box is kept either way."""
+    segmentation = ann.get("segmentation")
+    if type(segmentation) is not list:
+        report.fix("no polygon segmentation (RLE or none): trained with an empty mask", [ann["id"]])
+        return []
+    polygons = []
+    for polygon in segmentation:
+        try:
+            coords = np.array(polygon, np.float64) if type(polygon) is list else None
+        except (TypeError, ValueError):
+            coords = None
+        if coords is None or coords.ndim != 1 or len(coords) % 2 or not np.isfinite(coords).all():
+            report.fix("malformed polygon (not an even-length list of finite numbers) left out of its mask",
+                       [ann["id"]])
+        elif len(coords) < 6:
+            report.fix("polygon of fewer than 3 points left out of its mask", [ann["id"]])
+        else:
+            polygons.append(coords)
+    return polygons
 
 
 def annotation_file(dataset_path, image_set):
@@ -148,8 +182,9 @@ class CocoDataset:
     def num_classes(self):
         return len(self.classes)
 
-    def load_entries(self):
-        """Unflipped roidb entries of every image, in file order; also sets classes and image ids."""
+    def load_entries(self, masks=False):
+        """Unflipped roidb entries of every image, in file order, with the boxes' polygons when ``masks``; also
+        sets classes and image ids."""
         report = BoxReport(f"COCO {self.image_set} ({', '.join(self.annotation_files)})")
         entries, first_file, seen_annotations = [], {}, set()
         for image_set, path in zip(self.image_sets, self.annotation_files):
@@ -164,14 +199,15 @@ class CocoDataset:
                     f"joined image sets must share them")
             label_of = {cat_id: label for label, cat_id in enumerate(self.category_ids) if label}
             image_dir = image_folder(self.dataset_path, image_set)
-            entries += self._file_entries(data, path, image_dir, label_of, report, first_file, seen_annotations)
+            entries += self._file_entries(data, path, image_dir, label_of, report, first_file, seen_annotations,
+                                          masks)
         report.log()
         self.box_report = report.counts()
         self.image_ids = [entry["id"] for entry in entries]
         return entries
 
     @staticmethod
-    def _file_entries(data, path, image_dir, label_of, report, first_file, seen_annotations):
+    def _file_entries(data, path, image_dir, label_of, report, first_file, seen_annotations, masks):
         """Entries of one file: ids checked per record, boxes checked in one vectorised pass, split by image."""
         images = data["images"]
         index_of = {}
@@ -218,9 +254,12 @@ class CocoDataset:
         for index, image in enumerate(images):
             image_rows, image_boxes = rows[bounds[index]:bounds[index + 1]], boxes[bounds[index]:bounds[index + 1]]
             is_crowd = crowd[image_rows]
-            entries.append(make_entry(
+            entry = make_entry(
                 os.path.join(image_dir, image["file_name"]), image["id"], image["height"], image["width"],
-                image_boxes[~is_crowd], labels[image_rows][~is_crowd], image_boxes[is_crowd]))
+                image_boxes[~is_crowd], labels[image_rows][~is_crowd], image_boxes[is_crowd])
+            if masks:
+                entry.update(pack_polygons([_polygons(anns[row], report) for row in image_rows[~is_crowd]]))
+            entries.append(entry)
         return entries
 
     @property

@@ -5,6 +5,10 @@ channel, 16-bit samples), so the rest of the pipeline never branches on image fo
 
 A truncated JPEG or PNG is refused: the decoders fill the missing rows with grey and report nothing,
 so a file cut short by an interrupted copy would otherwise be trained on, or tested, silently.
+
+A JPEG or PNG whose header declares more pixels than allowed (``dataset.MAX_IMAGE_PIXELS``), or another
+size than its annotations, is refused before it is decoded: a small file can decode to gigapixels (a
+decompression bomb) and take the process down by memory.
 """
 import re
 
@@ -64,14 +68,49 @@ def _png_truncated(data):
     return True
 
 
-def read_image(path):
+# JPEG start-of-frame markers (which carry the frame's size): C0-CF but DHT (C4), JPG (C8) and DAC (CC)
+_JPEG_FRAMES = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+
+
+def declared_size(data):
+    """``(height, width)`` that a JPEG or PNG's header declares, read without decoding a pixel; None for
+    other formats or a header this walk does not understand (their decoders keep their own limits)."""
+    if data.startswith(_PNG_SIGNATURE) and data[12:16] == b"IHDR" and len(data) >= 24:
+        return int.from_bytes(data[20:24], "big"), int.from_bytes(data[16:20], "big")
+    if not data.startswith(_JPEG_START):
+        return None
+    pos = 2
+    while pos + 4 <= len(data) and data[pos] == 0xFF:
+        marker = data[pos + 1]
+        if marker == 0xFF:
+            pos += 1
+        elif marker in _JPEG_FRAMES:
+            return (int.from_bytes(data[pos + 5:pos + 7], "big"), int.from_bytes(data[pos + 7:pos + 9], "big")) \
+                if pos + 9 <= len(data) else None
+        elif 0xD0 <= marker <= 0xD9 or marker == 0x01:  # no length; a scan or the end before any frame
+            return None
+        else:
+            pos += 2 + int.from_bytes(data[pos + 2:pos + 4], "big")
+    return None
+
+
+def read_image(path, max_pixels=None, expected_size=None):
     """Return the image at ``path`` as BGR uint8 (H, W, 3); raise IOError naming the file otherwise
-    (unreadable, not an image, or a JPEG/PNG cut short)."""
+    (unreadable, not an image, or a JPEG/PNG cut short). Before decoding, a JPEG/PNG declaring more than
+    ``max_pixels`` pixels, or a size other than ``expected_size`` (height, width: the annotated one), is
+    refused."""
     try:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as err:
         raise DataFileError(f"cannot read image {path}: {err.strerror or err}") from None
+    size = declared_size(data)
+    if size is not None and max_pixels and size[0] * size[1] > max_pixels:
+        raise DataFileError(f"image {path} declares {size[1]}x{size[0]} pixels ({size[0] * size[1] / 1e6:.0f} Mpx), "
+                            f"more than dataset.MAX_IMAGE_PIXELS ({max_pixels / 1e6:.0f} Mpx); not decoded (a "
+                            f"decompression bomb, or raise the limit for a genuine large image)")
+    if size is not None and expected_size is not None and size != tuple(expected_size):
+        raise DataFileError(size_mismatch(path, size, expected_size))
     if data.startswith(_JPEG_START) and _jpeg_truncated(data) or \
             data.startswith(_PNG_SIGNATURE) and _png_truncated(data):
         raise DataFileError(f"truncated image {path}: the file ends before its end-of-image marker "
@@ -86,8 +125,13 @@ def read_image(path):
 
 def read_roidb_image(entry):
     """The image of a roidb entry (``read_image``), refused when its size is not the annotated one
-    (``check_annotated_size``)."""
-    return check_annotated_size(entry, read_image(entry["image"]))
+    (``check_annotated_size``; from the header, before decoding, for JPEG and PNG)."""
+    return check_annotated_size(entry, read_image(entry["image"], expected_size=(entry["height"], entry["width"])))
+
+
+def size_mismatch(path, size, annotated):
+    """The message of an image whose (height, width) ``size`` is not its ``annotated`` one."""
+    return f"image {path} is {size[1]}x{size[0]} pixels, but its annotations say {annotated[1]}x{annotated[0]}"
 
 
 def check_annotated_size(entry, image):
@@ -95,6 +139,5 @@ def check_annotated_size(entry, image):
     canvases are all planned from the annotated size); training's loader and the tester give the same
     message."""
     if image.shape[:2] != (entry["height"], entry["width"]):
-        raise DataFileError(f"image {entry['image']} is {image.shape[1]}x{image.shape[0]} pixels, but its "
-                            f"annotations say {entry['width']}x{entry['height']}")
+        raise DataFileError(size_mismatch(entry["image"], image.shape[:2], (entry["height"], entry["width"])))
     return image

@@ -14,7 +14,7 @@ import xml.etree.ElementTree as ET
 
 from tqdm import tqdm
 
-from lib.dataset.annotations import BoxReport, clean_boxes, make_entry, split_image_sets
+from lib.dataset.annotations import BoxReport, clean_boxes, escapes_folder, make_entry, split_image_sets
 from lib.errors import DataError, DataFileError
 
 VOC_CLASSES = (
@@ -104,6 +104,10 @@ class PascalVocDataset:
                         names.extend((year, line.split()[0]) for line in f if line.strip())
                 except (OSError, UnicodeDecodeError) as err:
                     raise DataFileError(f"cannot read Pascal VOC image list {path}: {err}") from None
+            escaping = next((name for _, name in names if escapes_folder(name)), None)
+            if escaping is not None:
+                raise DataError(f"Pascal VOC image list of {self.image_set!r} names image {escaping!r}, which "
+                                f"leads outside the dataset's folders (names must stay inside them)")
             self._names = names
         return self._names
 

@@ -9,14 +9,12 @@ dataset.INTEGER_BOXES and dataset.PROPOSAL_NMS; docs/reference_differences.md).
 """
 import numpy as np
 
-from lib.boxes import nms
+from lib.boxes import flip_boxes, nms
 
 
 def truncate_to_whole_pixels(roidb):
     """The training roidb with every box coordinate of the unflipped entries truncated toward zero, and
     the flipped entries mirrored from those (so a mirrored box is exactly the mirror of the integer one)."""
-    from lib.dataset.roidb import flip_boxes  # lib.dataset.roidb applies this rule
-
     unflipped = {entry["id"]: dict(entry, boxes=np.trunc(entry["boxes"]).astype(np.float32))
                  for entry in roidb if not entry["flipped"]}
     return [dict(entry, boxes=flip_boxes(unflipped[entry["id"]]["boxes"], entry["width"])) if entry["flipped"]

@@ -24,9 +24,11 @@ import numpy as np
 from tqdm import tqdm
 
 from lib.atomic import write_bytes
+from lib.boxes import flip_boxes
 from lib.config import ConfigError
 from lib.dataset.coco import CocoDataset
 from lib.dataset.pascal_voc import PascalVocDataset
+from lib.dataset.polygons import flip_polygons, select_polygons
 from lib.dataset.proposals import read_proposals
 from lib.dataset.reference_rules import suppress_pooled_proposals, truncate_to_whole_pixels
 from lib.dataset.synthetic import ensure_synthetic_dataset
@@ -62,8 +64,9 @@ def load_roidb(cfg, image_set, training=True):
     """``(roidb, dataset)`` for ``image_set``.
 
     Training: images without usable boxes are dropped, VOC difficult objects become ignore regions
-    (``crowd_boxes``), mirrored copies are appended when ``cfg.TRAIN.FLIP``, and proposals are
-    attached when ``cfg.dataset.proposal`` names a file. Test: every image, in the dataset's order,
+    (``crowd_boxes``), mirrored copies are appended when ``cfg.TRAIN.FLIP``, proposals are attached
+    when ``cfg.dataset.proposal`` names a file, and with ``cfg.TRAIN.WITH_MASK`` (COCO-format sets only)
+    every box has its polygons (lib/dataset/polygons.py). Test: every image, in the dataset's order,
     with all its boxes and their ``difficult`` flags (the VOC evaluator's ground truth).
     An image file missing from disk is an error listing the first few, not a skip: a silently
     smaller dataset would change training and make AP incomparable. The project's synthetic
@@ -71,17 +74,22 @@ def load_roidb(cfg, image_set, training=True):
     """
     dataset = make_dataset(cfg, image_set)
     flip = bool(training and cfg.TRAIN.FLIP)
-    cache_path = _cache_path(cfg.dataset.root_path, dataset, training, flip)
+    masks = bool(training and cfg.TRAIN.WITH_MASK)
+    if masks and dataset.kind != "coco":
+        raise ValueError(f"config key TRAIN.WITH_MASK: instance masks need a COCO-format dataset (polygons), "
+                         f"but dataset.dataset is {cfg.dataset.dataset!r}")
+    cache_path = _cache_path(cfg.dataset.root_path, dataset, training, flip, masks)
     cached = _read_cache(cache_path)
     if cached is not None:
         dataset, roidb = cached
         logger.info("roidb of %s %r: %d entries from cache %s", dataset.kind, image_set, len(roidb), cache_path)
     else:
-        entries = dataset.load_entries()
+        entries = dataset.load_entries(masks=True) if masks else dataset.load_entries()
         roidb = training_roidb(entries, flip) if training else entries
         _write_cache(cache_path, (dataset, roidb))
         logger.info("roidb of %s %r: %d entries, cached to %s", dataset.kind, image_set, len(roidb), cache_path)
     check_num_classes(cfg, dataset)
+    check_image_sizes(roidb, dataset, cfg.dataset.MAX_IMAGE_PIXELS)
     check_image_files(roidb)
     if training and cfg.dataset.INTEGER_BOXES:
         roidb = truncate_to_whole_pixels(roidb)
@@ -90,20 +98,13 @@ def load_roidb(cfg, image_set, training=True):
     return roidb, dataset
 
 
-def flip_boxes(boxes, width):
-    """Mirror inclusive boxes horizontally in an image ``width`` pixels wide."""
-    boxes = np.asarray(boxes, dtype=np.float32).reshape(-1, 4)
-    flipped = boxes.copy()
-    flipped[:, 0] = width - 1 - boxes[:, 2]
-    flipped[:, 2] = width - 1 - boxes[:, 0]
-    return flipped
-
-
 def flip_entry(entry):
     """The mirrored copy of an unflipped entry (the loader flips the pixels when ``flipped``)."""
     flipped = dict(entry, flipped=True)
     for key in ("boxes", "crowd_boxes"):
         flipped[key] = flip_boxes(entry[key], entry["width"])
+    if "mask_coords" in entry:
+        flipped["mask_coords"] = flip_polygons(entry["mask_coords"], entry["width"])
     return flipped
 
 
@@ -114,6 +115,8 @@ def training_roidb(entries, flip):
         entry = dict(entry)
         difficult = entry.pop("difficult")
         entry["crowd_boxes"] = np.concatenate([entry["crowd_boxes"], entry["boxes"][difficult]])
+        if "mask_counts" in entry:
+            entry.update(select_polygons(entry, ~difficult))
         entry["boxes"] = entry["boxes"][~difficult]
         entry["gt_classes"] = entry["gt_classes"][~difficult]
         (usable if len(entry["boxes"]) else dropped).append(entry)
@@ -124,6 +127,18 @@ def training_roidb(entries, flip):
         raise DataError(f"none of the {len(entries)} training images has a usable box (every box is invalid, "
                         f"difficult or of an unknown class: see the warnings above); check the annotations")
     return usable + [flip_entry(entry) for entry in usable] if flip else usable
+
+
+def check_image_sizes(roidb, dataset, max_pixels):
+    """Every annotated image size must be within ``max_pixels`` (dataset.MAX_IMAGE_PIXELS): refused at load,
+    before anything decodes it or plans chips over it."""
+    sizes = np.array([entry["height"] * entry["width"] for entry in roidb], dtype=np.float64)
+    if len(sizes) and sizes.max() > max_pixels:
+        entry = roidb[int(np.argmax(sizes))]
+        raise ValueError(f"{dataset.kind} image set {dataset.image_set!r}: image id {entry['id']} ({entry['image']}) "
+                         f"is annotated {entry['width']}x{entry['height']} pixels ({sizes.max() / 1e6:.0f} Mpx), "
+                         f"more than dataset.MAX_IMAGE_PIXELS ({max_pixels / 1e6:.0f} Mpx); {len({e['id'] for e, s in zip(roidb, sizes) if s > max_pixels})} "
+                         f"image(s) are over it: fix their annotated sizes, or raise the limit for genuine large images")
 
 
 def check_num_classes(cfg, dataset):
@@ -150,15 +165,18 @@ def attach_proposals(roidb, path, nms_thresh=0.0):
     """Set ``entry["proposals"]`` (P, 4) from a proposal file (``lib.dataset.proposals``: ``{image_id: (P, 5)
     [box, score]}``).
 
-    Boxes are in original, unflipped pixels; flipped entries get mirrored copies. Proposals sharing no
-    pixel with their image (x1 > width - 1, y1 > height - 1, x2 < 0 or y2 < 0) or not finite are dropped:
-    clamped, they would become degenerate boxes in the corners; the drops are counted in one warning.
+    Boxes are in original, unflipped pixels; flipped entries get mirrored copies. Proposals that cannot
+    seed a chip are dropped, counted by reason in one warning per file: not finite, inverted or empty
+    (x2 < x1 or y2 < y1: the chip generator refuses them), or sharing no pixel with their image
+    (x1 > width - 1, y1 > height - 1, x2 < 0 or y2 < 0: clamped, they would become degenerate boxes in the
+    corners).
     Then each image's proposals go through NMS at ``nms_thresh`` (dataset.PROPOSAL_NMS; 0 or a file
     without scores: none). Images absent from the file get an empty (0, 4) array and are counted in one
     log line.
     """
     proposals = read_proposals(path)
     missing, kept, dropped = [], {}, {}
+    reasons = dict.fromkeys(PROPOSAL_DROP_REASONS, 0)
     for entry in roidb:
         image_id = entry["id"]
         if image_id not in proposals:
@@ -168,29 +186,41 @@ def attach_proposals(roidb, path, nms_thresh=0.0):
             continue
         if image_id not in kept:  # once per image, the mirrored entry mirrors the result
             boxes = proposals[image_id]
-            inside = _inside_image(boxes, entry["width"], entry["height"])
-            if not inside.all():
-                dropped[image_id] = int(np.sum(~inside))
-                boxes = boxes[inside]
+            reason = proposal_drop_reasons(boxes, entry["width"], entry["height"])
+            if reason.any():
+                dropped[image_id] = int(np.count_nonzero(reason))
+                for code, name in enumerate(PROPOSAL_DROP_REASONS, start=1):
+                    reasons[name] += int(np.count_nonzero(reason == code))
+                boxes = boxes[reason == 0]
             if nms_thresh and boxes.shape[1] == 5:
                 boxes = suppress_pooled_proposals(boxes, nms_thresh)
             kept[image_id] = boxes
         boxes = kept[image_id]
         entry["proposals"] = flip_boxes(boxes[:, :4], entry["width"]) if entry["flipped"] else boxes[:, :4].copy()
     if dropped:
-        logger.warning("proposal file %s: dropped %d proposals lying entirely outside their image (or not finite) "
-                       "in %d images (e.g. %s)", path, sum(dropped.values()), len(dropped),
-                       ", ".join(f"image id {i}: {n}" for i, n in list(dropped.items())[:MAX_LISTED]))
+        logger.warning("proposal file %s: dropped %d proposals (%s) in %d images (e.g. %s)", path,
+                       sum(dropped.values()), ", ".join(f"{n} {name}" for name, n in reasons.items() if n),
+                       len(dropped), ", ".join(f"image id {i}: {n}" for i, n in list(dropped.items())[:MAX_LISTED]))
     if missing:
         logger.warning("proposal file %s has no proposals for %d of %d images (e.g. image ids %s); they get none",
                        path, len(missing), sum(not e["flipped"] for e in roidb),
                        ", ".join(str(i) for i in missing[:MAX_LISTED]))
 
 
-def _inside_image(boxes, width, height):
-    """Per box: finite and sharing at least one pixel with a ``width`` x ``height`` image (inclusive boxes)."""
-    x1, y1, x2, y2 = boxes[:, 0], boxes[:, 1], boxes[:, 2], boxes[:, 3]
-    return (np.isfinite(boxes[:, :4]).all(axis=1) & (x1 <= width - 1) & (y1 <= height - 1) & (x2 >= 0) & (y2 >= 0))
+# why a proposal cannot seed a chip, in the order checked (code = position + 1; 0: kept)
+PROPOSAL_DROP_REASONS = ("not finite", "inverted or empty", "outside their image")
+
+
+def proposal_drop_reasons(boxes, width, height):
+    """Per box, 0 when it is usable (finite, x2 >= x1 and y2 >= y1, sharing at least one pixel with a
+    ``width`` x ``height`` image, inclusive boxes), else the code of the first reason it is not."""
+    coords = boxes[:, :4]
+    finite = np.isfinite(coords).all(axis=1)
+    with np.errstate(invalid="ignore"):
+        x1, y1, x2, y2 = coords.T
+        upright = (x2 >= x1) & (y2 >= y1)
+        inside = (x1 <= width - 1) & (y1 <= height - 1) & (x2 >= 0) & (y2 >= 0)
+    return np.select([~finite, ~upright, ~inside], [1, 2, 3], 0)
 
 
 def _file_digest(path):
@@ -204,13 +234,14 @@ def _file_digest(path):
     return digest.hexdigest()
 
 
-def _cache_path(root_path, dataset, training, flip):
+def _cache_path(root_path, dataset, training, flip, masks):
     """Cache file named after the dataset and a hash of its annotation files and the options."""
     files = dataset.annotation_files
-    key = hashlib.sha1(json.dumps({
-        "version": CACHE_VERSION, "kind": dataset.kind, "path": dataset.dataset_path,
-        "image_set": dataset.image_set, "training": training, "flip": flip,
-    }, sort_keys=True).encode())
+    options = {"version": CACHE_VERSION, "kind": dataset.kind, "path": dataset.dataset_path,
+               "image_set": dataset.image_set, "training": training, "flip": flip}
+    if masks:  # only then, so that the caches of box-only training keep their names
+        options["masks"] = True
+    key = hashlib.sha1(json.dumps(options, sort_keys=True).encode())
     for path in tqdm(files, desc="hashing annotations", leave=False, disable=len(files) < 100):
         key.update(os.path.relpath(path, dataset.dataset_path).encode())
         key.update(_file_digest(path).encode())

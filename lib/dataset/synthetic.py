@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 
 CLASSES = ("circle", "square", "triangle", "cross", "star")
 CLASS_HUES = (0, 60, 110, 28, 150)  # OpenCV hue (0-179): red, green, blue, yellow, magenta
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2  # 2: segmentation polygons cover the drawn pixels (half a pixel wider); images and boxes as in 1
 MANIFEST = "synthetic.json"
 # (split, random stream, first image id): ids stay unique when the splits are joined.
 SPLITS = (("train", 0, 1), ("val", 1, 1_000_001))
@@ -256,10 +256,31 @@ def render_image(rng):
     return np.clip(noisy, 0, 255, out=noisy).astype(np.uint8), objects
 
 
+# cv2's antialiased fill covers a polygon's outline and half a pixel beyond it (a vertex at pixel centre i
+# fills pixel i whole): the segmentation is the outline moved out by this much, so that it rasterises to
+# the pixels drawn (pycocotools.mask); the box and the area stay those of the outline.
+DRAWN_MARGIN = 0.5
+MAX_MITER = 2.0  # a corner's outward shift, in margins (sharp tips move less than the exact miter)
+
+
+def _drawn_outline(points, margin=DRAWN_MARGIN):
+    """The closed polygon ``points`` (K, 2) with every edge moved ``margin`` px outwards (mitred corners)."""
+    x, y = points[:, 0], points[:, 1]
+    orientation = np.sign(np.dot(x, np.roll(y, -1)) - np.dot(y, np.roll(x, -1)))
+    edges = np.roll(points, -1, axis=0) - points  # edge k runs from vertex k to vertex k + 1
+    normals = np.stack([edges[:, 1], -edges[:, 0]], axis=1) * orientation
+    normals /= np.maximum(np.linalg.norm(normals, axis=1, keepdims=True), 1e-12)
+    previous = np.roll(normals, 1, axis=0)  # the normal of the edge ending at vertex k
+    cosine = np.maximum(np.sum(normals * previous, axis=1), 1 / MAX_MITER - 1)
+    return points + margin * (normals + previous) / (1 + cosine)[:, None]
+
+
 def _annotation(obj, image_id, index):
     """COCO record of an object. COCO coordinates are continuous (pixel i spans [i, i + 1)), so the
-    pixel-centre polygon moves by +0.5 and the box is its tight extent."""
+    pixel-centre polygon moves by +0.5 and the box is its tight extent; the segmentation is the outline
+    of the pixels drawn (``_drawn_outline``)."""
     points = obj["points"] + 0.5
+    segmentation = _drawn_outline(points)
     x1, y1 = points.min(axis=0)
     x2, y2 = points.max(axis=0)
     x, y = points[:, 0], points[:, 1]
@@ -273,7 +294,7 @@ def _annotation(obj, image_id, index):
         "bbox": [round(float(v), 2) for v in (x1, y1, x2 - x1, y2 - y1)],
         "area": round(float(area), 2),
         "iscrowd": obj["iscrowd"],
-        "segmentation": [[round(float(v), 2) for v in points.reshape(-1)]],
+        "segmentation": [[round(float(v), 2) for v in segmentation.reshape(-1)]],
     }
 
 

@@ -24,9 +24,9 @@ from lib.inference.batching import images_per_device, plan
 from lib.inference.detections import Detections
 from lib.inference.merge import merge_scales
 from lib.inference.pipeline import ArrayImages, run_pipeline
-from lib.run_folder import classes_of, load_run
+from lib.run.folder import classes_of, load_run
 from lib.scales import pyramid
-from lib.train.checkpoint import CheckpointError, checkpoint_prefix, load_params, params_path
+from lib.run.checkpoint import CheckpointError, checkpoint_prefix, load_params, params_path
 from symbols import inference_symbol, use_compiled_deformable
 
 logger = logging.getLogger(__name__)

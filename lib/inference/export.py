@@ -13,8 +13,8 @@ import mxnet as mx
 from lib.atomic import atomic_path, write_json
 from lib.config import with_overrides
 from lib.inference.detector import DATA_NAMES, check_params, checkpoint_file, numbered_classes
-from lib.run_folder import classes_of, read_model_info
-from lib.train.checkpoint import load_params
+from lib.run.folder import classes_of, read_model_info
+from lib.run.checkpoint import load_params
 from symbols import inference_symbol
 
 EXPORT_EPOCH = 0
@@ -24,7 +24,7 @@ STOCK_OPERATORS = {"TEST.PROPOSAL_LAYER": "stock", "network.CPU_DEFORMABLE_OPS":
 
 def export_test_graph(cfg, prefix):
     """Write the stock test graph of the checkpoint ``TEST.MODEL`` (or epoch ``TEST.TEST_EPOCH`` of the
-    run of ``cfg``) to ``prefix``; ``cfg`` as lib.run_folder gives it (a run's config.yaml) or a config
+    run of ``cfg``) to ``prefix``; ``cfg`` as lib.run.folder gives it (a run's config.yaml) or a config
     file with the checkpoint's network. Returns the paths written ``(symbol, params, description)``."""
     params = checkpoint_file(cfg)
     arg_params, aux_params = load_params(params)

@@ -23,7 +23,7 @@ from lib.dataset.proposals import write_proposals
 from lib.inference.detector import Detector
 from lib.inference.pipeline import RoidbImages, metered
 from lib.inference.evaluator import coco_results, evaluate_coco, evaluate_voc
-from lib.train.checkpoint import output_dir
+from lib.run.checkpoint import output_dir
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ import logging
 import os
 
 from lib.config import load_config
-from lib.train.checkpoint import checkpoint_prefix, output_dir, params_path
+from lib.run.checkpoint import checkpoint_prefix, output_dir, params_path
 
 logger = logging.getLogger(__name__)
 

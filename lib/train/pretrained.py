@@ -22,7 +22,7 @@ import os
 import mxnet as mx
 
 from lib.errors import UserError
-from lib.train.checkpoint import load_params, params_path
+from lib.run.checkpoint import load_params, params_path
 from symbols import is_imagenet_parameter
 
 logger = logging.getLogger(__name__)

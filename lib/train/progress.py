@@ -108,7 +108,7 @@ def schedule_warnings(cfg, iters_per_epoch, num_update):
     if steps and min(steps) >= train.end_epoch:
         warnings.append(f"the run ends at epoch {train.end_epoch}, before the first learning-rate step "
                         f"(TRAIN.lr_step {train.lr_step!r} epochs): intended for a short test run? A small own set "
-                        f"typically needs 20-30 epochs (README: "How many epochs")")
+                        f"typically needs 20-30 epochs (README: 'How many epochs')")
     if num_update >= total:
         warnings = []  # a resumed run past its schedule: nothing left to warn about
     return warnings

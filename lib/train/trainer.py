@@ -18,15 +18,15 @@ from lib.contexts import fp16_enabled, parse_contexts
 from lib.data import ChipLoader
 from lib.dataset import load_roidb
 from lib.errors import Interrupted, UserError
-from lib.run_folder import MODEL_KEY, model_info, write_run_config
-from lib.train import checkpoint
+from lib.run.folder import MODEL_KEY, model_info, write_run_config
+from lib.run import checkpoint
 from lib.train.distributed import Workers, create_kvstore
 from lib.train.metrics import loss_values, make_metrics
 from lib.train.optimizer import make_optimizer_params, master_params
-from lib.train.optimizer_states import load_optimizer_states, state_arrays
+from lib.run.optimizer_states import load_optimizer_states, state_arrays
 from lib.train.pretrained import initial_params
 from lib.train.progress import RunProgress, record_every, schedule_warnings
-from lib.train.run_lock import clear_later_epochs, run_lock
+from lib.run.lock import clear_later_epochs, run_lock
 from symbols import PROPOSAL_TARGET_GROUP, get_fixed_param_names, training_symbol, use_compiled_deformable
 
 logger = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ def train(cfg, resume=False, kvstore=None, overwrite=False):
     """Train per ``cfg``; ``resume`` continues from the last complete epoch. ``kvstore``: one already
     made by ``lib.train.distributed.create_kvstore`` (default: made here from cfg.default.kvstore).
 
-    The run holds its folder (lib.train.run_lock: RunFolderError when another run does); without
+    The run holds its folder (lib.run.lock: RunFolderError when another run does); without
     ``resume``, epochs of this prefix beyond TRAIN.begin_epoch already on disk are refused, or with
     ``overwrite`` moved aside first. Returns ``(prefix, history)``: the checkpoint prefix and one
     ``{metric: value}`` dict per epoch. With a distributed kvstore each worker trains on its shard of
@@ -123,7 +123,7 @@ def _train(cfg, resume, kvstore, workers):
                 cfg.name, contexts, len(roidb), loader.num_batches, loader.batch_size, workers.count,
                 begin_epoch + 1, cfg.TRAIN.end_epoch)
     if workers.rank == 0:
-        write_run_config(cfg)  # the run folder describes itself (lib.run_folder)
+        write_run_config(cfg)  # the run folder describes itself (lib.run.folder)
     model = model_info(cfg, dataset, rpn_only)
     history = []
     metrics_log = os.path.join(checkpoint.output_dir(cfg), "metrics.jsonl") if workers.rank == 0 else None

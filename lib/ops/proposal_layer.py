@@ -23,7 +23,7 @@ import mxnet as mx
 import numpy as np
 
 from lib.boxes import base_anchors, nms
-from lib.inference._score_order import std_sort_descending
+from lib.ops._score_order import std_sort_descending
 
 OP_TYPE = "sniper_test_proposal"
 

@@ -1,7 +1,7 @@
 # distutils: language = c++
-# distutils: include_dirs = lib/inference/src
+# distutils: include_dirs = lib/ops/src
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Anchor ranking in std::sort's order (lib/inference/src/score_order.h): the test proposal layer's."""
+"""Anchor ranking in std::sort's order (lib/ops/src/score_order.h): the test proposal layer's."""
 import numpy as np
 
 from libc.stdint cimport int64_t

@@ -7,9 +7,9 @@ A checkpoint's ``.params`` is what the test network loads: the class-agnostic bo
 de-normalised (multiplied back by the target stds, spec section 7). Multiplying and dividing by the
 stds in float32 is not exact, and a resumed run must continue bit for bit, so the training values of
 the regressor are also kept, under ``train:`` keys that MXNet's own loaders ignore. The optimizer
-state goes beside it as ``prefix-%04d.states`` (pickle-free: lib.train.optimizer_states), and
+state goes beside it as ``prefix-%04d.states`` (pickle-free: lib.run.optimizer_states), and
 ``prefix-%04d.progress.json`` holds the iteration counts a resume needs and, under ``model``, what
-inference needs without the config or dataset (lib.run_folder: class names, network, test scales, pixel
+inference needs without the config or dataset (lib.run.folder: class names, network, test scales, pixel
 means); an epoch counts as complete only when both files exist, and each is written to a temporary name
 and renamed (``lib.atomic``), so a run killed mid-write never leaves a checkpoint that looks complete. A
 file damaged afterwards (a truncated copy, a bad disk) is found by ``last_readable_epoch``, which resume
@@ -28,7 +28,7 @@ import numpy as np
 
 from lib.atomic import atomic_path, write_json
 from lib.errors import UserError, reason
-from lib.train.optimizer_states import read_optimizer_states
+from lib.run.optimizer_states import read_optimizer_states
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ def save_ndarrays(path, arrays):
 
 def save_checkpoint(prefix, epoch, symbol, arg_params, aux_params, stds, means, states=None, progress=None):
     """Write symbol, test-ready params, optimizer ``states`` (the arrays of
-    ``lib.train.optimizer_states.state_arrays``) and the training ``progress`` dict (iteration counts a
+    ``lib.run.optimizer_states.state_arrays``) and the training ``progress`` dict (iteration counts a
     resumed run needs to keep the same schedule)."""
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
     if symbol is not None:

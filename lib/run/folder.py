@@ -21,7 +21,7 @@ from collections import namedtuple
 from lib.atomic import atomic_open
 from lib.config import ConfigError, add_config_arguments, dump_config, load_config, parse_cli_overrides, \
     with_overrides
-from lib.train.checkpoint import CheckpointError, output_dir, params_epochs, params_path, progress_path
+from lib.run.checkpoint import CheckpointError, output_dir, params_epochs, params_path, progress_path
 
 CONFIG_FILE = "config.yaml"
 MODEL_KEY = "model"  # the entry of a checkpoint's progress.json
