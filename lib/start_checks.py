@@ -82,9 +82,26 @@ def check_devices(cfg):
         raise MachineError(str(err)) from None
 
 
-def check_training_start(cfg):
+def check_run_folder(cfg, resume, overwrite):
+    """Before the log file is made: a run folder held by another run, or holding later epochs that a
+    fresh start would overwrite, is refused as the trainer would refuse it (the trainer checks again
+    under its lock: this check only makes the refusal leave nothing behind)."""
+    from lib.run.checkpoint import checkpoint_prefix, output_dir
+    from lib.run.lock import clear_later_epochs, run_lock
+
+    folder = output_dir(cfg)
+    if not os.path.isdir(folder):
+        return
+    with run_lock(folder):  # RunFolderError when another run holds it
+        pass
+    if not (resume or cfg.TRAIN.resume or overwrite):
+        clear_later_epochs(checkpoint_prefix(cfg), cfg.TRAIN.begin_epoch, overwrite=False)
+
+
+def check_training_start(cfg, resume=False, overwrite=False):
     check_output_path(cfg)
     check_devices(cfg)
+    check_run_folder(cfg, resume, overwrite)
 
 
 def check_test_start(cfg):

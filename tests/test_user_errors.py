@@ -268,3 +268,14 @@ def test_the_error_types_keep_the_builtin_types_their_callers_catch():
     assert issubclass(ConfigError, UserError) and issubclass(MachineError, UserError)
     with pytest.raises(ConfigError, match="TRAIN.lr_step = '2,x'"):
         build_cfg({"TRAIN.lr_step": "2,x"})
+
+
+def test_a_run_folder_in_use_is_refused_before_a_log_file_is_made(tmp_path):
+    from lib.run.lock import run_lock
+
+    out = tmp_path / "out"
+    run = out / "sniper_synthetic_tiny"
+    with run_lock(str(run)):  # another training run holds the folder
+        result = run_train("output_path", str(out), "dataset.dataset_path", str(tmp_path / "data"), cwd=tmp_path)
+    assert_one_line(result, f"run folder {run} is in use by another training run (pid {os.getpid()}")
+    assert sorted(os.listdir(run)) == ["train.lock"] and not (tmp_path / "data").exists()
