@@ -96,3 +96,15 @@ def test_inference_benchmark_says_when_each_row_starts_and_ends(tmp_path):
     assert progress[1].endswith(" images/s")
     table = [line for line in result.stdout.splitlines() if line.startswith("| SNIPER")]
     assert len(table) == 2  # the table still comes, on stdout
+
+
+@pytest.mark.parametrize("tool", ["visualize_chips.py", "pixel_budget.py"])
+def test_a_damaged_dataset_is_one_line_in_a_tool_too(tool, tmp_path):
+    annotations = tmp_path / "mine" / "annotations"
+    annotations.mkdir(parents=True)
+    (annotations / "instances_train.json").write_text('{"images": [{"id": 1, "file_na')  # truncated
+    result = run_tool(tool, "--cfg", TINY, "--set", "dataset.dataset", "coco", "dataset.dataset_path",
+                      str(tmp_path / "mine"), "dataset.root_path", str(tmp_path / "root"), cwd=tmp_path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: COCO annotation file ") and "instances_train.json is not valid JSON" in last

@@ -39,6 +39,7 @@ from lib.benchmarking import PeakMemory, markdown_table, measure
 from lib.config import with_overrides
 from lib.inference.detector import DATA_NAMES, Detector, checkpoint_file
 from lib.inference.pipeline import RoidbImages
+from lib.logger import report_user_errors
 from lib.run.folder import add_model_arguments, config_from_model_arguments
 from lib.scales import ScaleLevel, pyramid
 from symbols import inference_symbol
@@ -175,6 +176,7 @@ def gluoncv_runner(images, specs, context):
     return run
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_arguments(parser)  # --model RUN_FOLDER (its config.yaml) or --cfg FILE [--set ...]

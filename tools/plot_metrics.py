@@ -19,6 +19,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from lib.logger import report_user_errors  # noqa: E402
+
 BOOKKEEPING = {"iteration", "epoch", "batch", "batches", "lr", "chips_per_s", "seconds"}
 
 
@@ -81,6 +83,7 @@ def plot(records, out, run_name):
     plt.close(figure)
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("path", help="a run folder (output/NAME) or its metrics.jsonl")

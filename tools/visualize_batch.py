@@ -26,6 +26,7 @@ import numpy as np
 from lib.data import ChipLoader
 from lib.data.chip_worker import ChipWorker
 from lib.dataset import load_roidb
+from lib.logger import report_user_errors
 from lib.run.folder import add_model_arguments, config_from_model_arguments
 from lib.scales import in_valid_range
 
@@ -78,6 +79,7 @@ def batch_picture(batch, batch_index, loader, roidb, cfg, count):
     return np.concatenate(rows, axis=0)
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_arguments(parser)  # --model RUN_FOLDER (its config.yaml) or --cfg FILE [--set ...]

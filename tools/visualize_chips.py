@@ -18,7 +18,7 @@ import numpy as np
 from chip_generator.mining import MiningParams, draw_epoch_stride, mine_image_chips
 from lib.dataset import load_roidb, read_image
 from lib.drawing import draw_boxes, legend, line_width, pad_to_height, title
-from lib.logger import setup_logging
+from lib.logger import report_user_errors, setup_logging
 from lib.run.folder import add_model_arguments, config_from_model_arguments
 
 logger = logging.getLogger("visualize_chips")
@@ -50,6 +50,7 @@ def scale_panel(image, entry, scale, level):
     return title(panel.shape[1], text), panel
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("image_id", type=int)

@@ -26,6 +26,7 @@ import numpy as np
 
 from lib.dataset import load_roidb, read_image
 from lib.drawing import class_palette, draw_boxes, draw_detections, grid, legend
+from lib.logger import report_user_errors
 from lib.run.folder import add_model_arguments, config_from_model_arguments
 
 GT_COLOUR = (255, 255, 255)  # BGR: white, a colour no class has (lib.drawing.class_palette)
@@ -97,6 +98,7 @@ def picture(path, gt_boxes, detections, names, palette, thresh):
     return draw_detections(small, scaled, [names[c] for c in ids], thresh, colours=[palette[c] for c in ids])
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results", required=True, help="COCO results JSON (main_test.py's detections_*.json)")

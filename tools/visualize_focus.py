@@ -24,7 +24,7 @@ from lib.inference.autofocus import AutoFocusStats, run_autofocus
 from lib.inference.detector import Detector
 from lib.inference.focus_chips import focus_pixel_boxes
 from lib.inference.pipeline import RoidbImages
-from lib.logger import setup_logging
+from lib.logger import report_user_errors, setup_logging
 from lib.run.checkpoint import output_dir
 
 PANEL_HEIGHT = 540
@@ -45,6 +45,7 @@ def shade(panel, boxes, probs, factor, colour):
     return (panel * (1 - alpha) + overlay * alpha).astype(np.uint8)
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("image_id", type=int, help="an image id of dataset.test_image_set")
