@@ -34,7 +34,8 @@ def cuda_library():
 
 def test_cuda_variant_registers_gpu_forward_and_backward(cuda_library):
     operators = registered_operators(cuda_library, preload=[CUDART])
-    assert operators["MultiProposalTarget"] == {"forward": ["cpu", "gpu"], "backward": ["cpu", "gpu"]}
+    for name in ("MultiProposalTarget", "MultiProposalTargetMask", "MaskRcnnTarget"):  # the host-computing ones
+        assert operators[name] == {"forward": ["cpu", "gpu"], "backward": ["cpu", "gpu"]}, name
     # the Makefile's source wildcard feeds both variants: an operator added to lib/ops/src is in both
     assert set(operators) == set(registered_operators(LIBRARY_PATH))
 

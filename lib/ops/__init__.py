@@ -61,9 +61,54 @@ the project's earlier operator.
 
 lib/ops/reference.py states both in NumPy; docs/reference_differences.md lists what differs.
 
+The two operators of the reference's mask training (``symbols/faster/resnet_mx_101_e2e_mask.py``)
+follow the fork's GPU forwards (``multi_proposal_target_mask.cu``, ``mask_rcnn_target.cu``; its CPU
+forwards are empty, so the GPU code is what trained), with the fork's attribute names and defaults
+(every one optional), outputs and shapes; their inputs go by position or by the fork's names
+(``cls_prob=...``: the Python fronts here map them). lib/ops/reference_mask.py transcribes both.
+
+``MultiProposalTargetMask(cls_prob, bbox_pred, im_info, gt_boxes, valid_ranges, rpn_pre_nms_top_n=6000,
+rpn_post_nms_top_n=300, threshold=0.7, max_gts=100, max_masks=50, scales=(2, 4, 7, 10, 13, 16, 24),
+ratios=(0.5, 1, 2), feature_stride=16, batch_size=16, rpn_min_size=4, bbox_scale=1, max_crowd=10,
+workspace=128)`` -> ``rois (B*R, 5), label (B*R, 1), bbox_target (B*R, 4), bbox_weight (B*R, 4),
+mask_rois (B*max_masks, 5), mask_ids (B*max_masks, 1)``; gt_boxes must be (B, max_gts, 5). Per chip:
+
+* anchors by the fork's float32 GenerateAnchors (``floor(x + 0.5)``), element a*H*W + h*W + w, decoded
+  without a dw/dh cap and clipped; a box is dropped when both ``x2 - x1`` and ``y2 - y1`` are < 3 (fixed:
+  ``rpn_min_size`` is not read, as in the fork) or its area ``(x2 - x1)(y2 - y1)`` is ``< lo^2`` or
+  ``>= hi^2`` (-1: open end);
+* every anchor sorted by score (dropped ones at -1) with the host's ``std::sort`` (libstdc++: its order
+  of equal scores), the first ``rpn_pre_nms_top_n`` positions (0: all) enter a greedy NMS keeping at most
+  R: a box is suppressed when its overlap (+1 intersection, no-+1 areas, float32) with a kept one is
+  ``> threshold``;
+* rois = the kept boxes, then ``[t % 100, t % 100, t % 100 + 200, t % 100 + 200]`` for slot t; gt row t
+  (t < min(R, max_gts), class != -1, ``lo^2 <= area < hi^2``) overwrites slot R - 1 - t;
+* labels, targets, weights as ``rules="reference"`` above (fg threshold 0.5, factors 10, 10, 5, 5), with
+  the gts taken as the first n rows, n = the rows whose class is not -1;
+* mask rois: over the whole batch, the rows (chip after chip) with label > 0, at most B * max_masks (a
+  chip may take more than max_masks), each with its matched gt row in mask_ids; the remaining rows i
+  are ``[i % B, i % 200, i % 200, i % 200 + 100, i % 200 + 100]`` with id -1.
+
+``rpn_pre_nms_top_n`` and ``threshold`` are fixed at 6000 and 0.7 in the fork's kernel, read here;
+``batch_size``, ``rpn_min_size``, ``bbox_scale``, ``max_crowd``, ``workspace`` have no effect (in the fork
+batch_size sized host buffers, the others were never read).
+
+``MaskRcnnTarget(rois, mask_polys, mask_ids, mask_size=28, ignore_label=-1, num_proposals=50,
+max_polygon_len=500, max_num_gts=100, batch_size=10, num_classes=80, workspace=512)`` -> ``mask_targets,
+mask_cls``, both (B*num_proposals, M, M), M = mask_size; rois (B*num_proposals, 5), mask_polys (B,
+max_num_gts, max_polygon_len) in the loader's encoding (per gt row: category, n, the n segment lengths,
+the segments' x1, y1, x2, y2, ...; -1 padding), mask_ids (B*num_proposals, 1). Roi i = [b, x1, y1, x2, y2]
+with id g != -1: the polygons of row (b, g) on an M x M grid over the roi, each side ``max(1, x2 - x1)``
+(no +1) spanning M cells, rasterised by COCO's ``rleFrPoly`` rule (a cell is in when its square lies
+inside: a rectangle from cell 7 to 21 fills cells 7..20) and united; targets 1 / 0 row-major (y, x),
+mask_cls = the row's category (its first number, the loader's class - 1) in every cell. A roi with id -1,
+or an id, image index or encoding outside its input (where the fork reads out of bounds or crashes),
+keeps ``ignore_label`` targets and class 0. batch_size, num_classes, workspace have no effect (the
+inputs' shapes size everything).
+
 Devices: the library registers a CPU forward/backward only (a GPU forward that copies to the host
-exists behind ``-DSNIPER_WITH_CUDA``). Under GPU contexts without it, place the op on the CPU, e.g. build
-it inside ``mx.AttrScope(ctx_group="proposal_target")`` and bind with
+exists behind ``-DSNIPER_WITH_CUDA`` for these three operators). Under GPU contexts without it, place
+the op on the CPU, e.g. build it inside ``mx.AttrScope(ctx_group="proposal_target")`` and bind with
 ``group2ctx={"proposal_target": mx.cpu()}``, or copy the inputs with ``as_in_context(mx.cpu())``.
 
 Two multi-core host replacements of MXNet 1.9.1's single-threaded CPU deformable kernels follow (the
@@ -105,7 +150,11 @@ import os
 import mxnet as mx
 
 LIBRARY_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libsniper_ops.so")
-OPERATOR_NAMES = ("MultiProposalTarget", "CompiledDeformablePSROIPooling", "DeformableIm2Col")
+OPERATOR_NAMES = ("MultiProposalTarget", "CompiledDeformablePSROIPooling", "DeformableIm2Col",
+                  "MultiProposalTargetMask", "MaskRcnnTarget")
+# The reference fork's input names of the operators its mask symbol calls by keyword.
+KEYWORD_INPUTS = {"MultiProposalTargetMask": ("cls_prob", "bbox_pred", "im_info", "gt_boxes", "valid_ranges"),
+                  "MaskRcnnTarget": ("rois", "mask_polys", "mask_ids")}
 PROPOSAL_TARGET_RULES = ("reference", "exact")
 
 
@@ -138,6 +187,23 @@ def proposal_target_attrs(cfg):
     }
 
 
+def _accepting_input_keywords(function, op_name, input_names):
+    """``function`` (a library operator's generated front, inputs positional only) also taking its inputs
+    by the fork's names, as the reference's symbol files pass them."""
+    def operator(*inputs, **kwargs):
+        given_twice = [name for name in input_names[:len(inputs)] if name in kwargs]
+        if given_twice:
+            raise TypeError(f"{op_name}: input {given_twice[0]} given both by position and by name")
+        inputs += tuple(kwargs.pop(name) for name in input_names[len(inputs):] if name in kwargs)
+        if len(inputs) != len(input_names):
+            raise TypeError(f"{op_name}: takes the {len(input_names)} inputs {', '.join(input_names)} "
+                            f"(by position or by name), got {len(inputs)}")
+        return function(*inputs, **kwargs)
+    operator.__name__ = op_name
+    operator.__doc__ = f"{op_name}({', '.join(input_names)}, **attributes): see lib/ops/__init__.py."
+    return operator
+
+
 def load_library(path=LIBRARY_PATH):
     """Load the operator library once (later calls, or a second copy of this module, are no-ops)."""
     if not os.path.exists(path):
@@ -146,6 +212,8 @@ def load_library(path=LIBRARY_PATH):
         return
     mx.library.load(os.path.abspath(path), verbose=False)
     for namespace in (mx.nd, mx.sym):
+        for name, input_names in KEYWORD_INPUTS.items():
+            setattr(namespace, name, _accepting_input_keywords(getattr(namespace, name), name, input_names))
         for name in OPERATOR_NAMES:
             setattr(namespace.contrib, name, getattr(namespace, name))
 

@@ -11,23 +11,18 @@
 // runtime on the include/link path) a "gpu" forward copies the inputs to the host, computes there
 // and copies the outputs back (the reference's GPU operator, too, assigned the targets on the host).
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "host_forward.h"
 #include "mxnet/lib_api.h"
 #include "op_attrs.h"
 #include "proposal_target.h"
 
-#ifdef SNIPER_WITH_CUDA
-#include <cuda_runtime.h>
-#endif
-
 using mxnet::ext::MXContext;
 using mxnet::ext::MXReturnValue;
 using mxnet::ext::MXTensor;
-using mxnet::ext::OpResource;
 using mxnet::ext::MX_FAIL;
 using mxnet::ext::MX_SUCCESS;
 using sniper::ParseNumber;
@@ -37,11 +32,11 @@ using sniper::ShapeString;
 
 namespace {
 
-constexpr const char* kOpName = "MultiProposalTarget";
+constexpr char kOpName[] = "MultiProposalTarget";
 constexpr int kNumInputs = 5;
 constexpr int kNumOutputs = 4;
 const char* const kInputNames[kNumInputs] = {"cls_prob", "bbox_pred", "im_info", "gt_boxes", "valid_ranges"};
-using Attrs = std::unordered_map<std::string, std::string>;
+using Attrs = sniper::OpAttrs;
 
 std::ostream& AttrError(const std::string& key, const std::string& value) {
   return MX_ERROR_MSG << kOpName << ": attribute " << key << "='" << value << "' ";
@@ -144,64 +139,14 @@ bool ParseParams(const Attrs& attrs, ProposalTargetParams* params) {
   return true;
 }
 
-MXReturnValue parseAttrs(const Attrs& attrs, int* num_inputs, int* num_outputs) {
-  ProposalTargetParams params{};
-  if (!ParseParams(attrs, &params)) return MX_FAIL;
-  *num_inputs = kNumInputs;
-  *num_outputs = kNumOutputs;
-  return MX_SUCCESS;
-}
-
-MXReturnValue inferType(const Attrs& attrs, std::vector<int>* in_types, std::vector<int>* out_types) {
-  for (int i = 0; i < kNumInputs; ++i) {
-    const int type = (*in_types)[i];
-    if (type != -1 && type != mxnet::ext::kFloat32) {
-      MX_ERROR_MSG << kOpName << ": input " << kInputNames[i] << " must be float32, got MXNet dtype code "
-                   << type;
-      return MX_FAIL;
-    }
-    (*in_types)[i] = mxnet::ext::kFloat32;
-  }
-  for (int i = 0; i < kNumOutputs; ++i) (*out_types)[i] = mxnet::ext::kFloat32;
-  return MX_SUCCESS;
-}
-
-// Checks one known input shape against `expected` (0 = any size); unknown shapes (ndim 0) pass.
-bool CheckShape(int input, const std::vector<unsigned int>& shape, const std::vector<unsigned int>& expected,
-                const char* layout) {
-  if (shape.empty()) return true;
-  bool ok = shape.size() == expected.size();
-  for (size_t d = 0; ok && d < shape.size(); ++d) ok = expected[d] == 0 || shape[d] == 0 || shape[d] == expected[d];
-  if (!ok) {
-    MX_ERROR_MSG << kOpName << ": input " << kInputNames[input] << " must have shape " << layout << ", got "
-                 << ShapeString(shape);
-  }
-  return ok;
-}
-
 MXReturnValue inferShape(const Attrs& attrs, std::vector<std::vector<unsigned int>>* in_shapes,
                          std::vector<std::vector<unsigned int>>* out_shapes) {
   ProposalTargetParams params{};
   if (!ParseParams(attrs, &params)) return MX_FAIL;
-  const auto& shapes = *in_shapes;
-  unsigned int batch = 0, height = 0, width = 0;
-  for (const auto& shape : shapes) {
-    if (batch == 0 && !shape.empty()) batch = shape[0];
-  }
-  for (int i : {0, 1}) {
-    if (shapes[i].size() == 4) {
-      height = height ? height : shapes[i][2];
-      width = width ? width : shapes[i][3];
-    }
-  }
   const unsigned int anchors = static_cast<unsigned int>(params.num_anchors());
-  const std::string score_layout =
-      "(B, 2A, H, W) with A = len(scales) * len(ratios) = " + std::to_string(anchors);
-  if (!CheckShape(0, shapes[0], {batch, 2 * anchors, height, width}, score_layout.c_str()) ||
-      !CheckShape(1, shapes[1], {batch, 4 * anchors, height, width}, "(B, 4A, H, W) like cls_prob") ||
-      !CheckShape(2, shapes[2], {batch, 3}, "(B, 3)") ||
-      !CheckShape(3, shapes[3], {batch, 0, 5}, "(B, G, 5)") ||
-      !CheckShape(4, shapes[4], {batch, 2}, "(B, 2)")) {
+  unsigned int batch, height, width;
+  if (!sniper::CheckProposalInputs(kOpName, kInputNames, *in_shapes, anchors, 0, "(B, G, 5)", &batch, &height,
+                                   &width)) {
     return MX_FAIL;
   }
   if (static_cast<uint64_t>(anchors) * height * width >= (1u << 26)) {  // the tie ranks' range
@@ -249,81 +194,17 @@ MXReturnValue ComputeOnHost(const Attrs& attrs, const std::vector<MXTensor>& ten
   return MX_SUCCESS;
 }
 
-MXReturnValue forwardCPU(const Attrs& attrs, std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
-                         const OpResource& res) {
-  std::vector<const float*> in_data;
-  std::vector<float*> out_data;
-  for (auto& tensor : *inputs) in_data.push_back(tensor.data<float>());
-  for (auto& tensor : *outputs) out_data.push_back(tensor.data<float>());
-  return ComputeOnHost(attrs, *inputs, in_data, out_data);
-}
-
-// Gradients of the 5 inputs (the last 5 of the backward's outputs) are zero.
-MXReturnValue backwardCPU(const Attrs& attrs, std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
-                          const OpResource& res) {
-  for (auto& grad : *outputs) std::memset(grad.data_ptr, 0, grad.size() * sizeof(float));
-  return MX_SUCCESS;
-}
-
-#ifdef SNIPER_WITH_CUDA
-bool CudaOk(cudaError_t status, const char* what) {
-  if (status == cudaSuccess) return true;
-  MX_ERROR_MSG << kOpName << ": " << what << " failed: " << cudaGetErrorString(status);
-  return false;
-}
-
-MXReturnValue forwardGPU(const Attrs& attrs, std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
-                         const OpResource& res) {
-  cudaStream_t stream = static_cast<cudaStream_t>(res.get_cuda_stream());
-  std::vector<std::vector<float>> host_in(inputs->size()), host_out(outputs->size());
-  std::vector<const float*> in_data;
-  std::vector<float*> out_data;
-  for (size_t i = 0; i < inputs->size(); ++i) {
-    MXTensor& tensor = (*inputs)[i];
-    host_in[i].resize(tensor.size());
-    if (!CudaOk(cudaMemcpyAsync(host_in[i].data(), tensor.data_ptr, tensor.size() * sizeof(float),
-                                cudaMemcpyDeviceToHost, stream), "copying an input to the host"))
-      return MX_FAIL;
-    in_data.push_back(host_in[i].data());
-  }
-  if (!CudaOk(cudaStreamSynchronize(stream), "waiting for the input copies")) return MX_FAIL;
-  for (size_t i = 0; i < outputs->size(); ++i) {
-    host_out[i].resize((*outputs)[i].size());
-    out_data.push_back(host_out[i].data());
-  }
-  if (ComputeOnHost(attrs, *inputs, in_data, out_data) != MX_SUCCESS) return MX_FAIL;
-  for (size_t i = 0; i < outputs->size(); ++i) {
-    MXTensor& tensor = (*outputs)[i];
-    if (!CudaOk(cudaMemcpyAsync(tensor.data_ptr, host_out[i].data(), tensor.size() * sizeof(float),
-                                cudaMemcpyHostToDevice, stream), "copying an output to the device"))
-      return MX_FAIL;
-  }
-  // host_out must outlive the copies.
-  return CudaOk(cudaStreamSynchronize(stream), "waiting for the output copies") ? MX_SUCCESS : MX_FAIL;
-}
-
-MXReturnValue backwardGPU(const Attrs& attrs, std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
-                          const OpResource& res) {
-  cudaStream_t stream = static_cast<cudaStream_t>(res.get_cuda_stream());
-  for (auto& grad : *outputs) {
-    if (!CudaOk(cudaMemsetAsync(grad.data_ptr, 0, grad.size() * sizeof(float), stream), "zeroing a gradient"))
-      return MX_FAIL;
-  }
-  return MX_SUCCESS;
-}
-#endif  // SNIPER_WITH_CUDA
-
 }  // namespace
 
 REGISTER_OP(MultiProposalTarget)
-    .setParseAttrs(parseAttrs)
-    .setInferType(inferType)
+    .setParseAttrs(sniper::ParseAttrsCallback<ProposalTargetParams, ParseParams, kNumInputs, kNumOutputs>)
+    .setInferType(sniper::Float32Types<kOpName, kInputNames>)
     .setInferShape(inferShape)
-    .setForward(forwardCPU, "cpu")
-    .setBackward(backwardCPU, "cpu")
+    .setForward(sniper::HostForward<ComputeOnHost>, "cpu")
+    .setBackward(sniper::HostZeroBackward, "cpu")
 #ifdef SNIPER_WITH_CUDA
-    .setForward(forwardGPU, "gpu")
-    .setBackward(backwardGPU, "gpu")
+    .setForward(sniper::DeviceForward<kOpName, ComputeOnHost>, "gpu")
+    .setBackward(sniper::DeviceZeroBackward<kOpName>, "gpu")
 #endif
     ;
 
