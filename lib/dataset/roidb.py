@@ -76,8 +76,8 @@ def load_roidb(cfg, image_set, training=True):
     flip = bool(training and cfg.TRAIN.FLIP)
     masks = bool(training and cfg.TRAIN.WITH_MASK)
     if masks and dataset.kind != "coco":
-        raise ValueError(f"config key TRAIN.WITH_MASK: instance masks need a COCO-format dataset (polygons), "
-                         f"but dataset.dataset is {cfg.dataset.dataset!r}")
+        raise ConfigError(f"config key TRAIN.WITH_MASK: instance masks need a COCO-format dataset (polygons), "
+                          f"but dataset.dataset is {cfg.dataset.dataset!r}")
     cache_path = _cache_path(cfg.dataset.root_path, dataset, training, flip, masks)
     cached = _read_cache(cache_path)
     if cached is not None:
@@ -135,10 +135,10 @@ def check_image_sizes(roidb, dataset, max_pixels):
     sizes = np.array([entry["height"] * entry["width"] for entry in roidb], dtype=np.float64)
     if len(sizes) and sizes.max() > max_pixels:
         entry = roidb[int(np.argmax(sizes))]
-        raise ValueError(f"{dataset.kind} image set {dataset.image_set!r}: image id {entry['id']} ({entry['image']}) "
-                         f"is annotated {entry['width']}x{entry['height']} pixels ({sizes.max() / 1e6:.0f} Mpx), "
-                         f"more than dataset.MAX_IMAGE_PIXELS ({max_pixels / 1e6:.0f} Mpx); {len({e['id'] for e, s in zip(roidb, sizes) if s > max_pixels})} "
-                         f"image(s) are over it: fix their annotated sizes, or raise the limit for genuine large images")
+        raise DataError(f"{dataset.kind} image set {dataset.image_set!r}: image id {entry['id']} ({entry['image']}) "
+                        f"is annotated {entry['width']}x{entry['height']} pixels ({sizes.max() / 1e6:.0f} Mpx), "
+                        f"more than dataset.MAX_IMAGE_PIXELS ({max_pixels / 1e6:.0f} Mpx); {len({e['id'] for e, s in zip(roidb, sizes) if s > max_pixels})} "
+                        f"image(s) are over it: fix their annotated sizes, or raise the limit for genuine large images")
 
 
 def check_num_classes(cfg, dataset):
