@@ -6,6 +6,7 @@ import glob
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -279,3 +280,29 @@ def test_a_run_folder_in_use_is_refused_before_a_log_file_is_made(tmp_path):
         result = run_train("output_path", str(out), "dataset.dataset_path", str(tmp_path / "data"), cwd=tmp_path)
     assert_one_line(result, f"run folder {run} is in use by another training run (pid {os.getpid()}")
     assert sorted(os.listdir(run)) == ["train.lock"] and not (tmp_path / "data").exists()
+
+
+def test_ctrl_c_during_training_is_one_line_saying_how_to_resume(tmp_path):
+    """SIGINT to a real training run (a worker process loading chips): exit 130, no traceback, one line naming
+    the epoch and the --resume command's first epoch."""
+    argv = [sys.executable, os.path.join(ROOT, "main_train.py"), "--cfg", TINY, "--set", "output_path", "out",
+            "dataset.dataset_path", "data/synthetic", "dataset.root_path", "data", "dataset.synthetic_train", "2",
+            "dataset.synthetic_val", "0", "TRAIN.end_epoch", "5", "TRAIN.BATCH_IMAGES", "2", "gpus", "cpu:1",
+            "TRAIN.NUM_PROCESS", "1", "default.frequent", "1", "TRAIN.FLIP", "false"]
+    process = subprocess.Popen(argv, cwd=tmp_path, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    lines = []
+    try:
+        for line in process.stderr:
+            lines.append(line)
+            if " batch[1/" in line:  # training runs: interrupt it
+                process.send_signal(signal.SIGINT)
+                break
+        lines += process.stderr.readlines()
+        code = process.wait(120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    text = "".join(lines)
+    assert code == 130 and "Traceback" not in text, text[-3000:]
+    assert re.search(r"training stopped: training interrupted \(Ctrl-C\) in epoch 1; the last complete checkpoint "
+                     r"is epoch 0: the same command with --resume continues from epoch 1$", text.rstrip()), text[-2000:]
