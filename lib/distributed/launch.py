@@ -351,13 +351,14 @@ def _raise_signalled(signum, _frame):
 
 def launch(command, num_workers, num_servers, hostfile=None, scheduler_address=None, port=0, interface="",
            env_items=(), python=sys.executable, ssh="ssh -o BatchMode=yes", workdir=None,
-           heartbeat_timeout=DEFAULT_HEARTBEAT_TIMEOUT):
+           heartbeat_timeout=DEFAULT_HEARTBEAT_TIMEOUT, stall_warn=DEFAULT_STALL_WARN):
     """Run a job until its workers finish; returns its exit code (0 when every worker succeeded).
 
     Without ``hostfile`` every process runs on this machine over 127.0.0.1; with it, over ssh on the
     hosts it lists, the scheduler on this machine at ``scheduler_address``. ``env_items`` are
     ``NAME`` or ``NAME=VALUE`` items for every process. A process that has sent heartbeats and then none
-    for ``heartbeat_timeout`` seconds (0: never) stops the job. A bad hostfile, item or address raises
+    for ``heartbeat_timeout`` seconds (0: never) stops the job; one silent for ``stall_warn`` seconds (at most a
+    fifth of the timeout) is warned about once. A bad hostfile, item or address raises
     LaunchError before anything starts. Installs its own SIGINT/SIGTERM/SIGHUP handlers: it is the body
     of a program (tools/launch.py).
     """
@@ -371,7 +372,7 @@ def launch(command, num_workers, num_servers, hostfile=None, scheduler_address=N
         raise LaunchError(f"--heartbeat-timeout must be a number of seconds >= 0, got {heartbeat_timeout}")
     nodes = plan_nodes(command, num_workers, num_servers, port, python, hosts, address, interface,
                        parse_env(env_items, os.environ), heartbeat_timeout)
-    job = Job(nodes, shlex.split(ssh), workdir, heartbeat_timeout)
+    job = Job(nodes, shlex.split(ssh), workdir, heartbeat_timeout, stall_warn)
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # SIGINT too: it may come in ignored
         signal.signal(signum, _raise_signalled)
     code = 1
