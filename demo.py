@@ -54,9 +54,12 @@ def main(argv=None):
     setup_logging()
     from lib.dataset import read_image
     from lib.inference import Detector
+    from lib.inference.detector import checkpoint_file
+    from lib.run.folder import checkpoint_classes
 
     image = read_image(args.im_path, max_pixels=cfg.dataset.MAX_IMAGE_PIXELS)
-    detector = Detector.from_checkpoint(cfg)
+    params = checkpoint_file(cfg)
+    detector = Detector.from_config(cfg, params, checkpoint_classes(params, cfg))
     detections = detector(image)
     shown = detections.above(args.thresh)
     for box, score, name in zip(shown.boxes, shown.scores, shown.names):

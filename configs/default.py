@@ -29,8 +29,6 @@ DEFAULTS = {
         # checkpoints; BGR feeds the channels as decoded.
         "CHANNEL_ORDER": "RGB",
         "IMAGE_STRIDE": 0,  # > 0: test canvases rounded up to a multiple of it (0: exactly the largest image)
-        "RPN_FEAT_STRIDE": 16,  # the body's feature stride: 16 for the ResNets, 32 for MobileNetV2
-        "RCNN_FEAT_STRIDE": 16,
         "FIXED_PARAMS": ["conv0", "bn0", "stage1"],  # name prefixes kept frozen
         # Keep every batch-norm's gamma and beta at their pretrained values while its statistics still
         # come from the batch: the reference MobileNetV2 does this (its FIXED_PARAMS 'gamma', 'beta'

@@ -1,32 +1,16 @@
 """Checks that make a doomed run fail in seconds, before data loading, roidb building or proposal extraction.
 
 Each check is a small function of the config raising a ``ConfigError`` (or ``MachineError``) that names
-the key, the value and what to do. The pure ones (``CONFIG_CHECKS``) run whenever a config is loaded
-(lib.config.validate); the ones that look at the machine or the disk run at an entry point's start
+the key, the value and what to do. The pure ones (``CONFIG_CHECKS``: the dataset kind, a chip size no
+valid box fits) run whenever a config is loaded (lib.config.validate, beside the sections' own parsing of
+the lr steps and pyramids); the ones that look at the machine or the disk run at an entry point's start
 (``check_training_start``, ``check_test_start``), before it writes anything: a refused start leaves
 no log, lock or run folder behind.
 """
-import math
 import os
 
 from lib.config import ConfigError
 from lib.errors import MachineError
-
-
-def lr_step_epochs(text, key="TRAIN.lr_step"):
-    """``"5.33"`` or ``"8,11"`` -> the epochs (floats >= 0) at which the learning rate drops."""
-    try:
-        epochs = [float(part) for part in str(text).split(",") if part.strip()]
-    except ValueError:
-        raise ConfigError(f"config key {key} = {text!r}: expected comma-separated epochs, e.g. '8,11'") from None
-    bad = [epoch for epoch in epochs if not (math.isfinite(epoch) and epoch >= 0)]
-    if bad:
-        raise ConfigError(f"config key {key} = {text!r}: epochs must be numbers >= 0, got {bad[0]:g}")
-    return epochs
-
-
-def check_lr_steps(cfg):
-    lr_step_epochs(cfg.TRAIN.lr_step)
 
 
 def check_dataset_kind(cfg):
@@ -55,8 +39,8 @@ def check_chip_fits(cfg):
                           f"TRAIN.SCALES {list(cfg.TRAIN.SCALES)}): raise CHIP_SIZE or lower TRAIN.VALID_RANGES")
 
 
-# Run by lib.config.validate on every loaded config.
-CONFIG_CHECKS = (check_lr_steps, check_dataset_kind, check_chip_fits)
+# Run by lib.config.validate on every loaded config (beside its sections' own parsing: lr steps, pyramids).
+CONFIG_CHECKS = (check_dataset_kind, check_chip_fits)
 
 
 def check_output_path(cfg):

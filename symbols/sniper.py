@@ -1,5 +1,5 @@
-"""SNIPER's Faster R-CNN: a body from symbols/bodies.py, RPN, deformable PS-ROI-pooling R-CNN head (spec
-section 6), and optionally AutoFocus's FocusPixel branch.
+"""SNIPER's Faster R-CNN: a backbone of symbols/backbones.py (its body, stride and head widths), RPN,
+deformable PS-ROI-pooling R-CNN head (spec section 6), and optionally AutoFocus's FocusPixel branch.
 
 One builder makes the training, test and RPN-only graphs, so they share every parameter name. What
 a run derives (the class count from the dataset, the chips per device from the trainer) comes in as
@@ -22,30 +22,9 @@ from collections import namedtuple
 import mxnet as mx
 
 from symbols.batch_norm import BatchNormPolicy
-from symbols.bodies import body_of
+from symbols.backbones import backbone_of
 from symbols.deformable import deformable_psroi_pooling
 
-# Head widths: RPN 3x3 conv, R-CNN 1x1 reduction before pooling, the two fully connected layers; the
-# bilinear samples per pooled bin side; and how the R-CNN classification loss is normalised. The tiny
-# heads take 2x2 samples instead of the published 4x4: MXNet's CPU deformable PS-ROI pooling is
-# single-threaded and was half of a CPU training step (BENCHMARKS.md, "Network on the CPU"); sampling
-# does not change any parameter shape. cls_normalisation "valid" divides the R-CNN softmax loss by the
-# batch's labelled rois (the reference ResNets); "rois" by all rois of the batch, TRAIN.RPN_POST_NMS_TOP_N
-# per chip, ignored ones included (the reference MobileNetV2: 1 / (300 x chips), no normalisation).
-HeadSpec = namedtuple("HeadSpec", ["rpn_channels", "rcnn_channels", "fc_channels", "samples_per_part",
-                                   "cls_normalisation"])
-HEADS = {
-    "resnet101": HeadSpec(rpn_channels=512, rcnn_channels=256, fc_channels=1024, samples_per_part=4,
-                          cls_normalisation="valid"),
-    "resnet50": HeadSpec(rpn_channels=512, rcnn_channels=256, fc_channels=1024, samples_per_part=4,
-                         cls_normalisation="valid"),
-    "resnet_tiny": HeadSpec(rpn_channels=64, rcnn_channels=16, fc_channels=128, samples_per_part=2,
-                            cls_normalisation="valid"),
-    "mobilenetv2": HeadSpec(rpn_channels=256, rcnn_channels=256, fc_channels=512, samples_per_part=4,
-                            cls_normalisation="rois"),
-    "mobilenetv2_tiny": HeadSpec(rpn_channels=64, rcnn_channels=16, fc_channels=128, samples_per_part=2,
-                                 cls_normalisation="rois"),
-}
 FOCUS_CHANNELS = 256  # the FocusPixel branch's two hidden convolutions
 
 # The RPN head's outputs the losses and the proposal layers read.
@@ -87,8 +66,8 @@ def _features_and_rpn(cfg, is_train, compiled_deformable):
     """The body's features (float32) and the RPN head on them. With ``TRAIN.fp16`` (training) or
     ``TEST.fp16`` (testing) the body runs in float16 after its first layer up to the features (spec
     section 7): the input, the first layer and everything after the features stay float32."""
-    body = body_of(cfg)
-    head = HEADS[cfg.symbol]
+    body = backbone_of(cfg)
+    head = body.head
     num_anchors = cfg.network.NUM_ANCHORS
     fp16 = bool(cfg.TRAIN.fp16 if is_train else cfg.TEST.fp16)
     batch_norm = BatchNormPolicy(cfg.network.BN_MOMENTUM, training=is_train, eps=body.bn_eps,
@@ -115,7 +94,8 @@ def _features_and_rpn(cfg, is_train, compiled_deformable):
 
 
 def _training_outputs(cfg, features, rpn, num_classes, chips_per_device, rpn_only, compiled_deformable):
-    head = HEADS[cfg.symbol]
+    backbone = backbone_of(cfg)
+    head = backbone.head
     loss_scale = float(cfg.TRAIN.fp16_loss_scale) if cfg.TRAIN.fp16 else 1.0
     rpn_cls_prob = mx.sym.SoftmaxOutput(rpn.cls_score_reshape, label=mx.sym.var("label"), multi_output=True,
                                         normalization="valid", use_ignore=True, ignore_label=-1,
@@ -135,7 +115,7 @@ def _training_outputs(cfg, features, rpn, num_classes, chips_per_device, rpn_onl
             **ops.proposal_target_attrs(cfg))
     # rois (B*R, 5), labels (B*R,), box targets and weights (B*R, 4), R = TRAIN.RPN_POST_NMS_TOP_N
     rois, rcnn_label, rcnn_bbox_target, rcnn_bbox_weight = (mx.sym.BlockGrad(targets[i]) for i in range(4))
-    cls_score, bbox_pred = _rcnn_head(cfg, features, rois, head, _checked_num_classes(num_classes),
+    cls_score, bbox_pred = _rcnn_head(features, rois, backbone, _checked_num_classes(num_classes),
                                       compiled_deformable)
     if head.cls_normalisation == "valid":
         cls_normalisation = dict(normalization="valid", grad_scale=loss_scale)
@@ -164,8 +144,7 @@ def _test_outputs(cfg, features, rpn, num_classes, rpn_only, compiled_deformable
     if rpn_only:
         return mx.sym.Group([proposals[0], proposals[1], im_ids, chip_ids, im_info])
     num_classes = _checked_num_classes(num_classes)
-    cls_score, bbox_pred = _rcnn_head(cfg, features, proposals[0], HEADS[cfg.symbol], num_classes,
-                                      compiled_deformable)
+    cls_score, bbox_pred = _rcnn_head(features, proposals[0], backbone_of(cfg), num_classes, compiled_deformable)
     cls_prob = mx.sym.softmax(cls_score, axis=-1, name="cls_prob")
     per_image = test.RPN_POST_NMS_TOP_N
     cls_prob = mx.sym.Reshape(cls_prob, shape=(-1, per_image, num_classes), name="cls_prob_reshape")
@@ -180,17 +159,17 @@ def _test_proposals(cfg, rpn, im_info, rpn_only):
     """The test RPN proposal layer named ``rois``: the reference's rules (lib.ops.proposal_layer,
     a host operator) or MXNet's stock MultiProposal (``TEST.PROPOSAL_LAYER``). Either reads the minimum
     size in the pixels of ``im_info``'s extent: the detector hands it scale 1."""
-    test, network = cfg.TEST, cfg.network
+    test, network, stride = cfg.TEST, cfg.network, backbone_of(cfg).stride
     settings = dict(scales=tuple(network.ANCHOR_SCALES), ratios=tuple(network.ANCHOR_RATIOS))
     if test.PROPOSAL_LAYER == "reference":
         from lib.ops.proposal_layer import proposal_symbol
 
-        return proposal_symbol(rpn.cls_prob_map, rpn.bbox_pred, im_info, "rois", network.RPN_FEAT_STRIDE,
+        return proposal_symbol(rpn.cls_prob_map, rpn.bbox_pred, im_info, "rois", stride,
                                pre_nms_top_n=test.RPN_PRE_NMS_TOP_N, post_nms_top_n=test.RPN_POST_NMS_TOP_N,
                                nms_thresh=test.RPN_NMS_THRESH, min_size=test.RPN_MIN_SIZE, **settings)
     return mx.sym.contrib.MultiProposal(
         cls_prob=rpn.cls_prob_map, bbox_pred=rpn.bbox_pred, im_info=im_info, name="rois",
-        feature_stride=network.RPN_FEAT_STRIDE, rpn_pre_nms_top_n=test.RPN_PRE_NMS_TOP_N,
+        feature_stride=stride, rpn_pre_nms_top_n=test.RPN_PRE_NMS_TOP_N,
         rpn_post_nms_top_n=test.RPN_POST_NMS_TOP_N, threshold=test.RPN_NMS_THRESH,
         rpn_min_size=test.RPN_MIN_SIZE, output_score=rpn_only, **settings)
 
@@ -204,11 +183,12 @@ def _focus_branch(features):
     return mx.sym.Convolution(hidden, num_filter=2, kernel=(1, 1), name="conv_new_out")
 
 
-def _rcnn_head(cfg, features, rois, head, num_classes, compiled_deformable):
+def _rcnn_head(features, rois, backbone, num_classes, compiled_deformable):
     """1x1 reduction, deformable PS-ROI pooling 7x7, two FC layers, classifier and class-agnostic box."""
+    head = backbone.head
     reduced = mx.sym.Convolution(features, num_filter=head.rcnn_channels, kernel=(1, 1), name="conv_new_1")
     reduced = mx.sym.Activation(reduced, act_type="relu", name="conv_new_1_relu")
-    pooling = dict(spatial_scale=1.0 / cfg.network.RCNN_FEAT_STRIDE, output_dim=head.rcnn_channels, group_size=1,
+    pooling = dict(spatial_scale=1.0 / backbone.stride, output_dim=head.rcnn_channels, group_size=1,
                    pooled_size=POOLED_SIZE, part_size=POOLED_SIZE, sample_per_part=head.samples_per_part)
     # The part offsets are regressed from a plain (offset-free) pooling of the same roi.
     plain = deformable_psroi_pooling(reduced, rois, name="offset_t", compiled=compiled_deformable, **pooling)

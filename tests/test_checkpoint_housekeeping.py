@@ -5,7 +5,7 @@ import os
 import pytest
 
 import demo
-from conftest import build_cfg
+from lib.config import load_config
 from lib.run.checkpoint import load_params, params_path, progress_path, prune_checkpoints, states_path
 
 
@@ -38,12 +38,12 @@ def test_keep_checkpoints_keeps_the_newest_epochs_and_the_tested_one(tmp_path):
 
 
 def test_keep_checkpoints_is_a_checked_key():
-    assert build_cfg().TRAIN.KEEP_CHECKPOINTS == 0
+    assert load_config(None).TRAIN.KEEP_CHECKPOINTS == 0
     with pytest.raises(ValueError, match="TRAIN.KEEP_CHECKPOINTS = -1: must be >= 0"):
-        build_cfg({"TRAIN.KEEP_CHECKPOINTS": -1})
+        load_config(None, {"TRAIN.KEEP_CHECKPOINTS": -1})
 
 
 def test_the_demo_draws_into_the_run_folder_never_beside_the_image(tmp_path):
-    cfg = build_cfg({"output_path": str(tmp_path / "out")})
+    cfg = load_config(None, {"output_path": str(tmp_path / "out")})
     out = demo.default_out(cfg, "/data/coco/images/val2017/000000000139.jpg")
     assert out == str(tmp_path / "out" / "default" / "demo" / "000000000139_detections.png")

@@ -7,8 +7,7 @@ import subprocess
 import mxnet as mx
 import pytest
 
-from conftest import ROOT
-
+from lib.bootstrap import ROOT
 from lib.ops import LIBRARY_PATH
 from lib.ops.registry import registered_operators
 

@@ -17,11 +17,14 @@ import cv2
 import numpy as np
 import pytest
 
-from conftest import ROOT, build_cfg
-
+from lib.bootstrap import ROOT
 from lib.boxes import flip_boxes
+from lib.config import load_config
 from lib.dataset import coco as coco_module
 from lib.dataset import load_roidb, read_image
+from lib.dataset import roidb as roidb_module
+from lib.dataset.annotations import make_entry
+from lib.dataset.base import Dataset
 from lib.dataset.proposals import write_proposals
 
 # Two categories with non-contiguous ids, listed out of order: labels follow sorted ids.
@@ -58,8 +61,8 @@ def write_coco(root, image_set, images, annotations, categories=CATEGORIES, imag
 
 def dataset_cfg(tmp_path, dataset="coco", **overrides):
     """The default config reading ``dataset`` from ``tmp_path/data``, caching under ``tmp_path/root``."""
-    return build_cfg({"dataset.dataset": dataset, "dataset.dataset_path": str(tmp_path / "data"),
-                      "dataset.root_path": str(tmp_path / "root"), **overrides})
+    return load_config(None, {"dataset.dataset": dataset, "dataset.dataset_path": str(tmp_path / "data"),
+                              "dataset.root_path": str(tmp_path / "root"), **overrides})
 
 
 def by_id(roidb, flipped=False):
@@ -805,3 +808,34 @@ def test_an_annotated_size_over_the_pixel_limit_is_refused_at_load(tmp_path):
     with pytest.raises(ValueError, match=r"image id 2 .* is annotated 100000x100000 pixels \(10000 Mpx\), more than "
                                          r"dataset.MAX_IMAGE_PIXELS \(1000 Mpx\); 1 image\(s\) are over it"):
         load_roidb(dataset_cfg(tmp_path), "train")
+
+
+class ToyDataset(Dataset):
+    """A format of one image given in code (module level: the roidb cache pickles it)."""
+
+    kind = "toy"
+    classes = ("__background__", "thing")
+    category_ids = (0, 7)
+
+    @property
+    def annotation_files(self):
+        return []
+
+    def load_entries(self):
+        self.image_ids = [1]
+        return [make_entry(os.path.join(self.dataset_path, "a.jpg"), 1, 20, 30, [[1, 2, 10, 12]], [1], [], [False])]
+
+    def evaluate(self, entries, detections, out_dir):
+        return {"scored": [(e["id"], len(d)) for e, d in zip(entries, detections)]}
+
+
+def test_a_dataset_format_is_one_subclass_and_its_registration(tmp_path, monkeypatch):
+    # registered by name, the format's entries become the roidb (flips, cache) and its evaluate scores them
+    os.makedirs(tmp_path / "data")
+    cv2.imwrite(str(tmp_path / "data" / "a.jpg"), np.zeros((20, 30, 3), np.uint8))
+    monkeypatch.setitem(roidb_module.DATASETS, "toy", ToyDataset)
+    cfg = dataset_cfg(tmp_path, "toy", **{"TRAIN.FLIP": True})
+    roidb, dataset = load_roidb(cfg, "train")
+    assert [(e["id"], e["flipped"]) for e in roidb] == [(1, False), (1, True)] and dataset.num_classes == 2
+    np.testing.assert_array_equal(roidb[1]["boxes"], [[19, 2, 28, 12]])  # mirrored in a 30 px wide image
+    assert dataset.evaluate(roidb[:1], [np.zeros((3, 6))], str(tmp_path)) == {"scored": [(1, 3)]}

@@ -168,8 +168,8 @@ def test_own_coco_folder_on_the_tiny_config_needs_only_the_dataset_keys(syntheti
     result = run_entry("main_train.py", "--cfg", TINY, "--eval", "--set", "dataset.dataset", "coco",
                        "dataset.dataset_path", data, "dataset.image_set", "train", "dataset.test_image_set", "val",
                        "dataset.root_path", str(tmp_path), "output_path", str(tmp_path / "out"), "TRAIN.end_epoch=1",
-                       "TRAIN.BATCH_IMAGES=2", "TRAIN.NUM_PROCESS=0", "gpus=cpu:1", "TRAIN.FLIP=false",
-                       "TEST.NUM_PROCESS=0", cwd=tmp_path)
+                       "TRAIN.lr_step=", "TRAIN.BATCH_IMAGES=2", "TRAIN.NUM_PROCESS=0", "gpus=cpu:1",
+                       "TRAIN.FLIP=false", "TEST.NUM_PROCESS=0", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     with open(tmp_path / "out" / "sniper_synthetic_tiny" / "results" / "val" / "test_summary.json") as f:
         assert json.load(f)["tested"] == 1

@@ -10,7 +10,7 @@ import cv2
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from lib.bootstrap import ROOT
 from lib.drawing import BACKGROUND_COLOUR, class_palette, draw_detections, legend, line_width, tag_places, title
 from lib.train.progress import record_every
 

@@ -18,7 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml")
 RUN_OVERRIDES = ["dataset.dataset_path=data/synthetic", "dataset.root_path=data", "dataset.synthetic_train=2",
                  "dataset.synthetic_val=1", "output_path=out", "TRAIN.FLIP=false", "TRAIN.end_epoch=2",
-                 "TRAIN.BATCH_IMAGES=2", "TRAIN.NUM_PROCESS=0", "TRAIN.warmup_step=5", "gpus=cpu:1",
+                 "TRAIN.lr_step=", "TRAIN.BATCH_IMAGES=2", "TRAIN.NUM_PROCESS=0", "TRAIN.warmup_step=5", "gpus=cpu:1",
                  "TEST.NUM_PROCESS=0"]
 EVERY_SCORE = ["TEST.SCORE_THRESH", "0"]  # a barely trained network scores below the default threshold
 
@@ -187,28 +187,28 @@ def test_missing_metadata_says_what_to_pass_instead(trained, tmp_path):
     assert_one_line_error(result, "give --model RUN_FOLDER")
 
 
-def test_cfg_form_takes_the_class_count_from_the_checkpoint(trained):
+def test_a_checkpoint_with_a_config_takes_its_class_names_from_the_run_record_else_the_config(trained):
     from lib.inference import Detector
+    from lib.run.folder import checkpoint_classes
 
     work, folder, _ = trained
     cfg = load_config(str(folder / "config.yaml"), [("gpus", "cpu:1")])
-    detector = Detector.from_checkpoint(cfg, None, str(folder / "SNIPER-0001.params"))
+    params = str(folder / "SNIPER-0001.params")
+    detector = Detector.from_config(cfg, params, checkpoint_classes(params, cfg))
     assert detector.classes[1:] == ["circle", "square", "triangle", "cross", "star"]
     stripped = load_config(str(folder / "config.yaml"), [("gpus", "cpu:1"), ("dataset.NUM_CLASSES", "6")])
-    plain = work / "plain.params"
+    plain = str(work / "plain.params")
     shutil.copy(folder / "SNIPER-0001.params", plain)  # no companion metadata: numbered classes
-    assert Detector.from_checkpoint(stripped, None, str(plain)).classes == ["__background__"] + [
-        f"class {i}" for i in range(1, 6)]
+    assert checkpoint_classes(plain, stripped) == ["__background__"] + [f"class {i}" for i in range(1, 6)]
     # no metadata and no count: the classes of the config's test set when its annotations are on disk ...
     on_disk = load_config(str(folder / "config.yaml"), [("gpus", "cpu:1"), ("dataset.NUM_CLASSES", "0"),
                                                         ("dataset.dataset_path", str(work / "data" / "synthetic")),
                                                         ("dataset.root_path", str(work / "data"))])
-    assert Detector.from_checkpoint(on_disk, None, str(plain)).classes[1:] == [
-        "circle", "square", "triangle", "cross", "star"]
+    assert checkpoint_classes(plain, on_disk)[1:] == ["circle", "square", "triangle", "cross", "star"]
     # ... else an error saying what to set
     absent = with_overrides(on_disk, {"dataset.dataset": "coco", "dataset.dataset_path": str(work / "absent")})
     with pytest.raises(CheckpointError, match=r"no metadata naming its classes .* set dataset.NUM_CLASSES"):
-        Detector.from_checkpoint(absent, None, str(plain))
+        checkpoint_classes(plain, absent)
 
 
 def test_detections_sort_by_score_and_name_their_labels():

@@ -16,9 +16,9 @@ import time
 import numpy as np
 import pytest
 
-from conftest import ROOT, build_cfg
 from test_dataset import GOOD, ann, image_record, npz_bytes, write_coco
 
+from lib.bootstrap import ROOT
 from lib.config import ConfigError, load_config
 from lib.data.epoch_plan import EpochPlan
 from lib.data.worker_pool import ProcessPool, WorkerDiedError
@@ -48,7 +48,7 @@ def assert_one_line(result, *fragments):
 # -- refused at load, before anything is written ----------------------------------------------------------
 @pytest.mark.parametrize("overrides, fragments", [
     (["gpus", "0"], ["gpus = '0' names gpu(0)", "this MXNet sees 0 GPUs"]),
-    (["TRAIN.lr_step", "abc"], ["TRAIN.lr_step = 'abc': expected comma-separated epochs"]),
+    (["TRAIN.lr_step", "abc"], ["config key TRAIN.lr_step: expected comma-separated epochs, got 'abc'"]),
     (["dataset.dataset", "cocoo"], ["dataset.dataset = 'cocoo': unknown dataset", "coco, pascal_voc, synthetic"]),
     (["TRAIN.SCALES", "[1.0]", "TRAIN.VALID_RANGES", "[[200, -1]]", "TRAIN.CHIP_SIZE", "128",
       "TRAIN.NEG_CHIP_MIN_PROPOSALS", "[1]"], ["TRAIN.CHIP_SIZE = 128: no valid box fits in a chip", "200 pixels"]),
@@ -267,8 +267,8 @@ def test_a_worker_killed_with_sigkill_is_a_machine_error_naming_it():
 def test_the_error_types_keep_the_builtin_types_their_callers_catch():
     assert issubclass(DataError, ValueError) and issubclass(DataFileError, OSError)
     assert issubclass(ConfigError, UserError) and issubclass(MachineError, UserError)
-    with pytest.raises(ConfigError, match="TRAIN.lr_step = '2,x'"):
-        build_cfg({"TRAIN.lr_step": "2,x"})
+    with pytest.raises(ConfigError, match="TRAIN.lr_step: expected comma-separated epochs, got '2,x'"):
+        load_config(None, {"TRAIN.lr_step": "2,x"})
 
 
 def test_a_run_folder_in_use_is_refused_before_a_log_file_is_made(tmp_path):

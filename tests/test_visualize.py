@@ -8,8 +8,8 @@ import sys
 import cv2
 import numpy as np
 import pytest
-from conftest import ROOT, TINY_CONFIG
 
+from lib.bootstrap import ROOT
 from lib.drawing import class_palette, draw_boxes, draw_detections, grid, legend
 
 TOOL = os.path.join(ROOT, "tools", "visualize_detections.py")
@@ -62,7 +62,7 @@ def run_tool(*argv):
                           env=dict(os.environ, PYTHONPATH=ROOT))
 
 
-def test_viewer_draws_ground_truth_and_detections_of_a_test_set(val_set, tmp_path):
+def test_viewer_draws_ground_truth_and_detections_of_a_test_set(val_set, tmp_path, tiny_config):
     folder, annotations = val_set
     first = annotations["images"][0]
     boxes = [a for a in annotations["annotations"] if a["image_id"] == first["id"]]
@@ -71,7 +71,7 @@ def test_viewer_draws_ground_truth_and_detections_of_a_test_set(val_set, tmp_pat
     results_path = tmp_path / "results.json"
     results_path.write_text(json.dumps(results))
     out = tmp_path / "pictures"
-    result = run_tool("--results", str(results_path), "--cfg", TINY_CONFIG, "--set", f"dataset.dataset_path={folder}",
+    result = run_tool("--results", str(results_path), "--cfg", tiny_config, "--set", f"dataset.dataset_path={folder}",
                       f"dataset.root_path={tmp_path}", "--images", "3", "--per-grid", "2", "--out", str(out))
     assert result.returncode == 0, result.stderr[-2000:]
     assert sorted(os.listdir(out)) == ["detections_000.png", "detections_001.png"]

@@ -198,8 +198,8 @@ def parse_args(argv=None):
         parser.error(f"--variants: unknown {unknown or 'empty list'}; choose from {VARIANTS}")
     if args.iterations < 1:
         parser.error(f"--iterations must be >= 1, got {args.iterations}")
-    if not 0 < args.lr_step_fraction:
-        parser.error(f"--lr-step-fraction must be > 0, got {args.lr_step_fraction}")
+    if not 0 < args.lr_step_fraction < 1:
+        parser.error(f"--lr-step-fraction must be in (0, 1) (the step lies inside the run), got {args.lr_step_fraction}")
     args.variants = [v for v in VARIANTS if v in variants]
     return args
 

@@ -40,7 +40,7 @@ from lib.config import with_overrides
 from lib.inference.detector import DATA_NAMES, Detector, checkpoint_file
 from lib.inference.pipeline import RoidbImages
 from lib.logger import report_user_errors
-from lib.run.folder import add_model_arguments, config_from_model_arguments
+from lib.run.folder import add_model_arguments, config_from_model_arguments, numbered_classes
 from lib.scales import ScaleLevel, pyramid
 from symbols import inference_symbol
 
@@ -76,14 +76,16 @@ def load_detectors(cfg, num_classes, variants):
             for variant in variants}
     path = checkpoint_file(cfg)
     if os.path.isfile(path):
-        return {variant: Detector.from_checkpoint(c, num_classes, path) for variant, c in cfgs.items()}, path
+        classes = numbered_classes(num_classes)
+        return {variant: Detector.from_config(c, path, classes) for variant, c in cfgs.items()}, path
     module = mx.mod.Module(inference_symbol(cfg, num_classes), data_names=DATA_NAMES, label_names=None,
                            context=mx.cpu())
     module.bind([("data", (1, 3, 64, 64)), ("im_info", (1, 3)), ("im_ids", (1,)), ("chip_ids", (1,))],
                 for_training=False)
     module.init_params(mx.init.Normal(0.01))
     params = module.get_params()
-    return {variant: Detector(c, num_classes, *params) for variant, c in cfgs.items()}, "random weights"
+    return {variant: Detector.from_params(c, numbered_classes(num_classes), *params) for variant, c in cfgs.items()}, \
+        "random weights"
 
 
 class NullForwardDetector(Detector):
@@ -92,7 +94,7 @@ class NullForwardDetector(Detector):
     zero box deltas. Outputs depend only on the forward's shape and ``im_info``."""
 
     def __init__(self, cfg, num_classes):
-        self._configure(cfg, [mx.cpu()], False, "null forward")
+        super().__init__(cfg, numbered_classes(num_classes), contexts=[mx.cpu()], source="null forward")
         rois, rng = cfg.TEST.RPN_POST_NMS_TOP_N, np.random.default_rng(0)
         centres, sides = rng.uniform(0, 1, (rois, 2)), np.exp(rng.uniform(np.log(0.02), np.log(0.8), (rois, 2)))
         self.unit_boxes = np.clip(np.hstack([centres - sides / 2, centres + sides / 2]), 0, 1).astype(np.float32)

@@ -28,7 +28,7 @@ import lib.ops  # noqa: F401  (the training graph's proposal-target operator)
 from lib.benchmarking import markdown_table, measure
 from lib.config import load_config
 from symbols import inference_symbol, training_symbol, use_compiled_deformable
-from symbols.bodies import BODIES
+from symbols.backbones import BACKBONES
 
 
 def bind(symbol, shapes, for_training, rng, context=None):
@@ -91,7 +91,7 @@ def profile_top(symbol, shapes, for_training, rng, top):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--symbol", default="resnet_tiny", choices=sorted(BODIES))
+    parser.add_argument("--symbol", default="resnet_tiny", choices=sorted(BACKBONES))
     parser.add_argument("--cfg", default=None, help="config file for the network settings (anchors)")
     parser.add_argument("--chips", type=int, default=2)
     parser.add_argument("--size", type=int, default=512)
@@ -103,9 +103,8 @@ def main():
     if args.contexts < 1 or args.chips % args.contexts:
         parser.error(f"--chips ({args.chips}) must be a positive multiple of --contexts ({args.contexts})")
     chips = args.chips // args.contexts  # per context
-    stride = BODIES[args.symbol].stride
-    cfg = load_config(args.cfg, [("symbol", args.symbol), ("network.RPN_FEAT_STRIDE", stride),
-                                 ("network.RCNN_FEAT_STRIDE", stride), ("TRAIN.fp16", False), ("TEST.fp16", False),
+    stride = BACKBONES[args.symbol].stride
+    cfg = load_config(args.cfg, [("symbol", args.symbol), ("TRAIN.fp16", False), ("TEST.fp16", False),
                                  ("TRAIN.RPN_POST_NMS_TOP_N", args.rois)])
     size, anchors, feat = args.size, cfg.network.NUM_ANCHORS, args.size // stride
     train_shapes = dict(data=(chips, 3, size, size), im_info=(chips, 3), valid_ranges=(chips, 2),

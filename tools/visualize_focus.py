@@ -21,11 +21,12 @@ from lib.config import add_config_arguments, config_from_arguments
 from lib.dataset import load_roidb
 from lib.drawing import draw_boxes, draw_detections, grid, legend
 from lib.inference.autofocus import AutoFocusStats, run_autofocus
-from lib.inference.detector import Detector
+from lib.inference.detector import Detector, checkpoint_file
 from lib.inference.focus_chips import focus_pixel_boxes
 from lib.inference.pipeline import RoidbImages
 from lib.logger import report_user_errors, setup_logging
 from lib.run.checkpoint import output_dir
+from symbols.backbones import feature_stride
 
 PANEL_HEIGHT = 540
 TITLE_HEIGHT = 28
@@ -63,11 +64,11 @@ def main():
     entries = [entry for entry in roidb if entry["id"] == args.image_id]
     if not entries:
         sys.exit(f"image id {args.image_id} is not in {cfg.dataset.test_image_set} ({len(roidb)} images)")
-    detector = Detector.from_checkpoint(cfg, dataset.num_classes, path=args.checkpoint)
+    detector = Detector.from_config(cfg, args.checkpoint or checkpoint_file(cfg), dataset.classes)
     source = RoidbImages(entries[:1])
     image = source.read(0)
 
-    test, stride = cfg.TEST, cfg.network.RPN_FEAT_STRIDE
+    test, stride = cfg.TEST, feature_stride(cfg)
     thresholds = [params[1] if number + 1 < len(test.SCALES) and test.DO_PRUNING[number + 1] else 0.5
                   for number, params in enumerate(test.CHIP_HYPERPARAMS)]
     seen = [{"regions": [], "focus": [], "probs": [], "chips": []} for _ in test.SCALES]

@@ -18,16 +18,22 @@ training boxes (they are ``crowd_boxes``), so no polygons either.
 import contextlib
 import io
 import json
+import logging
 import os
 import re
 
 import numpy as np
 from tqdm import tqdm
 
+from lib.atomic import write_json
 from lib.dataset.annotations import BoxReport, clean_boxes, escapes_folder, make_entry, split_image_sets
+from lib.dataset.base import Dataset
 from lib.dataset.polygons import pack_polygons
+from lib.dataset.synthetic import ensure_synthetic_dataset
 from lib.errors import DataError, DataFileError
 
+
+logger = logging.getLogger(__name__)
 
 def read_coco_json(path):
     """Load and structurally check one COCO annotation file; errors name the file."""
@@ -158,7 +164,7 @@ def image_folder(dataset_path, image_set):
     return folder
 
 
-class CocoDataset:
+class CocoDataset(Dataset):
     """One or more COCO image sets; ``load_entries`` reads them, ``coco`` indexes them for COCOeval.
 
     ``classes[label]`` is the category name of contiguous label ``label`` (0 = background) and
@@ -168,19 +174,10 @@ class CocoDataset:
     kind = "coco"
 
     def __init__(self, dataset_path, image_set):
-        self.dataset_path = os.path.abspath(dataset_path)
-        self.image_set = image_set
+        super().__init__(dataset_path, image_set)
         self.image_sets = split_image_sets(image_set)
         self.annotation_files = [annotation_file(self.dataset_path, name) for name in self.image_sets]
-        self.classes = None
-        self.category_ids = None
-        self.image_ids = None
-        self.box_report = {}
         self._coco = None
-
-    @property
-    def num_classes(self):
-        return len(self.classes)
 
     def load_entries(self, masks=False):
         """Unflipped roidb entries of every image, in file order, with the boxes' polygons when ``masks``; also
@@ -286,3 +283,30 @@ class CocoDataset:
     def __getstate__(self):
         # The roidb cache pickles the dataset; the COCO index is rebuilt from the files on demand.
         return {**self.__dict__, "_coco": None}
+
+    def evaluate(self, entries, detections, out_dir):
+        """The results file (COCO format, original category ids: test-dev ready), then COCO AP through
+        pycocotools when the set has annotations."""
+        from lib.inference.evaluator import coco_results, evaluate_coco  # the scoring, with the other metrics
+
+        image_ids = [entry["id"] for entry in entries]
+        results = coco_results(detections, image_ids, self.category_ids)
+        path = os.path.join(out_dir, f"detections_{self.image_set}_results.json")
+        write_json(results, path)
+        logger.info("wrote %d detections to %s", len(results), path)
+        if not self.coco.dataset.get("annotations"):
+            logger.info("%s has no annotations (e.g. test-dev): results written for submission, not evaluated",
+                        self.image_set)
+            return {"results": path}
+        return {"results": path, "stats": evaluate_coco(self.coco, path, out_dir, image_ids=image_ids)}
+
+
+class SyntheticDataset(CocoDataset):
+    """The project's COCO-format shapes set (lib/dataset/synthetic.py), generated first when absent from
+    ``dataset.synthetic_train``, ``synthetic_val`` and ``synthetic_seed``, in its own folder per settings."""
+
+    @classmethod
+    def from_config(cls, cfg, image_set):
+        # its own folder per counts and seed (lib.dataset.synthetic.synthetic_folder): never replaced in place
+        return cls(ensure_synthetic_dataset(cfg.dataset.dataset_path, train=cfg.dataset.synthetic_train,
+                                            val=cfg.dataset.synthetic_val, seed=cfg.dataset.synthetic_seed), image_set)

@@ -15,6 +15,7 @@ import xml.etree.ElementTree as ET
 from tqdm import tqdm
 
 from lib.dataset.annotations import BoxReport, clean_boxes, escapes_folder, make_entry, split_image_sets
+from lib.dataset.base import Dataset
 from lib.errors import DataError, DataFileError
 
 VOC_CLASSES = (
@@ -54,7 +55,7 @@ def _positive_int(root, key, path):
     return value
 
 
-class PascalVocDataset:
+class PascalVocDataset(Dataset):
     """The images of one or more ``{year}_{split}`` parts, with the 20 VOC classes (labels 1..20).
 
     ``image_names[i]`` is ``"VOC{year}/{name}"`` of ``image_ids[i]`` (for VOC-format result files).
@@ -62,10 +63,10 @@ class PascalVocDataset:
 
     kind = "pascal_voc"
     classes = ("__background__",) + VOC_CLASSES
+    category_ids = tuple(range(len(classes)))  # results are written with the labels
 
     def __init__(self, dataset_path, image_set):
-        self.dataset_path = os.path.abspath(dataset_path)
-        self.image_set = image_set
+        super().__init__(dataset_path, image_set)
         self.parts = []
         for part in split_image_sets(image_set):
             match = re.fullmatch(r"(\d{4})_(\w+)", part)
@@ -77,14 +78,8 @@ class PascalVocDataset:
         for path in self.list_files:
             if not os.path.isfile(path):
                 raise FileNotFoundError(f"Pascal VOC image list {path} (image set {image_set!r}) does not exist")
-        self.image_ids = None
         self.image_names = None
-        self.box_report = {}
         self._names = None
-
-    @property
-    def num_classes(self):
-        return len(self.classes)
 
     @property
     def use_07_metric(self):
@@ -159,3 +154,12 @@ class PascalVocDataset:
         return make_entry(
             self._path(year, "JPEGImages", f"{name}.jpg"), image_id, height, width,
             boxes, [lab for lab, k in zip(labels, keep) if k], [], [d for d, k in zip(difficult, keep) if k])
+
+    def evaluate(self, entries, detections, out_dir):
+        """VOC AP per class at IoU 0.5 against the entries' boxes, difficult ones ignored (11-point AP for
+        VOC2007)."""
+        from lib.inference.evaluator import evaluate_voc  # the scoring, with the other metrics
+
+        return {"stats": evaluate_voc(detections, [e["boxes"] for e in entries], [e["gt_classes"] for e in entries],
+                                      [e["difficult"] for e in entries], list(self.classes), out_dir,
+                                      self.use_07_metric)}

@@ -1,63 +1,37 @@
-"""The roidb (one dict per image, format in ARCHITECTURE.md), built from a dataset and cached on disk.
-
-The cache lives in ``{cfg.dataset.root_path}/cache`` and its file name carries a hash of the
-annotation files' content and of every option that changes the roidb, so an edited annotation file
-or a changed option builds a new roidb instead of serving a stale one. Proposals are attached after
-the cache (they come from a separate, often regenerated file).
-
-The cache is a pickle (it holds the dataset object), so it is signed: each file starts with an
-HMAC-SHA256 of the rest, keyed by a random secret created in the cache folder (``.roidb_cache_key``,
-mode 0600, owned by the user). A cache that fails verification (copied from elsewhere, tampered with,
-truncated) is never unpickled: it is rebuilt with a warning. A key file others can read or write is not
-trusted: the cache is then bypassed, with a warning saying how to fix the permissions.
+"""The roidb (one dict per image, format in ARCHITECTURE.md), built from a dataset and cached on disk
+(lib/dataset/roidb_cache.py). Proposals are attached after the cache (they come from a separate, often
+regenerated file).
 """
-import hashlib
-import hmac
-import json
 import logging
 import os
-import pickle
-import re
-import secrets
 
 import numpy as np
-from tqdm import tqdm
 
-from lib.atomic import write_bytes
 from lib.boxes import flip_boxes
 from lib.config import ConfigError
-from lib.dataset.coco import CocoDataset
+from lib.dataset.coco import CocoDataset, SyntheticDataset
 from lib.dataset.pascal_voc import PascalVocDataset
 from lib.dataset.polygons import flip_polygons, select_polygons
 from lib.dataset.proposals import read_proposals
 from lib.dataset.reference_rules import suppress_pooled_proposals, truncate_to_whole_pixels
-from lib.dataset.synthetic import ensure_synthetic_dataset
+from lib.dataset.roidb_cache import cache_path, read_cache, write_cache
 from lib.errors import DataError
 
 logger = logging.getLogger(__name__)
 
-# Bump when the entry format or the reading rules change: old caches are then ignored.
-CACHE_VERSION = 2
-CACHE_KEY_FILE = ".roidb_cache_key"
-KEY_BYTES = 32
-TAG_BYTES = hashlib.sha256().digest_size
-# The synthetic set is a COCO-format folder that is generated when absent.
-DATASETS = {"coco": CocoDataset, "pascal_voc": PascalVocDataset, "synthetic": CocoDataset}
+# The dataset formats (lib.dataset.base.Dataset) by their dataset.dataset name: a new format is a file of
+# its own and a line here.
+DATASETS = {"coco": CocoDataset, "pascal_voc": PascalVocDataset, "synthetic": SyntheticDataset}
 # How many missing ids an error or log line lists.
 MAX_LISTED = 5
 
 
 def make_dataset(cfg, image_set):
-    """The dataset object named by ``cfg.dataset.dataset`` for ``image_set``; the synthetic set is
-    generated first when absent (in its own folder per counts and seed: lib.dataset.synthetic)."""
+    """The dataset object named by ``cfg.dataset.dataset`` for ``image_set``."""
     kind = cfg.dataset.dataset
     if kind not in DATASETS:
         raise ConfigError(f"config key dataset.dataset: unknown dataset {kind!r}; expected one of {sorted(DATASETS)}")
-    path = cfg.dataset.dataset_path
-    if kind == "synthetic":
-        path = ensure_synthetic_dataset(path, train=cfg.dataset.synthetic_train, val=cfg.dataset.synthetic_val,
-                                        seed=cfg.dataset.synthetic_seed)
-    return DATASETS[kind](path, image_set)
+    return DATASETS[kind].from_config(cfg, image_set)
 
 
 def load_roidb(cfg, image_set, training=True):
@@ -78,16 +52,16 @@ def load_roidb(cfg, image_set, training=True):
     if masks and dataset.kind != "coco":
         raise ConfigError(f"config key TRAIN.WITH_MASK: instance masks need a COCO-format dataset (polygons), "
                           f"but dataset.dataset is {cfg.dataset.dataset!r}")
-    cache_path = _cache_path(cfg.dataset.root_path, dataset, training, flip, masks)
-    cached = _read_cache(cache_path)
+    path = cache_path(cfg.dataset.root_path, dataset, training, flip, masks)
+    cached = read_cache(path)
     if cached is not None:
         dataset, roidb = cached
-        logger.info("roidb of %s %r: %d entries from cache %s", dataset.kind, image_set, len(roidb), cache_path)
+        logger.info("roidb of %s %r: %d entries from cache %s", dataset.kind, image_set, len(roidb), path)
     else:
         entries = dataset.load_entries(masks=True) if masks else dataset.load_entries()
         roidb = training_roidb(entries, flip) if training else entries
-        _write_cache(cache_path, (dataset, roidb))
-        logger.info("roidb of %s %r: %d entries, cached to %s", dataset.kind, image_set, len(roidb), cache_path)
+        write_cache(path, (dataset, roidb))
+        logger.info("roidb of %s %r: %d entries, cached to %s", dataset.kind, image_set, len(roidb), path)
     check_num_classes(cfg, dataset)
     check_image_sizes(roidb, dataset, cfg.dataset.MAX_IMAGE_PIXELS)
     check_image_files(roidb)
@@ -221,104 +195,3 @@ def proposal_drop_reasons(boxes, width, height):
         upright = (x2 >= x1) & (y2 >= y1)
         inside = (x1 <= width - 1) & (y1 <= height - 1) & (x2 >= 0) & (y2 >= 0)
     return np.select([~finite, ~upright, ~inside], [1, 2, 3], 0)
-
-
-def _file_digest(path):
-    digest = hashlib.sha1()
-    try:
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-    except OSError as err:
-        raise type(err)(f"cannot read annotation file {path}: {err.strerror or err}") from None
-    return digest.hexdigest()
-
-
-def _cache_path(root_path, dataset, training, flip, masks):
-    """Cache file named after the dataset and a hash of its annotation files and the options."""
-    files = dataset.annotation_files
-    options = {"version": CACHE_VERSION, "kind": dataset.kind, "path": dataset.dataset_path,
-               "image_set": dataset.image_set, "training": training, "flip": flip}
-    if masks:  # only then, so that the caches of box-only training keep their names
-        options["masks"] = True
-    key = hashlib.sha1(json.dumps(options, sort_keys=True).encode())
-    for path in tqdm(files, desc="hashing annotations", leave=False, disable=len(files) < 100):
-        key.update(os.path.relpath(path, dataset.dataset_path).encode())
-        key.update(_file_digest(path).encode())
-    name = re.sub(r"[^\w+.-]", "_", f"{dataset.kind}_{dataset.image_set}_{'train' if training else 'test'}")
-    return os.path.join(root_path, "cache", f"{name}_{key.hexdigest()[:16]}.pkl")
-
-
-def _cache_secret(folder):
-    """The HMAC key of the caches in ``folder``, created on first use; None (with a warning) when the key
-    file could have been read or replaced by someone else."""
-    path = os.path.join(folder, CACHE_KEY_FILE)
-    try:
-        if not os.path.exists(path):
-            os.makedirs(folder, exist_ok=True)
-            tmp = f"{path}.new-{os.getpid()}"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            try:
-                os.write(fd, secrets.token_bytes(KEY_BYTES))
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            try:  # whole or not at all, and the first of concurrent runs wins
-                os.link(tmp, path)
-            except FileExistsError:
-                pass
-            finally:
-                os.remove(tmp)
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-        try:
-            info = os.fstat(fd)
-            secret = os.read(fd, KEY_BYTES + 1)
-        finally:
-            os.close(fd)
-    except OSError as err:
-        logger.warning("roidb cache key %s cannot be used (%s); the roidb is built without the cache", path, err)
-        return None
-    if info.st_uid != os.getuid() or info.st_mode & 0o077 or len(secret) != KEY_BYTES:
-        logger.warning("roidb cache key %s is not a %d-byte file private to this user (mode %o, owner %d): caches "
-                       "signed with it are not trusted and the roidb is built without the cache; remove the key "
-                       "file and the caches beside it to start afresh", path, KEY_BYTES, info.st_mode & 0o777,
-                       info.st_uid)
-        return None
-    return secret
-
-
-def _read_cache(path):
-    if not os.path.isfile(path):
-        return None
-    secret = _cache_secret(os.path.dirname(path))
-    if secret is None:
-        return None
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as err:
-        logger.warning("ignoring unreadable roidb cache %s (%s); rebuilding it", path, err)
-        return None
-    tag, payload = data[:TAG_BYTES], data[TAG_BYTES:]
-    if not hmac.compare_digest(tag, hmac.new(secret, payload, hashlib.sha256).digest()):
-        logger.warning("roidb cache %s fails verification against %s (truncated, altered or not written here); "
-                       "not loading it, rebuilding it", path, CACHE_KEY_FILE)
-        return None
-    try:
-        dataset, roidb = pickle.loads(payload)  # written by this user with this key: trusted
-        return dataset, roidb
-    except Exception as err:  # a cache is disposable: any failure means "rebuild"
-        logger.warning("ignoring unreadable roidb cache %s (%s); rebuilding it", path, err)
-        return None
-
-
-def _write_cache(path, content):
-    """Signed and written atomically (``lib.atomic``), so a killed run never leaves a truncated cache."""
-    secret = _cache_secret(os.path.dirname(path))
-    if secret is None:
-        return
-    payload = pickle.dumps(content, protocol=pickle.HIGHEST_PROTOCOL)
-    try:
-        write_bytes(hmac.new(secret, payload, hashlib.sha256).digest() + payload, path)
-    except OSError as err:  # the cache only saves time: warn and go on
-        logger.warning("cannot write roidb cache %s: %s", path, err)

@@ -11,7 +11,6 @@ processes around the network (lib.inference.pipeline) when ``num_workers`` > 0.
 """
 import functools
 import logging
-import os
 
 import mxnet as mx
 import numpy as np
@@ -24,10 +23,11 @@ from lib.inference.batching import images_per_device, plan
 from lib.inference.detections import Detections
 from lib.inference.merge import merge_scales
 from lib.inference.pipeline import ArrayImages, run_pipeline
-from lib.run.folder import classes_of, load_run
-from lib.scales import pyramid
 from lib.run.checkpoint import CheckpointError, checkpoint_prefix, load_params, params_path
+from lib.run.folder import load_run
+from lib.scales import pyramid
 from symbols import inference_symbol, use_compiled_deformable
+from symbols.backbones import feature_stride
 
 logger = logging.getLogger(__name__)
 
@@ -86,70 +86,67 @@ def check_params(symbol, arg_params, aux_params, source, stride):
                                   f"network of this config needs {tuple(shape)} (symbol, dataset.NUM_CLASSES?)")
 
 
-def numbered_classes(num_classes):
-    """Class names when only the count is known: background, then "class 1", ..."""
-    return ["__background__"] + [f"class {label}" for label in range(1, num_classes)]
-
-
 class Detector:
-    """The test (or RPN-only) symbol of ``cfg`` with trained parameters, on the configured contexts.
+    """The test (or RPN-only) network of ``cfg`` with trained parameters, on the configured contexts.
 
-    ``num_classes`` (background included) is the dataset's; the RPN-only network does not need it.
-    ``classes``: the names of the labels (default: numbered). The Python API::
+    ``classes`` (background first) names the labels of the detection network; the class count is its
+    length (the RPN-only network has none). One constructor per source of the parameters:
+    ``from_checkpoint(MODEL)`` (a described run), ``from_config(cfg, params, classes)`` (a checkpoint file
+    with a config) and ``from_params(cfg, classes, arg_params, aux_params)`` (arrays). The constructor
+    itself takes the bound network ``module``; a stand-in network (tests, benchmarks) is a subclass that
+    passes None and gives ``forward``. The Python API::
 
         det = Detector.from_checkpoint("output/sniper_synthetic_tiny/SNIPER-0004.params")
         dets = det(image_bgr)                      # Detections: boxes, scores, labels, names
         cv2.imwrite("out.png", det.draw(image_bgr, dets))
     """
 
-    def __init__(self, cfg, num_classes, arg_params, aux_params, contexts=None, rpn_only=False,
-                 source="parameters", classes=None):
-        self._configure(cfg, contexts, rpn_only, source)
-        if rpn_only and cfg.TEST.NUM_PROPOSALS > cfg.TEST.RPN_POST_NMS_TOP_N:
-            logger.warning("TEST.NUM_PROPOSALS %d > TEST.RPN_POST_NMS_TOP_N %d: at most %d proposals per scale",
-                           cfg.TEST.NUM_PROPOSALS, cfg.TEST.RPN_POST_NMS_TOP_N, cfg.TEST.RPN_POST_NMS_TOP_N)
-        self.classes = None if rpn_only else list(classes or numbered_classes(num_classes))
-        symbol = inference_symbol(cfg, num_classes, rpn_only=rpn_only,
-                                  compiled_deformable=use_compiled_deformable(cfg, self.contexts))
-        stride = cfg.network.RPN_FEAT_STRIDE
-        check_params(symbol, arg_params, aux_params, source, stride)
-        self.module = mx.mod.Module(symbol, data_names=DATA_NAMES, label_names=None, context=self.contexts)
-        self.module.bind(data_shapes(len(self.contexts), stride, stride), for_training=False)
-        self.module.set_params(arg_params, aux_params, allow_missing=False, allow_extra=True)
-
-    def _configure(self, cfg, contexts, rpn_only, source):
-        """Everything but the network (a stand-in network, e.g. for tests or benchmarks, calls only this)."""
+    def __init__(self, cfg, classes, module=None, contexts=None, rpn_only=False, source="parameters"):
         self.cfg = cfg
         self.rpn_only = rpn_only
         self.source = source
+        self.classes = None if rpn_only else list(classes)
         self.levels = pyramid(cfg.TEST, "TEST")
         self.images_per_device = images_per_device(cfg.TEST, len(self.levels))
         self.contexts = contexts if contexts is not None else parse_contexts(cfg.gpus)
         self.fp16 = fp16_enabled(cfg, "TEST", self.contexts)  # the body only: inputs and outputs stay float32
+        if rpn_only and cfg.TEST.NUM_PROPOSALS > cfg.TEST.RPN_POST_NMS_TOP_N:
+            logger.warning("TEST.NUM_PROPOSALS %d > TEST.RPN_POST_NMS_TOP_N %d: at most %d proposals per scale",
+                           cfg.TEST.NUM_PROPOSALS, cfg.TEST.RPN_POST_NMS_TOP_N, cfg.TEST.RPN_POST_NMS_TOP_N)
+        self.module = module
 
     @classmethod
-    def from_checkpoint(cls, model, num_classes=None, path=None, contexts=None, rpn_only=False, overrides=()):
-        """A Detector from a checkpoint, in one of two forms:
+    def from_params(cls, cfg, classes, arg_params, aux_params, contexts=None, rpn_only=False, source="parameters"):
+        """The network of ``cfg`` for ``classes`` (None for ``rpn_only``) bound with the given parameters;
+        a CheckpointError names a missing or ill-shaped one."""
+        detector = cls(cfg, classes, contexts=contexts, rpn_only=rpn_only, source=source)
+        symbol = inference_symbol(cfg, None if rpn_only else len(detector.classes), rpn_only=rpn_only,
+                                  compiled_deformable=use_compiled_deformable(cfg, detector.contexts))
+        stride = feature_stride(cfg)
+        check_params(symbol, arg_params, aux_params, source, stride)
+        detector.module = mx.mod.Module(symbol, data_names=DATA_NAMES, label_names=None, context=detector.contexts)
+        detector.module.bind(data_shapes(len(detector.contexts), stride, stride), for_training=False)
+        detector.module.set_params(arg_params, aux_params, allow_missing=False, allow_extra=True)
+        return detector
 
-        - ``from_checkpoint(MODEL, overrides=...)``: MODEL a run folder (its newest checkpoint) or a
-          ``.params`` file of one; the config (the run's config.yaml, then ``overrides``, e.g.
-          ``{"gpus": "cpu"}``), class names and count, RPN-only or not come from the run folder.
-        - ``from_checkpoint(cfg, num_classes, path=None)``: ``path`` (default ``TEST.MODEL`` or epoch
-          ``TEST.TEST_EPOCH`` of the config's run) with the network of ``cfg``; ``num_classes`` None
-          takes the checkpoint's metadata, else ``dataset.NUM_CLASSES``.
-        """
-        if isinstance(model, (str, os.PathLike)):
-            cfg, path, info = load_run(model, overrides)
-            rpn_only = rpn_only or bool(info.get("rpn_only"))
-        else:
-            cfg, path = model, path or checkpoint_file(model)
-        arg_params, aux_params = load_params(path)
-        logger.info("loaded %s", path)
-        classes = None
-        if not rpn_only:
-            num_classes, classes = classes_of(path, cfg, num_classes)
-        return cls(cfg, num_classes, arg_params, aux_params, contexts=contexts, rpn_only=rpn_only, source=path,
-                   classes=classes)
+    @classmethod
+    def from_config(cls, cfg, params, classes=None, contexts=None, rpn_only=False):
+        """Checkpoint file ``params`` with the network of ``cfg``; ``classes`` (the caller resolves them:
+        the dataset's, or ``lib.run.folder.checkpoint_classes``) unless ``rpn_only``."""
+        arg_params, aux_params = load_params(params)
+        logger.info("loaded %s", params)
+        return cls.from_params(cfg, classes, arg_params, aux_params, contexts=contexts, rpn_only=rpn_only,
+                               source=params)
+
+    @classmethod
+    def from_checkpoint(cls, model, overrides=(), contexts=None):
+        """A run folder (its newest checkpoint) or a ``.params`` file of one: the config (the run's
+        config.yaml, then ``overrides``, e.g. ``{"gpus": "cpu"}``), class names and RPN-only or not come
+        from the run record (lib.run.folder.load_run)."""
+        run = load_run(model, overrides)
+        rpn_only = bool(run.info.get("rpn_only"))
+        return cls.from_config(run.cfg, run.params, None if rpn_only else run.info["classes"], contexts=contexts,
+                               rpn_only=rpn_only)
 
     def __call__(self, images):
         """Detections (lib.inference.detections) of one BGR uint8 (H, W, 3) image, or a list of them

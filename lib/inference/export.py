@@ -12,10 +12,11 @@ import mxnet as mx
 
 from lib.atomic import atomic_path, write_json
 from lib.config import with_overrides
-from lib.inference.detector import DATA_NAMES, check_params, checkpoint_file, numbered_classes
-from lib.run.folder import classes_of, read_model_info
+from lib.inference.detector import DATA_NAMES, check_params, checkpoint_file
+from lib.run.folder import checkpoint_classes, read_model_info
 from lib.run.checkpoint import load_params
 from symbols import inference_symbol
+from symbols.backbones import feature_stride
 
 EXPORT_EPOCH = 0
 # The keys the exported graph is built with: stock MXNet operators only.
@@ -30,10 +31,10 @@ def export_test_graph(cfg, prefix):
     arg_params, aux_params = load_params(params)
     info = read_model_info(params) or {}
     rpn_only = bool(info.get("rpn_only", cfg.TRAIN.ONLY_PROPOSAL))
-    num_classes, classes = (None, None) if rpn_only else classes_of(params, cfg)
+    classes = None if rpn_only else checkpoint_classes(params, cfg)
     cfg = with_overrides(cfg, STOCK_OPERATORS)
-    symbol = inference_symbol(cfg, num_classes, rpn_only=rpn_only, compiled_deformable=False)
-    check_params(symbol, arg_params, aux_params, params, cfg.network.RPN_FEAT_STRIDE)
+    symbol = inference_symbol(cfg, None if rpn_only else len(classes), rpn_only=rpn_only, compiled_deformable=False)
+    check_params(symbol, arg_params, aux_params, params, feature_stride(cfg))
     # only what the graph uses: no training-only values, in MXNet's own arg:/aux: layout
     blob = {f"arg:{name}": arg_params[name] for name in symbol.list_arguments() if name in arg_params}
     blob.update({f"aux:{name}": aux_params[name] for name in symbol.list_auxiliary_states()})
@@ -43,7 +44,7 @@ def export_test_graph(cfg, prefix):
     with atomic_path(paths[1]) as tmp:
         mx.nd.save(tmp, blob)
     description = {"source": params, "epoch": EXPORT_EPOCH, "symbol": cfg.symbol, "rpn_only": rpn_only,
-                   "classes": None if rpn_only else classes or numbered_classes(num_classes),
+                   "classes": classes,
                    "category_ids": info.get("category_ids"), **describe(cfg, symbol)}
     write_json(description, paths[2])
     return paths

@@ -20,9 +20,8 @@ from tqdm import tqdm
 from lib.atomic import write_json
 from lib.dataset import load_roidb
 from lib.dataset.proposals import write_proposals
-from lib.inference.detector import Detector
+from lib.inference.detector import Detector, checkpoint_file
 from lib.inference.pipeline import RoidbImages, metered
-from lib.inference.evaluator import coco_results, evaluate_coco, evaluate_voc
 from lib.run.checkpoint import output_dir
 
 logger = logging.getLogger(__name__)
@@ -82,7 +81,7 @@ def test(cfg, detector=None, checkpoint=None):
     ``test_summary.json``."""
     image_set = cfg.dataset.test_image_set
     roidb, dataset = load_roidb(cfg, image_set, training=False)
-    detector = detector or Detector.from_checkpoint(cfg, dataset.num_classes, path=checkpoint)
+    detector = detector or Detector.from_config(cfg, checkpoint or checkpoint_file(cfg), dataset.classes)
     logger.info("testing %d images of %s at scales %s on %s", len(roidb), image_set, cfg.TEST.SCALES,
                 detector.contexts)
     speed = {}
@@ -95,10 +94,7 @@ def test(cfg, detector=None, checkpoint=None):
     logger.info("speed: %s images/s end to end, %s images/s in the network alone (%.1f s, of which %.1f s in the "
                 "network)", _rate(speed["images_per_s"]), _rate(speed["network_images_per_s"]), speed["seconds"],
                 speed["network_seconds"])
-    if dataset.kind == "coco":
-        summary.update(_coco(dataset, roidb, found, tested, out_dir, image_set))
-    else:
-        summary.update(_voc(dataset, roidb, found, tested, out_dir))
+    summary.update(dataset.evaluate([roidb[i] for i in tested], [found[i] for i in tested], out_dir))
     if skipped:
         logger.warning("%d of %d images could not be read and were skipped (listed in %s)", len(skipped),
                        len(roidb), os.path.join(out_dir, "test_summary.json"))
@@ -111,34 +107,13 @@ def _rate(value):
     return "-" if value is None else f"{value:.2f}"
 
 
-def _coco(dataset, roidb, found, tested, out_dir, image_set):
-    image_ids = [roidb[i]["id"] for i in tested]
-    results = coco_results([found[i] for i in tested], image_ids, dataset.category_ids)
-    path = os.path.join(out_dir, f"detections_{image_set}_results.json")
-    write_json(results, path)
-    logger.info("wrote %d detections to %s", len(results), path)
-    if not dataset.coco.dataset.get("annotations"):
-        logger.info("%s has no annotations (e.g. test-dev): results written for submission, not evaluated",
-                    image_set)
-        return {"results": path}
-    return {"results": path, "stats": evaluate_coco(dataset.coco, path, out_dir, image_ids=image_ids)}
-
-
-def _voc(dataset, roidb, found, tested, out_dir):
-    entries = [roidb[i] for i in tested]
-    result = evaluate_voc([found[i] for i in tested], [e["boxes"] for e in entries],
-                          [e["gt_classes"] for e in entries], [e["difficult"] for e in entries],
-                          list(dataset.classes), out_dir, dataset.use_07_metric)
-    return {"stats": result}
-
-
 def extract_proposals(cfg, detector=None):
     """RPN proposals of every image of ``dataset.image_set`` at ``TEST.SCALES`` (the best
     ``TEST.NUM_PROPOSALS`` per scale, pooled), saved as ``{image_id: float32 (P, 5)}`` in original
     unflipped pixels to ``proposal_file(cfg)`` (lib.dataset.proposals); returns the path."""
     image_set = cfg.dataset.image_set
     roidb, _ = load_roidb(cfg, image_set, training=False)
-    detector = detector or Detector.from_checkpoint(cfg, None, rpn_only=True)
+    detector = detector or Detector.from_config(cfg, checkpoint_file(cfg), rpn_only=True)
     found, skipped = run_images(roidb, detector, cfg.TEST.NUM_PROCESS, "proposals")
     proposals = {roidb[i]["id"]: found[i] for i in sorted(found)}
     path = proposal_file(cfg)

@@ -9,8 +9,9 @@ training's working directory lies relative to the run folder (``workdir``).
 ``load_run(model)`` turns a run folder (its newest checkpoint of ``TRAIN.model_prefix``) or a
 ``.params`` file into ``Run(cfg, params, info)``: the saved config, its relative paths resolved against
 the run folder (through ``workdir``) rather than the current directory, ``output_path``/``name`` pointing
-at the run folder itself (results land in it), ``TEST.MODEL`` the checkpoint and ``dataset.NUM_CLASSES``
-the checkpoint's; then the caller's overrides (test-time keys, relative to the current directory).
+at the run folder itself (results land in it) and ``TEST.MODEL`` the checkpoint; then the caller's
+overrides (test-time keys, relative to the current directory). The class names are the metadata's, handed
+to the Detector as they are (the config is not rewritten with them).
 """
 import json
 import os
@@ -51,7 +52,7 @@ def write_run_config(cfg):
 def model_info(cfg, dataset, rpn_only):
     """The ``model`` entry of a checkpoint's companion JSON: what inference needs without the dataset."""
     classes = list(dataset.classes)
-    category_ids = getattr(dataset, "category_ids", None) or list(range(len(classes)))
+    category_ids = dataset.category_ids
     return {"symbol": cfg.symbol, "rpn_only": bool(rpn_only), "NUM_CLASSES": len(classes), "classes": classes,
             "category_ids": [int(c) for c in category_ids],
             "TEST.SCALES": list(cfg.TEST.SCALES), "TEST.VALID_RANGES": [list(r) for r in cfg.TEST.VALID_RANGES],
@@ -86,21 +87,26 @@ def read_model_info(params):
     return info
 
 
-def classes_of(params, cfg, num_classes=None):
-    """(class count, class names or None) of checkpoint ``params`` for the detection network of ``cfg``:
-    ``num_classes`` when given, else the checkpoint's metadata, else ``dataset.NUM_CLASSES``, else the
-    classes of the config's test set when its annotations are on disk (a checkpoint from before
-    checkpoints carried metadata)."""
-    info = read_model_info(params) or {}
-    if num_classes is None:
-        num_classes = info.get("NUM_CLASSES") or cfg.dataset.NUM_CLASSES
-        if not num_classes:
-            classes = _test_set_classes(cfg)
-            if classes is None:
-                raise ModelError(f"{params} has no metadata naming its classes and the test set's annotations "
-                                 f"are not on disk: set dataset.NUM_CLASSES (background included) to use it")
-            return len(classes), classes
-    return num_classes, (info.get("classes") if info.get("NUM_CLASSES") == num_classes else None)
+def numbered_classes(num_classes):
+    """Class names when only the count is known: background, then "class 1", ..."""
+    return ["__background__"] + [f"class {label}" for label in range(1, num_classes)]
+
+
+def checkpoint_classes(params, cfg):
+    """The class names (background first) of detection checkpoint ``params`` used with the config ``cfg``:
+    its metadata's, else, for a checkpoint from before checkpoints carried metadata, what the config says
+    of its data: numbered ``dataset.NUM_CLASSES`` names, else the classes of its test set when the
+    annotations are on disk."""
+    info = read_model_info(params)
+    if info is not None:
+        return list(info["classes"])
+    if cfg.dataset.NUM_CLASSES:
+        return numbered_classes(cfg.dataset.NUM_CLASSES)
+    classes = _test_set_classes(cfg)
+    if classes is None:
+        raise ModelError(f"{params} has no metadata naming its classes and the test set's annotations "
+                         f"are not on disk: set dataset.NUM_CLASSES (background included) to use it")
+    return classes
 
 
 def _test_set_classes(cfg):
@@ -140,11 +146,12 @@ def find_checkpoint(model, prefix=None):
 def _missing_info(params, what):
     return ModelError(f"{params} has no {what} (checkpoint written before run folders described themselves): "
                       f"pass --cfg FILE with the config it was trained with (from Python: "
-                      f"Detector.from_checkpoint(cfg, num_classes, path))")
+                      f"Detector.from_config(cfg, path, classes))")
 
 
 def load_run(model, overrides=()):
-    """``Run(cfg, params, info)`` of a run folder or ``.params`` file (see the module docstring);
+    """``Run(cfg, params, info)`` of a run folder or ``.params`` file (see the module docstring; the class
+    names are ``info["classes"]``, of the detection network unless ``info["rpn_only"]``);
     ``overrides``: ``[(key, value), ...]`` or ``{key: value}`` applied last."""
     params, folder = find_checkpoint(os.fspath(model))
     folder = os.path.abspath(folder)
@@ -163,8 +170,6 @@ def load_run(model, overrides=()):
         if value and not os.path.isabs(value):
             fixed.append((key, os.path.join(base, value)))
     fixed += [("output_path", os.path.dirname(folder)), ("TEST.MODEL", os.path.abspath(params))]
-    if not info.get("rpn_only"):
-        fixed.append(("dataset.NUM_CLASSES", info["NUM_CLASSES"]))
     items = list(overrides.items() if isinstance(overrides, dict) else overrides)
     return Run(with_overrides(cfg, fixed + items, name=os.path.basename(folder)), os.path.abspath(params), info)
 

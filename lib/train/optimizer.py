@@ -7,19 +7,32 @@ lr/S * (S*g + wd*S*w) equals the fp32 update lr * (g + wd*w), applied to fp32 ma
 import mxnet as mx
 import numpy as np
 
-from lib.start_checks import lr_step_epochs
+
+def lr_step_epochs(train):
+    """``TRAIN.lr_step`` "5.33" or "8,11" (or "" for none) -> the epochs at which the lr drops, each inside
+    the run (0 < epoch < TRAIN.end_epoch: a later step would never be taken)."""
+    text = train.lr_step
+    try:
+        epochs = [float(part) for part in str(text).split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"config key TRAIN.lr_step: expected comma-separated epochs, got {text!r}") from None
+    outside = [epoch for epoch in epochs if not 0 < epoch < train.end_epoch]
+    if outside:
+        raise ValueError(f"config key TRAIN.lr_step = {text!r}: step {outside[0]:g} is not inside the run "
+                         f"(0 < step < TRAIN.end_epoch {train.end_epoch}); '' for no step")
+    return epochs
 
 
-def parse_lr_steps(text, iters_per_epoch, key="TRAIN.lr_step"):
-    """Epoch list "5.33" or "8,11" -> increasing iteration numbers (at least 1)."""
-    return sorted({max(1, int(round(epoch * iters_per_epoch))) for epoch in lr_step_epochs(text, key)})
+def lr_steps(train, iters_per_epoch):
+    """The ``TRAIN.lr_step`` epochs as increasing iteration numbers (at least 1)."""
+    return sorted({max(1, int(round(epoch * iters_per_epoch))) for epoch in lr_step_epochs(train)})
 
 
 def make_optimizer_params(cfg, iters_per_epoch, num_update, fp16):
     """optimizer_params for Module.init_optimizer(optimizer='sgd'), ``num_update`` iterations in."""
     scale = cfg.TRAIN.fp16_loss_scale if fp16 else 1.0
     lr = cfg.TRAIN.lr / scale
-    steps = parse_lr_steps(cfg.TRAIN.lr_step, iters_per_epoch)
+    steps = lr_steps(cfg.TRAIN, iters_per_epoch)
     warmup_steps = cfg.TRAIN.warmup_step if cfg.TRAIN.warmup else 0
     scheduler = mx.lr_scheduler.MultiFactorScheduler(
         step=steps or [10 ** 12], factor=cfg.TRAIN.lr_factor, base_lr=lr,

@@ -93,22 +93,14 @@ def _record_epoch(line):
 
 
 def schedule_warnings(cfg, iters_per_epoch, num_update):
-    """What makes a short run end in a useless model, said at its start: it ends inside the warm-up, or
-    before any learning-rate step (``num_update``: the updates done before this run's first epoch)."""
-    from lib.start_checks import lr_step_epochs
-
+    """What makes a short run end in a useless model, said at its start: it ends inside the warm-up
+    (``num_update``: the updates done before this run's first epoch; an lr step after the run's end is
+    refused at load, lib.train.optimizer.lr_step_epochs)."""
     train = cfg.TRAIN
     total = train.end_epoch * iters_per_epoch
-    warnings = []
-    if train.warmup and train.warmup_step >= total:
-        warnings.append(f"the run ends after {total} updates ({train.end_epoch} epochs of {iters_per_epoch} batches), "
-                        f"inside the warm-up (TRAIN.warmup_step {train.warmup_step}): the learning rate never reaches "
-                        f"TRAIN.lr, so expect a model that detects little; train more epochs or lower warmup_step")
-    steps = lr_step_epochs(train.lr_step)
-    if steps and min(steps) >= train.end_epoch:
-        warnings.append(f"the run ends at epoch {train.end_epoch}, before the first learning-rate step "
-                        f"(TRAIN.lr_step {train.lr_step!r} epochs): intended for a short test run? A small own set "
-                        f"typically needs 20-30 epochs (README: 'How many epochs')")
-    if num_update >= total:
-        warnings = []  # a resumed run past its schedule: nothing left to warn about
-    return warnings
+    if not train.warmup or train.warmup_step < total or num_update >= total:
+        return []
+    return [f"the run ends after {total} updates ({train.end_epoch} epochs of {iters_per_epoch} batches), inside "
+            f"the warm-up (TRAIN.warmup_step {train.warmup_step}): the learning rate never reaches TRAIN.lr, so "
+            f"expect a model that detects little; train more epochs (README: 'How many epochs') or lower "
+            f"TRAIN.warmup_step"]
