@@ -62,8 +62,10 @@ def main(argv=None):
     detector = Detector.from_config(cfg, params, checkpoint_classes(params, cfg))
     detections = detector(image)
     shown = detections.above(args.thresh)
-    for box, score, name in zip(shown.boxes, shown.scores, shown.names):
-        logger.info("%-15s %.3f  [%.0f, %.0f, %.0f, %.0f]", name, score, *box)
+    areas = shown.masks.sum(axis=(1, 2)) if shown.masks is not None else [None] * len(shown)
+    for box, score, name, area in zip(shown.boxes, shown.scores, shown.names, areas):
+        logger.info("%-15s %.3f  [%.0f, %.0f, %.0f, %.0f]%s", name, score, *box,
+                    "" if area is None else f"  mask {area} px")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     if not cv2.imwrite(out, detector.draw(image, detections, args.thresh)):
         sys.exit(f"cannot write {out}")

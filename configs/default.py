@@ -98,8 +98,9 @@ DEFAULTS = {
         "SHUFFLE": True,
         "FLIP": True,
         "ONLY_PROPOSAL": False,  # RPN-only training (first stage of negative chip mining)
-        # Instance masks: COCO polygons are loaded with the boxes and every chip's batch gets ``gt_masks``
-        # (B, 100, 500: lib/data/chip_masks.py) for the mask branch (not in RPN-only training).
+        # Instance masks (the reference's mask network): COCO polygons are loaded with the boxes and every
+        # chip's batch gets ``gt_masks`` (B, 100, 500: lib/data/chip_masks.py); the network's RPN reads res4,
+        # and the mask branch and its loss are added (symbols/mask.py; not in RPN-only training). ResNets only.
         "WITH_MASK": False,
         "USE_NEG_CHIPS": True,
         "MAX_NEG_CHIPS": 2,  # negative chips sampled per image and epoch
@@ -212,6 +213,11 @@ DEFAULTS = {
         "AUTO_FOCUS": False,
         "DO_PRUNING": [],
         "CHIP_HYPERPARAMS": [],
+        # Tiled test for large images (lib/inference/tiling.py): [size, overlap] in network pixels; a scaled
+        # image larger than size on a side runs in tiles of at most size x size overlapping by at least
+        # overlap (at least s * (valid range hi + 20) at scale s keeps every object whole in a tile).
+        # []: whole images on one canvas per scale (the reference).
+        "TILE": [],
         # Clip extracted proposals to the image: the reference does not (after the division by the scale
         # a box may end a fraction of a pixel beyond it)
         "CLIP_PROPOSALS": False,

@@ -343,6 +343,10 @@ def validate(cfg):
                          ("TEST", "RPN_POST_NMS_TOP_N"), ("TEST", "RPN_PRE_NMS_TOP_N"), ("TEST", "BATCH_PARTS")):
         _check(cfg[section][key] >= 1, f"{section}.{key}", cfg[section][key], "must be at least 1")
     _check(cfg.TEST.NUM_PROCESS >= 0, "TEST.NUM_PROCESS", cfg.TEST.NUM_PROCESS, "must be >= 0 (0: in the main process)")
+    tile = cfg.TEST.TILE
+    _check(isinstance(tile, (list, tuple)) and (not tile or len(tile) == 2 and all(
+        isinstance(v, int) and not isinstance(v, bool) for v in tile) and 0 <= tile[1] < tile[0]),
+        "TEST.TILE", tile, "must be [] or [size, overlap] in network pixels, integers, 0 <= overlap < size")
     _check(train.NUM_PROCESS >= 0, "TRAIN.NUM_PROCESS", train.NUM_PROCESS, "must be >= 0 (0: build chips in the "
            "main process)")
     for section in ("TRAIN", "TEST"):

@@ -1,4 +1,5 @@
-"""Pictures of boxes, shared by the demo, the visualisers and the Python API (``Detector.draw``).
+"""Pictures of boxes and instance masks, shared by the demo, the visualisers and the Python API
+(``Detector.draw``).
 
 Images are BGR uint8, boxes inclusive-pixel ``(x1, y1, x2, y2)``; colours are BGR tuples. Every function
 returns a new image and leaves its input untouched. One palette (``class_palette``, indexed by label,
@@ -12,6 +13,7 @@ import numpy as np
 
 FONT = cv2.FONT_HERSHEY_SIMPLEX
 WHITE, BLACK = (255, 255, 255), (0, 0, 0)
+MASK_ALPHA = 0.5  # weight of a mask's colour over the pixels it covers
 
 
 BACKGROUND_COLOUR = (128, 128, 128)
@@ -116,17 +118,30 @@ def _text_colour(background):
     return BLACK if 0.114 * blue + 0.587 * green + 0.299 * red > 140 else WHITE
 
 
-def draw_detections(image, detections, names, thresh, colours=None):
+def draw_masks(image, masks, colours, alpha=MASK_ALPHA):
+    """Copy of ``image`` with each boolean (H, W) mask tinted in its colour (later masks on top)."""
+    canvas = image.copy()
+    for mask, colour in zip(masks, colours):
+        canvas[mask] = (canvas[mask] * (1 - alpha) + np.asarray(colour, np.float64) * alpha).astype(np.uint8)
+    return canvas
+
+
+def draw_detections(image, detections, names, thresh, colours=None, masks=None):
     """Copy of ``image`` with a box and a "name score" tag per detection (rows ``x1, y1, x2, y2, score,
-    label``) scoring at least ``thresh``; best drawn last (on top). ``colours``: one per label
-    (default: ``class_palette``), or a single colour for every detection."""
+    label``) scoring at least ``thresh``, and its instance mask (``masks``: boolean (N, H, W), one per
+    row) tinted under it; best drawn last (on top). ``colours``: one per label (default:
+    ``class_palette``), or a single colour for every detection."""
     detections = np.asarray(detections, np.float32).reshape(-1, 6)
-    shown = detections[detections[:, 4] >= thresh][::-1]
+    keep = detections[:, 4] >= thresh
+    shown = detections[keep][::-1]
     colours = class_palette(len(names)) if colours is None else colours
     per_label = isinstance(colours, list)
     labels = shown[:, 5].astype(int)
+    shown_colours = [colours[label] if per_label else colours for label in labels]
+    if masks is not None:
+        image = draw_masks(image, np.asarray(masks, bool)[keep][::-1], shown_colours)
     tags = [f"{names[label]} {score:.2f}" for label, score in zip(labels, shown[:, 4])]
-    return draw_tagged_boxes(image, shown[:, :4], tags, [colours[label] if per_label else colours for label in labels])
+    return draw_tagged_boxes(image, shown[:, :4], tags, shown_colours)
 
 
 def legend(width, items, height=24):

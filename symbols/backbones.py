@@ -6,8 +6,9 @@ lib/ops' compiled CPU operators with ``compiled_deformable``, see symbols/deform
 stride (the anchors of the loader and the proposal layers, the pooling scale and the FocusPixel cells
 all follow it), its batch-norm epsilon, its heads, the parameter prefixes always kept fixed, which body
 parameters an ImageNet checkpoint provides, the published test network's parameter manifest (under
-tests/data, when there is one) and the GluonCV model its ImageNet weights are converted from
-(tools/convert_gluoncv_resnet.py, when there is one). Adding a backbone is one ``register`` call here.
+tests/data, when there is one), the GluonCV model its ImageNet weights are converted from
+(tools/convert_gluoncv_resnet.py, when there is one) and ``res4``, the internal output the reference's mask
+network feeds its RPN with (the stride-16 res4 of the ResNets; None: the backbone cannot train masks). Adding a backbone is one ``register`` call here.
 """
 from collections import namedtuple
 from functools import partial
@@ -21,19 +22,20 @@ from symbols import mobilenetv2, resnet
 # does not change any parameter shape. cls_normalisation "valid" divides the R-CNN softmax loss by the
 # batch's labelled rois (the reference ResNets); "rois" by all rois of the batch, TRAIN.RPN_POST_NMS_TOP_N
 # per chip, ignored ones included (the reference MobileNetV2: 1 / (300 x chips), no normalisation).
+# mask_channels: the width of the mask branch's convolutions and deconvolution (TRAIN.WITH_MASK).
 HeadSpec = namedtuple("HeadSpec", ["rpn_channels", "rcnn_channels", "fc_channels", "samples_per_part",
-                                   "cls_normalisation"])
+                                   "cls_normalisation", "mask_channels"])
 PUBLISHED_RESNET_HEAD = HeadSpec(rpn_channels=512, rcnn_channels=256, fc_channels=1024, samples_per_part=4,
-                                 cls_normalisation="valid")
+                                 cls_normalisation="valid", mask_channels=256)
 TINY_RESNET_HEAD = HeadSpec(rpn_channels=64, rcnn_channels=16, fc_channels=128, samples_per_part=2,
-                            cls_normalisation="valid")
+                            cls_normalisation="valid", mask_channels=16)
 PUBLISHED_MOBILENET_HEAD = HeadSpec(rpn_channels=256, rcnn_channels=256, fc_channels=512, samples_per_part=4,
-                                    cls_normalisation="rois")
+                                    cls_normalisation="rois", mask_channels=256)
 TINY_MOBILENET_HEAD = HeadSpec(rpn_channels=64, rcnn_channels=16, fc_channels=128, samples_per_part=2,
-                               cls_normalisation="rois")
+                               cls_normalisation="rois", mask_channels=16)
 
 Backbone = namedtuple("Backbone", ["name", "features", "stride", "bn_eps", "head", "fixed_prefixes",
-                                   "is_imagenet_parameter", "manifest", "gluoncv_model"])
+                                   "is_imagenet_parameter", "manifest", "gluoncv_model", "res4"])
 
 BACKBONES = {}
 
@@ -49,13 +51,13 @@ def register(backbone):
 def _resnet(name, head, manifest=None, gluoncv_model=None):
     return register(Backbone(name, partial(resnet.resnet_features, spec=resnet.RESNETS[name]), resnet.FEATURE_STRIDE,
                              resnet.BN_EPS, head, (resnet.INPUT_NORMALISER,), resnet.is_imagenet_parameter, manifest,
-                             gluoncv_model))
+                             gluoncv_model, resnet.res4_output(resnet.RESNETS[name])))
 
 
 def _mobilenet(name, head, manifest=None):
     return register(Backbone(name, partial(mobilenetv2.mobilenetv2_features, spec=mobilenetv2.MOBILENETS[name]),
                              mobilenetv2.FEATURE_STRIDE, mobilenetv2.BN_EPS, head, (),
-                             mobilenetv2.is_imagenet_parameter, manifest, None))
+                             mobilenetv2.is_imagenet_parameter, manifest, None, None))
 
 
 _resnet("resnet101", PUBLISHED_RESNET_HEAD, "sniper_res101_test_params.json", "resnet101_v2")

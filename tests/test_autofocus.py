@@ -500,7 +500,7 @@ def test_an_unreadable_image_is_reported_once_and_the_others_complete():
     assert len(found[0]) == 2
 
 def test_region_crops_are_whole_pixels_and_may_overhang_their_canvas():
-    from lib.inference.autofocus import Region, RegionImages
+    from lib.inference.regions import Region, RegionImages
     from lib.inference.batching import plan_level
     from lib.inference.pipeline import ArrayImages
     from lib.scales import ScaleSpec

@@ -825,7 +825,7 @@ class ToyDataset(Dataset):
         self.image_ids = [1]
         return [make_entry(os.path.join(self.dataset_path, "a.jpg"), 1, 20, 30, [[1, 2, 10, 12]], [1], [], [False])]
 
-    def evaluate(self, entries, detections, out_dir):
+    def evaluate(self, entries, detections, out_dir, segmentations=None):
         return {"scored": [(e["id"], len(d)) for e, d in zip(entries, detections)]}
 
 

@@ -29,9 +29,14 @@ def make_coco_gt():
             w, h = x2 - x1 + 1, y2 - y1 + 1
             annotations.append({"id": len(annotations) + 1, "image_id": image_id, "category_id": CATEGORY_IDS[label],
                                 "bbox": [x1, y1, w, h], "area": w * h, "iscrowd": 0})
+    return indexed_coco(images, annotations, CATEGORY_IDS)
+
+
+def indexed_coco(images, annotations, category_ids):
+    """A pycocotools COCO of these images and annotations, categories ``category_ids[1:]`` named c<id>."""
     coco = COCO()
     coco.dataset = {"images": images, "annotations": annotations,
-                    "categories": [{"id": c, "name": f"c{c}"} for c in CATEGORY_IDS[1:]]}
+                    "categories": [{"id": c, "name": f"c{c}"} for c in category_ids[1:]]}
     with contextlib.redirect_stdout(io.StringIO()):
         coco.createIndex()
     return coco

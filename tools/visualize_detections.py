@@ -10,7 +10,8 @@ are the config's test set (``dataset.test_image_set``, or ``--image-set``), as m
 the image id of a file is the number in its name (COCO's convention: ``000000000139.jpg`` is image 139);
 ``--annotations`` (a COCO instances file) adds ground truth and category names, else categories are
 shown by id. Ground truth is drawn in white, detections scoring at least ``--thresh`` in their class
-colour with "name score" tags; a legend names the colours. Grids go to
+colour with "name score" tags, and their instance masks tinted in the same colour when the results carry
+``segmentation`` RLEs (a mask network's main_test.py results); a legend names the colours. Grids go to
 ``{out}/detections_{n:03d}.png``.
 """
 import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
@@ -34,7 +35,8 @@ CELL_WIDTH = 640  # each image is shown this wide
 
 
 def read_results(path):
-    """``{image id: float32 (N, 6) [x1, y1, x2, y2, score, category id]}`` from a COCO results file."""
+    """``{image id: float32 (N, 6) [x1, y1, x2, y2, score, category id]}`` and ``{image id: [RLE or None
+    per row]}`` from a COCO results file."""
     try:
         with open(path) as f:
             results = json.load(f)
@@ -42,15 +44,35 @@ def read_results(path):
         sys.exit(f"cannot read results {path}: {err}")
     if not isinstance(results, list):
         sys.exit(f"{path}: a COCO results file is a list of detections")
-    rows = defaultdict(list)
+    rows, segmentations = defaultdict(list), defaultdict(list)
     for index, item in enumerate(results):
         try:
             x, y, w, h = (float(v) for v in item["bbox"])
             rows[int(item["image_id"])].append([x, y, x + w - 1, y + h - 1, float(item["score"]),
                                                 int(item["category_id"])])
-        except (KeyError, TypeError, ValueError):
+            segmentations[int(item["image_id"])].append(item.get("segmentation"))
+        except (KeyError, TypeError, ValueError, AttributeError):
             sys.exit(f"{path}: entry {index} is not a detection (image_id, category_id, bbox [x, y, w, h], score)")
-    return {image_id: np.array(r, np.float32) for image_id, r in rows.items()}
+    return {image_id: np.array(r, np.float32) for image_id, r in rows.items()}, dict(segmentations)
+
+
+def decode_masks(rles, height, width, path):
+    """Boolean (N, height, width) masks of COCO RLEs (None: an empty mask), or None when no row has one."""
+    if not any(rles):
+        return None
+    from pycocotools import mask as mask_utils
+
+    masks = np.zeros((len(rles), height, width), bool)
+    for mask, rle in zip(masks, rles):
+        if rle:
+            try:
+                decoded = mask_utils.decode({"size": rle["size"], "counts": rle["counts"].encode("ascii")})
+            except (KeyError, TypeError, AttributeError, ValueError) as err:
+                sys.exit(f"{path}: a segmentation is not a COCO RLE with string counts ({err})")
+            if decoded.shape != (height, width):
+                sys.exit(f"{path}: a segmentation of size {list(decoded.shape)} for an image of {[height, width]}")
+            mask[:] = decoded.astype(bool)
+    return masks
 
 
 def from_config(args):
@@ -84,18 +106,23 @@ def from_folder(folder, annotations):
     return images, names
 
 
-def picture(path, gt_boxes, detections, names, palette, thresh):
-    """One image, shrunk to CELL_WIDTH, with its ground truth and detections."""
+def picture(path, gt_boxes, detections, names, palette, thresh, rles=(), results_path=""):
+    """One image, shrunk to CELL_WIDTH, with its ground truth and detections (and their masks)."""
     image = read_image(path)
     factor = CELL_WIDTH / image.shape[1]
     small = cv2.resize(image, (CELL_WIDTH, max(1, int(round(image.shape[0] * factor)))), interpolation=cv2.INTER_AREA)
+    masks = decode_masks(list(rles), image.shape[0], image.shape[1], results_path)
+    if masks is not None:
+        masks = np.array([cv2.resize(m.astype(np.uint8), small.shape[1::-1], interpolation=cv2.INTER_NEAREST)
+                          for m in masks], bool).reshape(-1, *small.shape[:2])
     small = draw_boxes(small, gt_boxes, GT_COLOUR, factor=factor)
     scaled = detections.copy()
     scaled[:, :4] *= factor
     ids = sorted(names)
     labels = {category: label for label, category in enumerate(ids)}
     scaled[:, 5] = [labels[int(c)] for c in detections[:, 5]]
-    return draw_detections(small, scaled, [names[c] for c in ids], thresh, colours=[palette[c] for c in ids])
+    return draw_detections(small, scaled, [names[c] for c in ids], thresh, colours=[palette[c] for c in ids],
+                           masks=masks)
 
 
 @report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
@@ -116,7 +143,7 @@ def main(argv=None):
         parser.error("give either --model RUN_FOLDER or --cfg FILE (a config's test set), or --folder (images)")
     if args.per_grid < 1 or args.images < 1:
         parser.error("--images and --per-grid must be at least 1")
-    detections = read_results(args.results)
+    detections, segmentations = read_results(args.results)
     images, names = from_config(args) if configured else from_folder(args.folder, args.annotations)
     names.update({int(c): str(int(c)) for dets in detections.values() for c in dets[:, 5] if int(c) not in names})
     colours = class_palette(len(names) + 1)  # by label, as the demo and Detector.draw colour them
@@ -130,7 +157,8 @@ def main(argv=None):
     written = []
     for start in range(0, len(chosen), args.per_grid):
         cells = [picture(path, gt, detections.get(image_id, np.zeros((0, 6), np.float32)), names, palette,
-                         args.thresh) for image_id, path, gt in chosen[start:start + args.per_grid]]
+                         args.thresh, segmentations.get(image_id, ()), args.results)
+                 for image_id, path, gt in chosen[start:start + args.per_grid]]
         sheet = grid(cells, columns=min(2, len(cells)))
         sheet = np.concatenate([legend(sheet.shape[1], key), sheet], axis=0)
         path = os.path.join(args.out, f"detections_{start // args.per_grid:03d}.png")

@@ -40,7 +40,8 @@ class Dataset:
         """Unflipped roidb entries of every image, in the dataset's order (sets ``classes`` and ``image_ids``)."""
         raise NotImplementedError
 
-    def evaluate(self, entries, detections, out_dir):
+    def evaluate(self, entries, detections, out_dir, segmentations=None):
         """Score ``detections`` (per entry, (N, 6) ``[x1, y1, x2, y2, score, label]``) of the tested
-        ``entries`` into ``out_dir``; returns what goes into the test summary."""
+        ``entries`` into ``out_dir``, with ``segmentations`` (per entry, one COCO RLE per detection row:
+        a mask network's) where the format scores masks; returns what goes into the test summary."""
         raise NotImplementedError

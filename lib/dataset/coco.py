@@ -284,13 +284,13 @@ class CocoDataset(Dataset):
         # The roidb cache pickles the dataset; the COCO index is rebuilt from the files on demand.
         return {**self.__dict__, "_coco": None}
 
-    def evaluate(self, entries, detections, out_dir):
-        """The results file (COCO format, original category ids: test-dev ready), then COCO AP through
-        pycocotools when the set has annotations."""
+    def evaluate(self, entries, detections, out_dir, segmentations=None):
+        """The results file (COCO format, original category ids: test-dev ready; masks as ``segmentation``),
+        then COCO bbox (and segm) AP through pycocotools when the set has annotations."""
         from lib.inference.evaluator import coco_results, evaluate_coco  # the scoring, with the other metrics
 
         image_ids = [entry["id"] for entry in entries]
-        results = coco_results(detections, image_ids, self.category_ids)
+        results = coco_results(detections, image_ids, self.category_ids, segmentations)
         path = os.path.join(out_dir, f"detections_{self.image_set}_results.json")
         write_json(results, path)
         logger.info("wrote %d detections to %s", len(results), path)

@@ -155,9 +155,9 @@ class PascalVocDataset(Dataset):
             self._path(year, "JPEGImages", f"{name}.jpg"), image_id, height, width,
             boxes, [lab for lab, k in zip(labels, keep) if k], [], [d for d, k in zip(difficult, keep) if k])
 
-    def evaluate(self, entries, detections, out_dir):
+    def evaluate(self, entries, detections, out_dir, segmentations=None):
         """VOC AP per class at IoU 0.5 against the entries' boxes, difficult ones ignored (11-point AP for
-        VOC2007)."""
+        VOC2007); VOC has no masks to score ``segmentations`` against (TRAIN.WITH_MASK is refused for it)."""
         from lib.inference.evaluator import evaluate_voc  # the scoring, with the other metrics
 
         return {"stats": evaluate_voc(detections, [e["boxes"] for e in entries], [e["gt_classes"] for e in entries],

@@ -9,6 +9,7 @@ decoded in the scaled image, clipped to it, then divided by the scale. The Modul
 whenever a batch's canvas differs from the previous one. Preparing images and merging run in worker
 processes around the network (lib.inference.pipeline) when ``num_workers`` > 0.
 """
+import dataclasses
 import functools
 import logging
 
@@ -21,8 +22,10 @@ from lib.drawing import draw_detections
 from lib.inference.autofocus import run_autofocus
 from lib.inference.batching import images_per_device, plan
 from lib.inference.detections import Detections
+from lib.inference.masks import MaskHead
 from lib.inference.merge import merge_scales
 from lib.inference.pipeline import ArrayImages, run_pipeline
+from lib.inference.tiling import run_tiled
 from lib.run.checkpoint import CheckpointError, checkpoint_prefix, load_params, params_path
 from lib.run.folder import load_run
 from lib.scales import pyramid
@@ -97,7 +100,7 @@ class Detector:
     passes None and gives ``forward``. The Python API::
 
         det = Detector.from_checkpoint("output/sniper_synthetic_tiny/SNIPER-0004.params")
-        dets = det(image_bgr)                      # Detections: boxes, scores, labels, names
+        dets = det(image_bgr)                      # Detections: boxes, scores, labels, names (, masks)
         cv2.imwrite("out.png", det.draw(image_bgr, dets))
     """
 
@@ -114,6 +117,7 @@ class Detector:
             logger.warning("TEST.NUM_PROPOSALS %d > TEST.RPN_POST_NMS_TOP_N %d: at most %d proposals per scale",
                            cfg.TEST.NUM_PROPOSALS, cfg.TEST.RPN_POST_NMS_TOP_N, cfg.TEST.RPN_POST_NMS_TOP_N)
         self.module = module
+        self.mask_head = None  # lib.inference.masks on the final detections (TRAIN.WITH_MASK networks)
 
     @classmethod
     def from_params(cls, cfg, classes, arg_params, aux_params, contexts=None, rpn_only=False, source="parameters"):
@@ -127,6 +131,9 @@ class Detector:
         detector.module = mx.mod.Module(symbol, data_names=DATA_NAMES, label_names=None, context=detector.contexts)
         detector.module.bind(data_shapes(len(detector.contexts), stride, stride), for_training=False)
         detector.module.set_params(arg_params, aux_params, allow_missing=False, allow_extra=True)
+        if cfg.TRAIN.WITH_MASK and not rpn_only:
+            detector.mask_head = MaskHead(cfg, len(detector.classes), arg_params, aux_params, detector.contexts[0],
+                                          detector.levels, use_compiled_deformable(cfg, detector.contexts))
         return detector
 
     @classmethod
@@ -158,12 +165,16 @@ class Detector:
                 raise ValueError(f"expected a BGR image array (H, W, 3), got "
                                  f"{getattr(image, 'shape', type(image).__name__)}")
         found = [Detections.from_array(d, self.classes) for d in self.detect(batch)]
+        if self.mask_head is not None:
+            found = [dataclasses.replace(dets, masks=self.mask_head.masks(image, dets.boxes, dets.labels))
+                     for dets, image in zip(found, batch)]
         return found[0] if single else found
 
     def draw(self, image, detections, thresh=0.5):
         """Copy of ``image`` with ``detections`` (Detections or (N, 6) rows) scoring at least ``thresh``."""
-        rows = detections.to_array() if isinstance(detections, Detections) else detections
-        return draw_detections(image, rows, self.classes, thresh)
+        if isinstance(detections, Detections):
+            return draw_detections(image, detections.to_array(), self.classes, thresh, masks=detections.masks)
+        return draw_detections(image, detections, self.classes, thresh)
 
     def _batch_counts(self, levels):
         """Images per device of each of ``levels``: the config's count of the same scale, else 1."""
@@ -232,9 +243,13 @@ class Detector:
         ArrayImages) as it completes, or ``(index, IOError)`` for an unreadable one; results are
         detections (see ``detect``) or, for the RPN-only network, proposals (see ``propose``), or what
         ``combine`` makes of an image's per-level results. With TEST.AUTO_FOCUS, detections on the
-        config's pyramid come from lib.inference.autofocus (whole images at the coarsest level only)."""
+        config's pyramid come from lib.inference.autofocus (whole images at the coarsest level only); with
+        TEST.TILE, from lib.inference.tiling (every scale in tiles)."""
         if self.autofocus and levels is None and combine is None:
             yield from run_autofocus(self, source, num_workers)
+            return
+        if self.cfg.TEST.TILE and not self.rpn_only and levels is None and combine is None:
+            yield from run_tiled(self, source, num_workers)  # lib.inference.tiling
             return
         levels = self.levels if levels is None else levels
         network = self.cfg.network

@@ -1,4 +1,5 @@
-"""Detection metrics: COCO AP through pycocotools and Pascal VOC AP.
+"""Detection metrics: COCO AP (boxes, and instance masks when the results carry them) through
+pycocotools, and Pascal VOC AP.
 
 Detections reach this module as one float32 array per image with rows
 ``[x1, y1, x2, y2, score, label]``: inclusive pixel boxes in original image coordinates and
@@ -23,16 +24,18 @@ COCO_STAT_NAMES = (
 )
 
 
-def coco_results(detections, image_ids, category_ids):
+def coco_results(detections, image_ids, category_ids, segmentations=None):
     """COCO results entries (test-dev format) for per-image detections.
 
     ``category_ids[label]`` is the original COCO category id of contiguous label ``label``
     (index 0, background, is unused). Inclusive boxes become ``[x, y, w, h]`` with w = x2 - x1 + 1.
+    ``segmentations``: per image, one COCO RLE per detection row (lib.inference.masks.encode_masks),
+    written as each entry's ``segmentation``.
     """
     if len(detections) != len(image_ids):
         raise ValueError(f"{len(detections)} detection arrays for {len(image_ids)} image ids")
     results = []
-    for image_id, dets in zip(image_ids, detections):
+    for index, (image_id, dets) in enumerate(zip(image_ids, detections)):
         dets = np.asarray(dets, dtype=np.float64).reshape(-1, 6)
         labels = dets[:, 5].astype(np.int64)
         if len(labels) and (labels.min() < 1 or labels.max() >= len(category_ids)):
@@ -42,6 +45,7 @@ def coco_results(detections, image_ids, category_ids):
             )
         widths = dets[:, 2] - dets[:, 0] + 1
         heights = dets[:, 3] - dets[:, 1] + 1
+        first = len(results)
         for (x1, y1), w, h, score, label in zip(dets[:, :2], widths, heights, dets[:, 4], labels):
             results.append({
                 "image_id": int(image_id),
@@ -49,6 +53,12 @@ def coco_results(detections, image_ids, category_ids):
                 "bbox": [round(float(x1), 2), round(float(y1), 2), round(float(w), 2), round(float(h), 2)],
                 "score": round(float(score), 5),
             })
+        if segmentations is not None:
+            if len(segmentations[index]) != len(dets):
+                raise ValueError(f"image {image_id}: {len(segmentations[index])} segmentations for {len(dets)} "
+                                 f"detections")
+            for entry, rle in zip(results[first:], segmentations[index]):
+                entry["segmentation"] = rle
     return results
 
 
@@ -69,53 +79,81 @@ def per_category_ap(coco_eval):
     return table
 
 
-def log_per_class_table(table, output_dir, title):
-    """Log ``{name: {metric: value}}`` as a table and write it to ``per_class_ap.json``."""
+def log_per_class_table(table, output_dir, title, filename="per_class_ap.json"):
+    """Log ``{name: {metric: value}}`` as a table and write it to ``filename``."""
     metrics = list(next(iter(table.values()))) if table else []
     width = max([len(name) for name in table] + [8])
     lines = [f"{'class':>{width}s}  " + "  ".join(f"{m:>6s}" for m in metrics)]
     lines += [f"{name:>{width}s}  " + "  ".join(f"{values[m]:6.3f}" for m in metrics) for name, values in table.items()]
     logger.info("%s\n%s", title, "\n".join(lines))
-    write_json(table, os.path.join(output_dir, "per_class_ap.json"))
+    write_json(table, os.path.join(output_dir, filename))
+
+
+def _cocoeval(coco_gt, results, iou_type, image_ids):
+    """(stats, summary text, per-category table) of COCOeval ``iou_type`` ("bbox" or "segm") on ``results``."""
+    from pycocotools.cocoeval import COCOeval
+
+    if not results:
+        per_class = {c["name"]: {"AP": 0.0, "AP50": 0.0} for c in coco_gt.loadCats(coco_gt.getCatIds())}
+        return dict.fromkeys(COCO_STAT_NAMES, 0.0), "no detections\n", per_class
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco_dt = coco_gt.loadRes(results)
+    coco_eval = COCOeval(coco_gt, coco_dt, iou_type)
+    if image_ids is not None:
+        coco_eval.params.imgIds = sorted(int(i) for i in image_ids)
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco_eval.evaluate()
+        coco_eval.accumulate()
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        coco_eval.summarize()
+    stats = {name: float(value) for name, value in zip(COCO_STAT_NAMES, coco_eval.stats)}
+    return stats, buffer.getvalue(), per_category_ap(coco_eval)
+
+
+def _gt_has_masks(coco_gt, image_ids):
+    """Whether every annotation of the scored images has a ``segmentation`` (polygons or RLE)."""
+    annotations = coco_gt.loadAnns(coco_gt.getAnnIds(imgIds=sorted(int(i) for i in image_ids) if image_ids
+                                                      is not None else []))
+    return bool(annotations) and all(a.get("segmentation") for a in annotations)
 
 
 def evaluate_coco(coco_gt, results_path, output_dir, image_ids=None):
-    """Run COCOeval (bbox) on a results file; log the 12-line summary and the per-category AP table and
-    write them with the stats.
+    """Run COCOeval on a results file: bbox, and segm too when its entries carry ``segmentation`` and the
+    ground truth has masks; log each 12-line summary and per-category AP table and write them with the
+    stats.
 
     Only ``image_ids`` are scored when given (a subset run must not count the rest as misses).
-    Writes ``coco_summary.txt``, ``coco_stats.json`` and ``per_class_ap.json`` to ``output_dir``; returns
-    the stats dict.
+    Writes ``coco_summary.txt``, ``coco_stats.json`` and ``per_class_ap.json`` (segm:
+    ``per_class_segm_ap.json``) to ``output_dir``; returns the bbox stats dict, with the segm stats under
+    the key ``segm`` when evaluated (coco_stats.json holds the same).
     """
-    from pycocotools.cocoeval import COCOeval
-
     with open(results_path) as f:
         results = json.load(f)
     if not results:
         logger.warning("%s holds no detections: every COCO metric is 0", results_path)
-        stats = dict.fromkeys(COCO_STAT_NAMES, 0.0)
-        summary = "no detections\n"
-        per_class = {c["name"]: {"AP": 0.0, "AP50": 0.0} for c in coco_gt.loadCats(coco_gt.getCatIds())}
-    else:
-        with contextlib.redirect_stdout(io.StringIO()):
-            coco_dt = coco_gt.loadRes(results)
-        coco_eval = COCOeval(coco_gt, coco_dt, "bbox")
-        if image_ids is not None:
-            coco_eval.params.imgIds = sorted(int(i) for i in image_ids)
-        with contextlib.redirect_stdout(io.StringIO()):
-            coco_eval.evaluate()
-            coco_eval.accumulate()
-        buffer = io.StringIO()
-        with contextlib.redirect_stdout(buffer):
-            coco_eval.summarize()
-        summary = buffer.getvalue()
-        stats = {name: float(value) for name, value in zip(COCO_STAT_NAMES, coco_eval.stats)}
-        per_class = per_category_ap(coco_eval)
-    logger.info("COCO bbox evaluation of %s\n%s", results_path, summary.rstrip())
+    iou_types = ["bbox"]
+    if results and all("segmentation" in r for r in results):
+        if _gt_has_masks(coco_gt, image_ids):
+            iou_types.append("segm")
+        else:
+            logger.warning("%s has masks but the ground truth of the scored images has annotations without "
+                           "segmentation: masks not evaluated", results_path)
     os.makedirs(output_dir, exist_ok=True)
-    log_per_class_table(per_class, output_dir, "COCO bbox AP per category (IoU 0.50:0.95 and 0.50, all areas)")
+    summaries, all_stats = [], {}
+    for iou_type in iou_types:
+        stats, summary, per_class = _cocoeval(coco_gt, results, iou_type, image_ids)
+        logger.info("COCO %s evaluation of %s\n%s", iou_type, results_path, summary.rstrip())
+        log_per_class_table(per_class, output_dir,
+                            f"COCO {iou_type} AP per category (IoU 0.50:0.95 and 0.50, all areas)",
+                            "per_class_ap.json" if iou_type == "bbox" else f"per_class_{iou_type}_ap.json")
+        summaries.append(summary if iou_type == "bbox" else f"\n{iou_type}:\n{summary}")
+        all_stats[iou_type] = stats
     with open(os.path.join(output_dir, "coco_summary.txt"), "w") as f:
-        f.write(summary)
+        f.write("".join(summaries))
+    stats = dict(all_stats["bbox"])
+    if "segm" in all_stats:
+        stats["segm"] = all_stats["segm"]
     write_json(stats, os.path.join(output_dir, "coco_stats.json"))
     return stats
 

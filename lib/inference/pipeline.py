@@ -23,6 +23,7 @@ from lib.data.chip_worker import ChipWorker
 from lib.data.pixels import network_pixels
 from lib.data.worker_pool import InlinePool, ProcessPool
 from lib.dataset.image_io import read_roidb_image
+from lib.dataset.large_images import open_windowed
 
 
 class PipelineMeter:
@@ -69,6 +70,10 @@ class RoidbImages:
 
     def read(self, index):
         return read_roidb_image(self.roidb[index])
+
+    def windowed(self, index):
+        """The entry's file opened for window reads when it is a large image (lib.dataset.large_images)."""
+        return open_windowed(self.roidb[index])
 
     def describe(self, index):
         return f"image {self.roidb[index]['image']}"

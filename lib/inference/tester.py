@@ -21,6 +21,7 @@ from lib.atomic import write_json
 from lib.dataset import load_roidb
 from lib.dataset.proposals import write_proposals
 from lib.inference.detector import Detector, checkpoint_file
+from lib.inference.masks import image_segmentations
 from lib.inference.pipeline import RoidbImages, metered
 from lib.run.checkpoint import output_dir
 
@@ -94,7 +95,12 @@ def test(cfg, detector=None, checkpoint=None):
     logger.info("speed: %s images/s end to end, %s images/s in the network alone (%.1f s, of which %.1f s in the "
                 "network)", _rate(speed["images_per_s"]), _rate(speed["network_images_per_s"]), speed["seconds"],
                 speed["network_seconds"])
-    summary.update(dataset.evaluate([roidb[i] for i in tested], [found[i] for i in tested], out_dir))
+    segmentations = None
+    if detector.mask_head is not None:  # instance masks of the final detections (lib.inference.masks)
+        by_index = image_segmentations(detector.mask_head, RoidbImages(roidb), {i: found[i] for i in tested})
+        segmentations = [by_index[i] for i in tested]
+    summary.update(dataset.evaluate([roidb[i] for i in tested], [found[i] for i in tested], out_dir,
+                                    segmentations=segmentations))
     if skipped:
         logger.warning("%d of %d images could not be read and were skipped (listed in %s)", len(skipped),
                        len(roidb), os.path.join(out_dir, "test_summary.json"))
