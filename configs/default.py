@@ -34,6 +34,10 @@ DEFAULTS = {
         # come from the batch: the reference MobileNetV2 does this (its FIXED_PARAMS 'gamma', 'beta'
         # match every batch-norm parameter by substring).
         "FIXED_BN_AFFINE": False,
+        # Keep the input normaliser bn_data's beta at its pretrained value (its gamma is fixed at 1 by the
+        # layer). reference: false, trained (its rule fixes the arguments whose names contain a FIXED_PARAMS
+        # entry, and none names bn_data); true: the project's earlier frozen normaliser.
+        "FIXED_INPUT_NORMALISER": False,
         # AutoFocus: the FocusPixel branch (training input scale_label, test output scale_prob).
         "AUTO_FOCUS": False,
         "ANCHOR_RATIOS": [0.5, 1.0, 2.0],
@@ -61,6 +65,10 @@ DEFAULTS = {
         # NMS threshold (IoU > it suppresses) applied to each image's pooled proposals when they are loaded for
         # negative chip mining. reference: 0.7; other: 0 keeps every proposal.
         "PROPOSAL_NMS": 0.7,
+        # Order of a COCO test set's images, which decides the TEST.BATCH_PARTS parts and the images sharing
+        # a canvas. reference: its pycocotools' getImgIds(), the keys of a Python 2 dict of the image ids;
+        # file: the annotation file's order.
+        "TEST_IMAGE_ORDER": "reference",
         # Images larger than this (annotated, or declared by a JPEG/PNG header) are refused before they are
         # decoded: 1 gigapixel (about 31,600 x 31,600; larger images are read by windows, raise it for them).
         "MAX_IMAGE_PIXELS": 1_000_000_000,

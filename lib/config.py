@@ -299,6 +299,7 @@ VARIANT_KEYS = {
     "TRAIN.CHIP_VALID_BOXES": ("assigned", "visible"),
     "TRAIN.NEG_CHIP_RULES": ("reference", "contained"),
     "TRAIN.CHIP_WINDOWS": ("reference", "clipped"),
+    "dataset.TEST_IMAGE_ORDER": ("reference", "file"),
     "TRAIN.CHIP_CROP": ("truncate", "round"),
     "TRAIN.RPN_ANCHOR_BORDER": ("chip", "content"),
     "TRAIN.NEW_LAYER_INIT": ("reference", "msra"),

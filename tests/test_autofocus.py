@@ -116,6 +116,8 @@ def test_autofocus_config_has_the_reference_settings():
     assert cfg.symbol == "resnet101" and cfg.network.AUTO_FOCUS and cfg.TEST.AUTO_FOCUS
     assert (cfg.TRAIN.AUTO_FOCUS_SMALL_THRESH, cfg.TRAIN.AUTO_FOCUS_DC_LOW, cfg.TRAIN.AUTO_FOCUS_DC_HIGH) == (64, 5, 90)
     assert cfg.TEST.SCALES == ((480, 512), (800, 1280), (1400, 2000))  # coarsest first
+    assert (cfg.TEST.BATCH_IMAGES, cfg.TEST.BATCH_PARTS) == ((8, 8, 2), 2)
+    assert cfg.TRAIN.SCALES == (3.0, 1.667, 512.0)  # what the reference's main_train.py forces for 81-class COCO
     assert cfg.TEST.VALID_RANGES == ((75, -1), (32, 180), (-1, 75))
     assert cfg.TEST.DO_PRUNING == (False, True, True)
     assert cfg.TEST.CHIP_HYPERPARAMS == ((3, 0.02, 16), (3, 0.2, 20), (-1, -1, -1))
@@ -385,13 +387,13 @@ class FocusOracle:
                 "bbox_pred_reshape_output": np.zeros((batch, self.n, 4), np.float32), "scale_prob_output": focus}
 
 
-def focus_detector(oracle, scales, ranges, pruning, chip_params):
+def focus_detector(oracle, scales, ranges, pruning, chip_params, overrides=()):
     from lib.inference.detector import Detector
 
     cfg = load_config(None, {"symbol": "resnet_tiny", "network.AUTO_FOCUS": True, "TEST.AUTO_FOCUS": True,
                              "TEST.SCALES": scales, "TEST.VALID_RANGES": ranges, "TEST.DO_PRUNING": pruning,
                              "TEST.CHIP_HYPERPARAMS": chip_params, "TEST.BATCH_IMAGES": 1, "TEST.SOFT_NMS": False,
-                             "TEST.fp16": False})
+                             "TEST.fp16": False, **dict(overrides)})
     detector = Detector(cfg, ["__background__", "thing"], contexts=[mx.cpu()], source="oracle")
     detector.forward = oracle  # a stand-in network: everything around it is the real Detector
     return detector
@@ -463,6 +465,38 @@ def test_chips_are_found_in_chips_recursively_and_an_image_without_focus_pixels_
                        (1, 0, (48, 32, 112, 96), [(88, 32, 104, 48)]), (2, 0, (88, 32, 104, 48), [])]
     assert [data.shape for data, _ in oracle.calls][-1] == (1, 3, 64, 64)  # 16 x 16 at scale 4
     assert [s.regions for s in stats.levels] == [2, 1, 1]
+
+
+def test_regions_are_batched_within_the_reference_parts_of_the_set_with_each_scale_count():
+    # four landscape images: by area over the whole set 0, 2, 1, 3 would pair 0 with 2; the reference's
+    # driver (CONCURRENT_JOBS 2) splits the set into images {0, 1} and {2, 3} and batches each part alone
+    images = [np.zeros((side, side, 3), np.uint8) for side in (100, 200, 110, 210)]
+    oracle = FocusOracle({})
+    # TEST.BATCH_IMAGES [2, 1]: level 1 runs one image per batch
+    detector = focus_detector(oracle, pruning=[False, False], overrides={"TEST.BATCH_IMAGES": [2, 1],
+                                                                         "TEST.BATCH_PARTS": 2}, **TWO_LEVELS)
+    run_regions(detector, images)
+    shapes = sorted(data.shape for data, _ in oracle.calls)
+    assert shapes == sorted([(2, 3, 200, 200), (2, 3, 210, 210)]  # level 0: parts {0, 1} and {2, 3}
+                            + [(1, 3, 2 * side, 2 * side) for side in (100, 200, 110, 210)])
+
+
+def test_level_batches_without_parts_batch_the_whole_set_by_area():
+    from lib.inference.autofocus import level_batches
+    from lib.inference.regions import Region
+    from lib.scales import ScaleSpec
+
+    # regions image by image; image 1 has a second region (a chip), which stays in its image's part {0, 1}
+    sides = ((0, 100), (1, 200), (1, 50), (2, 110), (3, 210))
+    regions = [Region(image, (0.0, 0.0, float(side), float(side))) for image, side in sides]
+    whole = level_batches(regions, [1.0] * 5, 4, ScaleSpec(factor=1.0), 2, 1)
+    split = level_batches(regions, [1.0] * 5, 4, ScaleSpec(factor=1.0), 2, 2)
+    # areas 2500 (2), 10000 (0), 12100 (3), 40000 (1), 44100 (4); an odd group is padded by its last entry
+    assert [b.images for b in whole] == [(2, 0), (3, 1), (4,)]
+    assert [b.images for b in split] == [(2, 0), (1,), (3, 4)]
+    assert [b.canvas for b in split] == [(100, 100), (200, 200), (210, 210)]
+    with pytest.raises(ValueError, match="image by image"):
+        level_batches(regions[::-1], [1.0] * 5, 4, ScaleSpec(factor=1.0), 2, 2)
 
 
 def test_autofocus_runs_through_the_detector_and_its_worker_processes(tmp_path):

@@ -173,7 +173,8 @@ def test_configs_have_the_reference_settings():
     assert network.FIXED_BN_AFFINE and network.FIXED_PARAMS == ()
     assert (train.lr, train.warmup_step, train.BATCH_IMAGES, train.end_epoch, train.lr_step) == \
         (0.025, 9000, 42, 7, "5.33")
-    assert train.SCALES == ((1400, 2000), (800, 1280), (-1, 512))
+    assert train.SCALES == (3.0, 1.667, 512.0)  # what the reference's main_train.py forces for 81-class COCO
+    assert (cfg.TEST.BATCH_IMAGES, cfg.TEST.BATCH_PARTS) == ((2, 2, 4), 2)
     assert cfg.TEST.SCALES == ((1400, 2000), (800, 1280), (480, 512))
     assert cfg.dataset.image_set == "train2014+val2014" and cfg.dataset.test_image_set == "test-dev2015"
     synthetic = load_config(SYNTHETIC)

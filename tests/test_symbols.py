@@ -126,9 +126,12 @@ def test_batch_norm_modes_and_fixed_parameters():
     assert all(n["attrs"]["use_global_stats"] == "True" for n in graph_nodes(test) if n["op"] == "BatchNorm")
 
     fixed = get_fixed_param_names(train, cfg)
-    expected = [n for n in train.list_arguments() if n.startswith(("conv0_", "bn0_", "bn_data_", "stage1_"))]
+    # the reference's rule: every argument whose name contains a FIXED_PARAMS entry (bn_data_beta trains)
+    expected = [n for n in train.list_arguments() if any(p in n for p in cfg.network.FIXED_PARAMS)]
     assert sorted(fixed) == sorted(expected) and "conv0_weight" in fixed and "stage1_unit1_sc_weight" in fixed
-    assert not any(n.startswith(("stage2", "rpn")) for n in fixed)
+    assert not any(n.startswith(("stage2", "rpn", "bn_data")) for n in fixed)
+    frozen_input = get_fixed_param_names(train, with_overrides(cfg, {"network.FIXED_INPUT_NORMALISER": True}))
+    assert sorted(frozen_input) == sorted(expected + ["bn_data_gamma", "bn_data_beta"])
 
 
 def test_configuration_errors_name_the_key():

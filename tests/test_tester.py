@@ -238,6 +238,7 @@ def tiny(tmp_path_factory):
         ("symbol", "resnet_tiny"), ("output_path", str(root / "output")), ("dataset.dataset_path", str(root / "data")),
         ("dataset.root_path", str(root)), ("dataset.image_set", "train"), ("dataset.test_image_set", "val"),
         ("dataset.NUM_CLASSES", "3"), ("gpus", ""), ("TEST.fp16", "false"),
+        ("dataset.TEST_IMAGE_ORDER", "file"),  # the tests name the images by their place in IMAGES
         ("TEST.SCALES", "[[96, 128], [64, 96], [32, 48]]"),
         ("TEST.RPN_PRE_NMS_TOP_N", "500"), ("TEST.RPN_POST_NMS_TOP_N", "50"), ("TEST.NUM_PROPOSALS", "20"),
     ])

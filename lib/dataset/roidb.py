@@ -13,7 +13,7 @@ from lib.dataset.coco import CocoDataset, SyntheticDataset
 from lib.dataset.pascal_voc import PascalVocDataset
 from lib.dataset.polygons import flip_polygons, select_polygons
 from lib.dataset.proposals import read_proposals
-from lib.dataset.reference_rules import suppress_pooled_proposals, truncate_to_whole_pixels
+from lib.dataset.reference_rules import python2_dict_order, suppress_pooled_proposals, truncate_to_whole_pixels
 from lib.dataset.roidb_cache import cache_path, read_cache, write_cache
 from lib.errors import DataError
 
@@ -65,6 +65,9 @@ def load_roidb(cfg, image_set, training=True):
     check_num_classes(cfg, dataset)
     check_image_sizes(roidb, dataset, cfg.dataset.MAX_IMAGE_PIXELS)
     check_image_files(roidb)
+    if not training and dataset.kind == "coco" and len(dataset.image_sets) == 1 and \
+            cfg.dataset.TEST_IMAGE_ORDER == "reference":  # (the reference tests one set at a time)
+        roidb = [roidb[i] for i in python2_dict_order([entry["id"] for entry in roidb])]
     if training and cfg.dataset.INTEGER_BOXES:
         roidb = truncate_to_whole_pixels(roidb)
     if training and cfg.TRAIN.USE_NEG_CHIPS and cfg.dataset.proposal:

@@ -9,7 +9,8 @@ is a test "image" of the Detector's pipeline (lib.inference.pipeline): ``RegionI
 reference does (whole pixels, ``int()`` of its corners) and it is resized by its image's factor at the
 level; regions are batched as the reference's AutoFocus iterator batches them (``batching.plan_level`` on
 their fractional extents: by area, landscape first, canvases of the largest ``ceil(extent * s)``, the
-resized crop cut to its canvas; no BATCH_PARTS).
+resized crop cut to its canvas), ``TEST.BATCH_IMAGES[i]`` per device, within each of the ``TEST.BATCH_PARTS``
+contiguous parts of the set its driver splits the images (and their chips) into (``level_batches``).
 
 Detections of a region are shifted by its (fractional) origin, those cut by an inner chip edge are
 dropped (``focus_chips.border_keep_mask``), and every level's are kept in the level's valid range above
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from lib.inference.batching import part_bounds
 from lib.inference.focus_chips import FocusChipParams, focus_chips
 from lib.inference.merge import suppress
 from lib.inference.regions import Region, run_regions
@@ -107,9 +109,8 @@ def run_autofocus(detector, source, num_workers=0, stats=None, on_region=None):
                                  sum(h * w * level.spec.image_scale(h, w) ** 2 for h, w in (sizes[i] for i in states)))
         for state in states.values():
             state.chips = []
-        batch_size = detector._batch_counts([level])[0]
-        # one pipeline run per level: its batches are the run's level 0
-        batches = plan_regions(regions, scales, level.spec, batch_size, 1, network.IMAGE_STRIDE)
+        batches = level_batches(regions, scales, len(sizes), level.spec, detector._batch_counts([level])[0],
+                                test.BATCH_PARTS, network.IMAGE_STRIDE)
         for position, result in run_regions(_FocusNetwork(detector), source, regions, batches, cfg, num_workers,
                                             states):
             region = regions[position]
@@ -127,6 +128,22 @@ def run_autofocus(detector, source, num_workers=0, stats=None, on_region=None):
                     100.0 * level_stats.pixels / max(level_stats.full_pixels, 1e-9))
     for index, state in states.items():
         yield index, suppress(np.concatenate(state.candidates) if state.candidates else np.zeros((0, 6)), test)
+
+
+def level_batches(regions, scales, image_count, spec, batch_size, parts, canvas_multiple=0):
+    """The TestBatches of a level's ``regions`` (image by image, as run_autofocus makes them; positions into
+    the list) as the reference's driver makes them: the set's ``image_count`` images split into ``parts``
+    contiguous parts (its CONCURRENT_JOBS, an image with all its regions), each part's regions batched on
+    their own (one pipeline run per level: the batches are its level 0)."""
+    images = [region.image for region in regions]
+    if images != sorted(images):
+        raise ValueError("level_batches: regions must come image by image")
+    batches = []
+    for start, stop in part_bounds(image_count, parts):
+        first, last = np.searchsorted(images, [start, stop])
+        batches += plan_regions(regions[first:last], scales[first:last], spec, batch_size, 1, canvas_multiple,
+                                offset=int(first))
+    return batches
 
 
 def _region_outcome(region, result, size, level, chip_params, test, state):

@@ -10,6 +10,7 @@ import io
 import json
 import logging
 import os
+from decimal import ROUND_HALF_UP, Decimal
 
 import numpy as np
 
@@ -22,6 +23,23 @@ COCO_STAT_NAMES = (
     "AP", "AP50", "AP75", "APs", "APm", "APl",
     "AR1", "AR10", "AR100", "ARs", "ARm", "ARl",
 )
+
+
+# Decimals of the results file, the reference's: scores with 8 (5 would tie many of the 1e-3 soft-NMS
+# scores, and COCOeval's ranking of ties is not the detector's), boxes with 1.
+SCORE_DECIMALS, BOX_DECIMALS = 8, 1
+
+
+def reference_round(values, digits):
+    """``values`` rounded to ``digits`` decimals as the reference's Python 2 ``round`` does: correctly
+    rounded, exact ties away from zero (Python 3's ``round`` sends them to the even digit). A float64 is an
+    exact tie exactly when it times 2^(digits + 1) is an odd integer, so only those take the Decimal path."""
+    values = np.asarray(values, np.float64)
+    doubled = values * 2.0 ** (digits + 1)  # exact: a power of two
+    ties = (doubled == np.floor(doubled)) & (np.fmod(doubled, 2.0) != 0)
+    quantum = Decimal(1).scaleb(-digits)
+    return [float(Decimal(v).quantize(quantum, ROUND_HALF_UP)) if tie else round(v, digits)
+            for v, tie in zip(values.tolist(), ties.tolist())]
 
 
 def coco_results(detections, image_ids, category_ids, segmentations=None):
@@ -43,16 +61,12 @@ def coco_results(detections, image_ids, category_ids, segmentations=None):
                 f"image {image_id}: label {labels.min() if labels.min() < 1 else labels.max()} "
                 f"outside 1..{len(category_ids) - 1}"
             )
-        widths = dets[:, 2] - dets[:, 0] + 1
-        heights = dets[:, 3] - dets[:, 1] + 1
+        xywh = np.stack([dets[:, 0], dets[:, 1], dets[:, 2] - dets[:, 0] + 1, dets[:, 3] - dets[:, 1] + 1], 1)
+        boxes = np.reshape(reference_round(xywh.ravel(), BOX_DECIMALS), (-1, 4)).tolist()
         first = len(results)
-        for (x1, y1), w, h, score, label in zip(dets[:, :2], widths, heights, dets[:, 4], labels):
-            results.append({
-                "image_id": int(image_id),
-                "category_id": int(category_ids[label]),
-                "bbox": [round(float(x1), 2), round(float(y1), 2), round(float(w), 2), round(float(h), 2)],
-                "score": round(float(score), 5),
-            })
+        for box, score, label in zip(boxes, reference_round(dets[:, 4], SCORE_DECIMALS), labels):
+            results.append({"image_id": int(image_id), "category_id": int(category_ids[label]), "bbox": box,
+                            "score": score})
         if segmentations is not None:
             if len(segmentations[index]) != len(dets):
                 raise ValueError(f"image {image_id}: {len(segmentations[index])} segmentations for {len(dets)} "
@@ -217,34 +231,70 @@ def voc_class_ap(det_images, det_scores, det_boxes, gt_boxes, gt_difficult, iou_
 
 
 def evaluate_voc(detections, gt_boxes, gt_classes, gt_difficult, classes, output_dir, use_07_metric,
-                 iou_thresh=0.5):
-    """Per-class VOC AP and mAP for per-image detections; logs the table and writes ``voc_ap.json``.
+                 iou_thresh=0.5, extra_thresholds=(0.7,)):
+    """Per-class VOC AP and mAP for per-image detections at ``iou_thresh`` ("AP", "mAP") and at each of
+    ``extra_thresholds`` ("AP@0.70", "mAP@0.70": the reference reports 0.5 and 0.7); logs the table and
+    writes ``voc_ap.json``.
 
     ``gt_boxes``/``gt_classes``/``gt_difficult`` are per-image lists aligned with ``detections``;
     ``classes[label]`` names contiguous label ``label`` (0 is background).
     """
     detections = [np.asarray(d, dtype=np.float32).reshape(-1, 6) for d in detections]
-    aps = {}
-    for label in range(1, len(classes)):
-        masks = [np.asarray(c) == label for c in gt_classes]
-        det_images, det_scores, det_boxes = [], [], []
-        for image, dets in enumerate(detections):
-            dets = dets[dets[:, 5] == label]
-            det_images.append(np.full(len(dets), image))
-            det_scores.append(dets[:, 4])
-            det_boxes.append(dets[:, :4])
-        _, _, ap = voc_class_ap(
-            np.concatenate(det_images), np.concatenate(det_scores), np.concatenate(det_boxes),
-            [np.asarray(b).reshape(-1, 4)[m] for b, m in zip(gt_boxes, masks)],
-            [np.asarray(d, dtype=bool)[m] for d, m in zip(gt_difficult, masks)],
-            iou_thresh, use_07_metric,
-        )
-        aps[classes[label]] = ap
-    scored = [ap for ap in aps.values() if not np.isnan(ap)]
-    result = {"mAP": float(np.mean(scored)) if scored else float("nan"), "AP": aps,
-              "metric": "VOC07 11-point" if use_07_metric else "VOC area"}
+
+    def class_aps(thresh):
+        aps = {}
+        for label in range(1, len(classes)):
+            masks = [np.asarray(c) == label for c in gt_classes]
+            kept = [dets[dets[:, 5] == label] for dets in detections]
+            _, _, aps[classes[label]] = voc_class_ap(
+                np.concatenate([np.full(len(d), image) for image, d in enumerate(kept)]),
+                np.concatenate([d[:, 4] for d in kept]), np.concatenate([d[:, :4] for d in kept]),
+                [np.asarray(b).reshape(-1, 4)[m] for b, m in zip(gt_boxes, masks)],
+                [np.asarray(d, dtype=bool)[m] for d, m in zip(gt_difficult, masks)],
+                thresh, use_07_metric,
+            )
+        scored = [ap for ap in aps.values() if not np.isnan(ap)]
+        return aps, float(np.mean(scored)) if scored else float("nan")
+
+    aps, mean = class_aps(iou_thresh)
+    result = {"mAP": mean, "AP": aps, "metric": "VOC07 11-point" if use_07_metric else "VOC area"}
+    per_class = {name: {"AP": ap} for name, ap in aps.items()}
+    title = f"Pascal VOC AP@{iou_thresh:.2f} per class ({result['metric']}), mAP {mean:.4f}"
+    for thresh in extra_thresholds:
+        extra, extra_mean = class_aps(thresh)
+        result[f"AP@{thresh:.2f}"], result[f"mAP@{thresh:.2f}"] = extra, extra_mean
+        for name, ap in extra.items():
+            per_class[name][f"AP@{thresh:.2f}"] = ap
+        title += f"; mAP@{thresh:.2f} {extra_mean:.4f}"
     os.makedirs(output_dir, exist_ok=True)
-    log_per_class_table({name: {"AP": ap} for name, ap in aps.items()}, output_dir,
-                        f"Pascal VOC AP@{iou_thresh:.2f} per class ({result['metric']}), mAP {result['mAP']:.4f}")
+    log_per_class_table(per_class, output_dir, title)
     write_json(result, os.path.join(output_dir, "voc_ap.json"))
     return result
+
+
+def proposal_recall(gt_boxes, proposals, size_ranges, thresholds=(0.5, 0.7)):
+    """Recall of ground-truth boxes by proposals, to judge a proposal file before negative chips are mined
+    from it: ``{range name: {"gts": count, threshold: fraction of those gts with a proposal of IoU >= it}}``.
+
+    ``gt_boxes`` and ``proposals`` are per-image lists of inclusive boxes (proposals may carry a score
+    column); ``size_ranges`` maps names to ``(lo, hi)`` bounds on a gt's ``sqrt(w h)`` (+1 sizes, original
+    pixels; -1 leaves a side open), e.g. the COCO size classes and each training scale's valid range."""
+    best, sizes = [], []
+    for gts, props in zip(gt_boxes, proposals):
+        gts = np.asarray(gts, np.float64).reshape(-1, 4)
+        props = np.asarray(props, np.float64)
+        props = props[:, :4] if props.ndim == 2 else props.reshape(-1, 4)
+        if not len(gts):
+            continue
+        overlaps = bbox_overlaps(gts, props) if len(props) else np.zeros((len(gts), 0))
+        best.append(overlaps.max(axis=1) if len(props) else np.zeros(len(gts)))
+        sizes.append(np.sqrt((gts[:, 2] - gts[:, 0] + 1) * (gts[:, 3] - gts[:, 1] + 1)))
+    best = np.concatenate(best) if best else np.zeros(0)
+    sizes = np.concatenate(sizes) if sizes else np.zeros(0)
+    table = {}
+    for name, (lo, hi) in size_ranges.items():
+        inside = ((sizes >= lo) | (lo < 0)) & ((sizes < hi) | (hi < 0))
+        count = int(inside.sum())
+        table[name] = {"gts": count, **{thresh: float((best[inside] >= thresh).mean()) if count else float("nan")
+                                        for thresh in thresholds}}
+    return table
