@@ -96,4 +96,4 @@ clean:
 	find lib chip_generator -name '*.pyx' | sed 's/\.pyx$$/.cpp/' | xargs rm -f
 
 distclean: clean
-	rm -rf $(VENV) data/synthetic output
+	rm -rf $(VENV) data/synthetic data/synthetic-* output

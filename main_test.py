@@ -15,11 +15,9 @@ if __name__ == "__main__":
     use_project_python()  # before any third-party import: re-runs this in .venv when another Python started it
 
 import argparse
-import logging
-import sys
 
 from lib.config import dump_config
-from lib.logger import logged_outcome, setup_logging
+from lib.logger import log_config, logged_outcome, report_user_errors, setup_logging
 from lib.run.folder import add_model_arguments, config_from_model_arguments
 
 
@@ -34,27 +32,26 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, before and after logging starts
 def main(argv=None):
     args = parse_args(argv)
     cfg = config_from_model_arguments(args)
     from lib.inference.tester import extract_proposals, test
-    from lib.run.checkpoint import CheckpointError, output_dir
+    from lib.start_checks import check_test_start
+    from lib.run.checkpoint import output_dir
 
+    check_test_start(cfg)
     setup_logging(output_dir(cfg), name="test")
     with logged_outcome("proposal extraction" if cfg.TEST.EXTRACT_PROPOSALS else "testing"):
-        logging.getLogger(__name__).info("config %s with overrides %s:\n%s", args.cfg or args.model, args.set,
-                                         dump_config(cfg))
-        try:
-            if args.images:
-                from lib.inference.folder_test import detect_images
+        log_config(args.cfg or args.model, args.set, dump_config(cfg))
+        if args.images:
+            from lib.inference.folder_test import detect_images
 
-                detect_images(cfg, args.images, args.out, args.draw, args.draw_thresh)
-            elif cfg.TEST.EXTRACT_PROPOSALS:
-                extract_proposals(cfg)
-            else:
-                test(cfg)
-        except (CheckpointError, FileNotFoundError, FileExistsError) as err:  # a missing or foreign checkpoint or data
-            sys.exit(f"error: {err}")
+            detect_images(cfg, args.images, args.out, args.draw, args.draw_thresh)
+        elif cfg.TEST.EXTRACT_PROPOSALS:
+            extract_proposals(cfg)
+        else:
+            test(cfg)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ DEFAULTS = {
     # Devices: "0,1,2" for GPUs; "" or "cpu:N" for N CPU contexts.
     "gpus": "",
     "default": {
-        "frequent": 20,  # log metrics every N batches
+        "frequent": 20,  # log metrics every N batches (and at least 4 times an epoch)
         # One machine: "device" (gradients summed on the GPUs) or "local" (on the CPU); any other name
         # mx.kv.create knows (e.g. "nccl") goes to Module as is. Several machines, started by
         # tools/launch.py: "dist_sync" or "dist_device_sync"; asynchronous "dist_async" is refused.
@@ -116,6 +116,10 @@ DEFAULTS = {
         # A data loader worker silent this many seconds (stopped, deadlocked, stalled on a network
         # filesystem) stops training with an error naming it and its image (0: wait forever).
         "LOADER_TIMEOUT": 600.0,
+        # ... and one silent this many seconds is warned about once, naming it, its pid and its image (0: no warning).
+        "STALL_WARN": 60.0,
+        # Checkpoints kept: the newest N epochs plus TEST.TEST_EPOCH (the one main_test.py tests); 0: every epoch.
+        "KEEP_CHECKPOINTS": 0,
         "IMAGE_CACHE_MB": 256,  # decoded images each loader worker keeps (least recently used out; 0: none)
         "SHUFFLE": True,
         "FLIP": True,
@@ -211,6 +215,7 @@ DEFAULTS = {
         "BATCH_PARTS": 2,
         "NUM_PROCESS": 2,  # worker processes preparing images and merging detections (0: in the main process)
         "LOADER_TIMEOUT": 600.0,  # as TRAIN.LOADER_TIMEOUT, for those workers
+        "STALL_WARN": 60.0,  # as TRAIN.STALL_WARN
         "SCALES": [[1400, 2000], [800, 1280], [480, 512]],
         "VALID_RANGES": [[-1, 90], [32, 180], [75, -1]],
         # "reference": the proposal rules the reference ran (lib/ops/proposal_layer.py, on the host);

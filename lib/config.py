@@ -7,6 +7,7 @@ change a setting under another one's feet. What a run derives at run time (the c
 device) is passed on as arguments; a variant of a config is made with ``with_overrides``.
 """
 import copy
+import difflib
 import math
 import os
 import re
@@ -15,6 +16,7 @@ import sys
 import yaml
 
 from configs.default import DEFAULTS
+from lib.errors import UserError
 
 # Keys that were renamed: using the old name is an error that names the new one.
 RENAMED_KEYS = {"TRAIN.scale": "TRAIN.fp16_loss_scale"}
@@ -25,7 +27,7 @@ DERIVED_KEYS = {"network.RPN_FEAT_STRIDE": "the backbone's stride (symbols/backb
 _KEY_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A configuration key or value that does not fit the defaults."""
 
 
@@ -159,12 +161,24 @@ def _coerce(key, default, value):
     raise ConfigError(f"config key {key}: unsupported default type {type(default).__name__}")
 
 
+def _dotted_keys(node, prefix=""):
+    for key, value in node.items():
+        if isinstance(value, dict):
+            yield from _dotted_keys(value, f"{prefix}{key}.")
+        else:
+            yield prefix + key
+
+
 def _unknown(key):
     if key in DERIVED_KEYS:
         return ConfigError(f"config key {key} is no longer set: it is {DERIVED_KEYS[key]}")
     if key in RENAMED_KEYS:
         return ConfigError(f"config key {key} was renamed to {RENAMED_KEYS[key]}; use that name")
-    return ConfigError(f"unknown config key {key}")
+    known = list(_dotted_keys(DEFAULTS))
+    # case-insensitive first (TRAIN.LR for TRAIN.lr), then the closest spelling
+    nearest = [k for k in known if k.lower() == key.lower()] or difflib.get_close_matches(key, known, n=1, cutoff=0.8)
+    hint = f"; did you mean {nearest[0]}?" if nearest else ""
+    return ConfigError(f"unknown config key {key}{hint}")
 
 
 def _merge(base, update, prefix=""):
@@ -297,6 +311,7 @@ VARIANT_KEYS = {
 
 def validate(cfg):
     """Cross-key and range checks that types alone cannot catch, each naming its key."""
+    from lib.start_checks import CONFIG_CHECKS
     from symbols.backbones import feature_stride
 
     _check(0 <= cfg.TRAIN.begin_epoch < cfg.TRAIN.end_epoch, "TRAIN.end_epoch", cfg.TRAIN.end_epoch,
@@ -340,6 +355,11 @@ def validate(cfg):
         timeout = cfg[section].LOADER_TIMEOUT
         _check(math.isfinite(timeout) and timeout >= 0, f"{section}.LOADER_TIMEOUT", timeout,
                "must be a number of seconds >= 0 (0: no limit)")
+        warn = cfg[section].STALL_WARN
+        _check(math.isfinite(warn) and warn >= 0, f"{section}.STALL_WARN", warn,
+               "must be a number of seconds >= 0 (0: no warning)")
+    _check(train.KEEP_CHECKPOINTS >= 0, "TRAIN.KEEP_CHECKPOINTS", train.KEEP_CHECKPOINTS,
+           "must be >= 0 (0: keep every epoch)")
     _check(train.IMAGE_CACHE_MB >= 0, "TRAIN.IMAGE_CACHE_MB", train.IMAGE_CACHE_MB,
            "must be >= 0 (0: decode the image for every chip)")
     _check(train.GRAD_ACCUM_STEPS >= 1, "TRAIN.GRAD_ACCUM_STEPS", train.GRAD_ACCUM_STEPS, "must be >= 1 (1: none)")
@@ -354,6 +374,8 @@ def validate(cfg):
         _check(cfg.dataset.synthetic_train > 0, "dataset.synthetic_train", cfg.dataset.synthetic_train,
                "the synthetic dataset needs at least one training image")
         _check(cfg.dataset.synthetic_val >= 0, "dataset.synthetic_val", cfg.dataset.synthetic_val, "must be >= 0")
+    for check in CONFIG_CHECKS:  # lib/start_checks.py
+        check(cfg)
 
 
 def _validate_auto_focus(cfg, num_test_scales):

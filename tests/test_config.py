@@ -244,6 +244,20 @@ def test_valid_range_mask_uses_inclusive_sqrt_area():
     assert in_valid_range(boxes, (120, -1)).tolist() == [False, False, False, False]
 
 
+@pytest.mark.parametrize("typed, suggested", [
+    ("TRAIN.lr_stpe", "TRAIN.lr_step"), ("TRAIN.LR", "TRAIN.lr"), ("dataset.synthetic_trian", "dataset.synthetic_train"),
+    ("TRAIN.BATCH_IMAGE", "TRAIN.BATCH_IMAGES"),
+])
+def test_an_unknown_key_suggests_the_nearest_known_one(typed, suggested):
+    with pytest.raises(ConfigError, match=rf"unknown config key {typed}; did you mean {suggested}\?$"):
+        load_config(None, [(typed, "1")])
+
+
+def test_an_unknown_key_far_from_every_known_one_gets_no_suggestion():
+    with pytest.raises(ConfigError, match=r"^unknown config key TRAIN.NO_SUCH_KEY$"):
+        load_config(None, [("TRAIN.NO_SUCH_KEY", "1")])
+
+
 @pytest.mark.parametrize("key, value, message", [
     ("TRAIN.CHIP_STRIDE", "32.5", "config key TRAIN.CHIP_STRIDE: expected a positive integer, got 32.5"),
     ("TRAIN.CHIP_STRIDE", "[64, 32]", "config key TRAIN.CHIP_STRIDE: expected an int or [lo, hi) with 0 < lo < hi, "

@@ -26,7 +26,7 @@ def run_entry(program, *argv, cwd):
                           text=True, timeout=300)
 
 
-def test_main_test_logs_the_effective_config_as_yaml(tmp_path, monkeypatch):
+def test_main_test_logs_the_effective_config_as_yaml_to_the_log_file_only(tmp_path, monkeypatch, capsys):
     config = tmp_path / "exp.yml"
     config.write_text("TEST:\n  TEST_EPOCH: 3\n")
     tested = []
@@ -46,9 +46,11 @@ def test_main_test_logs_the_effective_config_as_yaml(tmp_path, monkeypatch):
     (log,) = glob.glob(os.path.join(tmp_path, "out", "exp", "test_*.log"))
     with open(log) as f:
         text = f.read()
-    assert f"config {config} with overrides ['output_path', '{tmp_path / 'out'}', 'TEST.BATCH_IMAGES', '2']:\n" in text
-    assert dump_config(cfg) in text  # the YAML of every key, as main_train.py logs it
+    named = f"config {config} with overrides ['output_path', '{tmp_path / 'out'}', 'TEST.BATCH_IMAGES', '2']"
+    assert f"{named}\n" in text and f"effective config:\n{dump_config(cfg)}" in text  # every key, as YAML
     assert "  TEST_EPOCH: 3\n" in text and "  BATCH_IMAGES: 2\n" in text
+    console = capsys.readouterr().err
+    assert named in console and "TEST_EPOCH" not in console  # the console: file and overrides, no dump
 
 
 @pytest.mark.parametrize("entry", [main_train, main_test, demo])

@@ -5,11 +5,13 @@ import logging
 import os
 import re
 import signal
+import time
 
 import cv2
 import mxnet as mx
 import numpy as np
 import pytest
+from tqdm import tqdm
 
 from lib.boxes import bbox_overlaps
 from lib.config import load_config, with_overrides
@@ -560,3 +562,35 @@ def test_a_stopped_test_worker_is_named_with_its_image_instead_of_hanging(tiny, 
                                                  rf"for \d+ s \(TEST.LOADER_TIMEOUT is 2 s\) while preparing image "
                                                  rf"{re.escape(stopped)}; the process is stopped"):
         tester.run_images(roidb, detector, 2, "pipelined")
+
+
+class SlowOracle(OracleDetector):
+    """The oracle network taking a known 50 ms per forward pass."""
+
+    def forward(self, data, im_info):
+        time.sleep(0.05)
+        return super().forward(data, im_info)
+
+
+def test_every_test_run_stores_images_per_second_end_to_end_and_network_only(tiny, monkeypatch):
+    bars = []
+
+    class RecordingBar(tqdm):
+        def close(self):
+            bars.append((self.total, self.n, self.unit))
+            super().close()
+
+    monkeypatch.setattr(tester, "tqdm", RecordingBar)
+    cfg = with_overrides(tiny[0], {"TEST.SOFT_NMS": False})
+    detector = SlowOracle(cfg)
+    summary = tester.test(cfg, detector=detector)
+    passes = len(detector.canvases)
+    speed = summary["speed"]
+    assert json.load(open(os.path.join(tester.results_dir(cfg), "test_summary.json")))["speed"] == speed
+    # network time: the sleeps (50 ms each) and little else; end to end: more than that
+    assert 0.05 * passes <= speed["network_seconds"] < 0.05 * passes + 0.5 * passes
+    assert speed["seconds"] >= speed["network_seconds"]
+    assert speed["images_per_s"] == pytest.approx(summary["tested"] / speed["seconds"], rel=0.01)
+    assert speed["network_images_per_s"] == pytest.approx(summary["tested"] / speed["network_seconds"], rel=0.01)
+    # the bar counted network passes, all of them planned from the start (its ETA extrapolates the work)
+    assert set(bars) == {(passes, passes, "pass")} and passes > summary["images"]  # (tqdm may close twice)

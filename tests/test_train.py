@@ -286,9 +286,10 @@ def test_main_train_refuses_a_second_start_from_scratch_in_one_line(tmp_path):
     result = subprocess.run([sys.executable, os.path.join(ROOT, "main_train.py"), "--cfg", TINY, "--set",
                              "output_path", str(out)], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert result.returncode == 1 and "Traceback" not in result.stderr
-    lines = [line for line in result.stderr.splitlines() if "ERROR" in line]
-    assert len(lines) == 1 and lines[0].endswith(
-        f"training stopped: error: {out / 'sniper_synthetic_tiny'} already holds epochs 1 of SNIPER (e.g. "
+    lines = result.stderr.splitlines()  # refused before logging starts: the one line, and no log file left
+    assert not glob.glob(str(out / "sniper_synthetic_tiny" / "train_*.log"))
+    assert len(lines) == 1 and lines[0] == (
+        f"error: {out / 'sniper_synthetic_tiny'} already holds epochs 1 of SNIPER (e.g. "
         f"{prefix}-0001.params); starting at epoch 1 would overwrite them: pass --resume to continue that run, or "
         f"--overwrite to move them to {out / 'sniper_synthetic_tiny' / 'replaced_<time>'} and start over")
     both = subprocess.run([sys.executable, os.path.join(ROOT, "main_train.py"), "--cfg", TINY, "--resume",

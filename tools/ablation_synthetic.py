@@ -37,7 +37,7 @@ import sys
 import numpy as np
 
 from lib.config import ConfigError, add_config_arguments, load_config, parse_cli_overrides
-from lib.logger import setup_logging
+from lib.logger import report_user_errors, setup_logging
 from lib.pipeline.neg_chips import (DEFAULT_RPN_EPOCHS, NegChipPipeline, eval_stage, evaluated, run_stage,
                                     summary_path, train_stage)
 from lib.pixel_budget import BASELINE_SCALE, epoch_pixel_budget
@@ -204,6 +204,7 @@ def parse_args(argv=None):
     return args
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main(argv=None):
     args = parse_args(argv)
     try:

@@ -26,10 +26,11 @@ from lib.inference.autofocus import AutoFocusStats, run_autofocus
 from lib.inference.detector import Detector, checkpoint_file
 from lib.inference.evaluator import coco_results, evaluate_coco
 from lib.inference.pipeline import RoidbImages
-from lib.logger import setup_logging
+from lib.logger import report_user_errors, setup_logging
 from lib.run.checkpoint import output_dir
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_config_arguments(parser)

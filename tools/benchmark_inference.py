@@ -1,7 +1,7 @@
 """Inference speed: the test pipeline's host side with a null forward; SNIPER single- and multi-scale testing
 vs GluonCV's Faster R-CNN ResNet-101.
 
-    python tools/benchmark_inference.py --cfg FILE [--set KEY VALUE ...] [--images 2] [--runs 3]
+    python tools/benchmark_inference.py --model RUN_FOLDER | --cfg FILE [--set KEY VALUE ...] [--images 2] [--runs 3]
     python tools/benchmark_inference.py --cfg FILE --null-forward [--images 48] [--workers 0 2] [--runs 3]
 
 ``--null-forward`` measures everything around the network: ``--images`` JPEG files of ``--image_size`` are
@@ -28,6 +28,7 @@ import _bootstrap  # noqa: F401  (repository root on sys.path, the project's vir
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 
 import cv2
@@ -35,10 +36,11 @@ import mxnet as mx
 import numpy as np
 
 from lib.benchmarking import PeakMemory, markdown_table, measure
-from lib.config import add_config_arguments, config_from_arguments, with_overrides
+from lib.config import with_overrides
 from lib.inference.detector import DATA_NAMES, Detector, checkpoint_file
 from lib.inference.pipeline import RoidbImages
-from lib.run.folder import numbered_classes
+from lib.logger import report_user_errors
+from lib.run.folder import add_model_arguments, config_from_model_arguments, numbered_classes
 from lib.scales import ScaleLevel, pyramid
 from symbols import inference_symbol
 
@@ -60,6 +62,11 @@ def side_by_side(calls, runs):
                 seconds[key] += measure(lambda: finished(function), repeat=1, warmup=0).seconds
                 peaks[key] = memory.rss
     return {key: (statistics.median(seconds[key]), peaks[key]) for key in calls}
+
+
+def say(message):
+    """A progress line on stderr (the table goes to stdout): a long benchmark shows what it is doing."""
+    print(f"benchmark_inference: {message}", file=sys.stderr, flush=True)
 
 
 def load_detectors(cfg, num_classes, variants):
@@ -171,9 +178,10 @@ def gluoncv_runner(images, specs, context):
     return run
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_arguments(parser)
+    add_model_arguments(parser)  # --model RUN_FOLDER (its config.yaml) or --cfg FILE [--set ...]
     parser.add_argument("--images", type=int, default=None, help="images per run (default 2, null forward 48)")
     parser.add_argument("--runs", type=int, default=3, help="timed runs (median reported)")
     parser.add_argument("--image_size", type=int, nargs=2, default=[480, 640], metavar=("H", "W"))
@@ -188,7 +196,7 @@ def main(argv=None):
                         help="SNIPER rows for each network.CPU_DEFORMABLE_OPS value, side by side "
                              "(default: the config's only)")
     args = parser.parse_args(argv)
-    cfg = config_from_arguments(args)  # a bad file, key or value stops here
+    cfg = config_from_model_arguments(args)  # a bad file, key or value stops here
     num_classes = cfg.dataset.NUM_CLASSES or args.num_classes
     cores = f"{os.cpu_count()} CPU cores (affinity {len(os.sched_getaffinity(0))})"
     if args.null_forward:
@@ -210,18 +218,29 @@ def main(argv=None):
     single = detector.levels[args.single_scale]
     runs = (("single-scale", (ScaleLevel(single.spec, (-1, -1)),)), ("multi-scale", pyramid(cfg.TEST, "TEST")))
     rows = []
+    total = len(runs) * (len(detectors) + (0 if args.no_gluoncv else 1))
+
+    def done(row):
+        rows.append(row)
+        say(f"row {len(rows)}/{total} done: {row[0]}, {row[1]}: {args.images / row[4]:.3f} images/s")
+
     for name, levels in runs:
+        first, last = len(rows) + 1, len(rows) + len(detectors)
+        numbers = f"row {first}" if first == last else f"rows {first}-{last}"
+        say(f"{numbers}/{total}: SNIPER {cfg.symbol} {name}, {args.runs} runs of {args.images} images after a "
+            f"warm-up ...")
         calls = {variant: lambda d=d: d.detect(images, levels) for variant, d in detectors.items()}
         for variant, (seconds, peak) in side_by_side(calls, args.runs).items():
             ops = f", {variant} deformable ops" if variant else ""
-            rows.append((f"SNIPER {cfg.symbol}{ops}", name, [level.spec for level in levels], detector.contexts,
-                         seconds, peak))
+            done((f"SNIPER {cfg.symbol}{ops}", name, [level.spec for level in levels], detector.contexts, seconds,
+                  peak))
     if not args.no_gluoncv:
         for name, levels in runs:
+            say(f"row {len(rows) + 1}/{total}: GluonCV faster_rcnn_resnet101_v1d_coco {name} ...")
             run = gluoncv_runner(images, [level.spec for level in levels], detector.contexts[0])
             seconds, peak = side_by_side({None: run}, args.runs)[None]
-            rows.append(("GluonCV faster_rcnn_resnet101_v1d_coco", name, [level.spec for level in levels],
-                         detector.contexts[:1], seconds, peak))
+            done(("GluonCV faster_rcnn_resnet101_v1d_coco", name, [level.spec for level in levels],
+                  detector.contexts[:1], seconds, peak))
 
     print(f"\n{args.images} images of {args.image_size[0]}x{args.image_size[1]} per run, median of {args.runs} "
           f"runs after warm-up, {cores}, MXNet {mx.__version__}; SNIPER weights: {weights}; load average "

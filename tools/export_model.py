@@ -20,7 +20,7 @@ import argparse
 import logging
 import sys
 
-from lib.logger import setup_logging
+from lib.logger import report_user_errors, setup_logging
 from lib.run.folder import add_model_arguments, config_from_model_arguments
 
 logger = logging.getLogger("export_model")
@@ -33,6 +33,7 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main(argv=None):
     args = parse_args(argv)
     cfg = config_from_model_arguments(args)

@@ -24,7 +24,7 @@ from lib.inference.autofocus import AutoFocusStats, run_autofocus
 from lib.inference.detector import Detector, checkpoint_file
 from lib.inference.focus_chips import focus_pixel_boxes
 from lib.inference.pipeline import RoidbImages
-from lib.logger import setup_logging
+from lib.logger import report_user_errors, setup_logging
 from lib.run.checkpoint import output_dir
 from symbols.backbones import feature_stride
 
@@ -46,6 +46,7 @@ def shade(panel, boxes, probs, factor, colour):
     return (panel * (1 - alpha) + overlay * alpha).astype(np.uint8)
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("image_id", type=int, help="an image id of dataset.test_image_set")
@@ -90,8 +91,8 @@ def main():
     for number, (level, level_stats) in enumerate(zip(seen, stats.levels)):
         panel = shade(shrunk, np.concatenate(level["focus"] or [np.zeros((0, 4))]),
                       np.concatenate(level["probs"] or [np.zeros(0)]), factor, FOCUS)
-        panel = draw_boxes(panel, level["regions"], REGION, 2, factor)
-        panel = draw_boxes(panel, level["chips"], CHIP, 2, factor)
+        panel = draw_boxes(panel, level["regions"], REGION, factor=factor)
+        panel = draw_boxes(panel, level["chips"], CHIP, factor=factor)
         if number == len(seen) - 1:
             shown = found[0].copy()
             shown[:, :4] *= factor

@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from lib.dataset.annotations import BoxReport, clean_boxes, escapes_folder, make_entry, split_image_sets
 from lib.dataset.base import Dataset
+from lib.errors import DataError, DataFileError
 
 VOC_CLASSES = (
     "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow",
@@ -48,22 +49,22 @@ def read_class_names(names, path):
     """The class names (background excluded) of ``dataset.CLASSES`` or the file ``dataset.CLASSES_FILE``
     (one per line, blank lines and ``#`` comments skipped); VOC's 20 when both are empty."""
     if names and path:
-        raise ValueError("config keys dataset.CLASSES and dataset.CLASSES_FILE: set one of them, not both")
+        raise DataError("config keys dataset.CLASSES and dataset.CLASSES_FILE: set one of them, not both")
     if path:
         try:
             with open(path) as f:
                 names = [line.strip() for line in f if line.strip() and not line.lstrip().startswith("#")]
         except (OSError, UnicodeDecodeError) as err:
-            raise ValueError(f"config key dataset.CLASSES_FILE: cannot read {path}: {err}") from None
+            raise DataError(f"config key dataset.CLASSES_FILE: cannot read {path}: {err}") from None
     if not names:
         if path:
-            raise ValueError(f"config key dataset.CLASSES_FILE: {path} names no class")
+            raise DataError(f"config key dataset.CLASSES_FILE: {path} names no class")
         return VOC_CLASSES
     names = tuple(str(n).strip() for n in names)
     key = f"dataset.CLASSES_FILE ({path})" if path else "dataset.CLASSES"
     bad = [n for n in names if not n or n == "__background__"]
     if bad or len(set(names)) != len(names):
-        raise ValueError(f"config key {key}: class names must be distinct, non-empty and not __background__, "
+        raise DataError(f"config key {key}: class names must be distinct, non-empty and not __background__, "
                          f"got {list(names)!r}")
     return names
 
@@ -72,9 +73,9 @@ def _read_xml(path):
     try:
         return ET.parse(path).getroot()
     except OSError as err:
-        raise IOError(f"cannot read VOC annotation file {path}: {err.strerror or err}") from None
+        raise DataFileError(f"cannot read VOC annotation file {path}: {err.strerror or err}") from None
     except ET.ParseError as err:
-        raise ValueError(f"VOC annotation file {path} is not valid XML: {err}") from None
+        raise DataError(f"VOC annotation file {path} is not valid XML: {err}") from None
 
 
 def _positive_int(root, key, path):
@@ -84,7 +85,7 @@ def _positive_int(root, key, path):
     except (TypeError, ValueError):
         value = 0
     if value < 1:
-        raise ValueError(f"VOC annotation file {path}: missing or invalid <size><{key}> ({text!r})")
+        raise DataError(f"VOC annotation file {path}: missing or invalid <size><{key}> ({text!r})")
     return value
 
 
@@ -106,8 +107,8 @@ class PascalVocDataset(Dataset):
         for part in split_image_sets(image_set):
             match = re.fullmatch(r"([A-Za-z0-9]+)_(\w+)", part)
             if not match:
-                raise ValueError(f"Pascal VOC image set {part!r} (in {image_set!r}) is not of the form YEAR_SPLIT, "
-                                 f"e.g. 2007_trainval")
+                raise DataError(f"Pascal VOC image set {part!r} (in {image_set!r}) is not of the form YEAR_SPLIT, "
+                                f"e.g. 2007_trainval")
             self.parts.append(match.groups())
         self.list_files = [self._path(year, "ImageSets", "Main", f"{split}.txt") for year, split in self.parts]
         for path in self.list_files:
@@ -143,11 +144,11 @@ class PascalVocDataset(Dataset):
                     with open(path) as f:
                         names.extend((year, line.split()[0]) for line in f if line.strip())
                 except (OSError, UnicodeDecodeError) as err:
-                    raise IOError(f"cannot read Pascal VOC image list {path}: {err}") from None
+                    raise DataFileError(f"cannot read Pascal VOC image list {path}: {err}") from None
             escaping = next((name for _, name in names if escapes_folder(name)), None)
             if escaping is not None:
-                raise ValueError(f"Pascal VOC image list of {self.image_set!r} names image {escaping!r}, which "
-                                 f"leads outside the dataset's folders (names must stay inside them)")
+                raise DataError(f"Pascal VOC image list of {self.image_set!r} names image {escaping!r}, which "
+                                f"leads outside the dataset's folders (names must stay inside them)")
             self._names = names
         return self._names
 
@@ -165,7 +166,7 @@ class PascalVocDataset(Dataset):
             image_id = voc_image_id(year, name)
             if image_id in seen:
                 first = seen[image_id]
-                raise ValueError(f"Pascal VOC image VOC{year}/{name} is listed twice in {self.image_set!r}"
+                raise DataError(f"Pascal VOC image VOC{year}/{name} is listed twice in {self.image_set!r}"
                                  if first == (year, name) else
                                  f"Pascal VOC images VOC{first[0]}/{first[1]} and VOC{year}/{name} get the same "
                                  f"image id {image_id}: rename one")
@@ -187,7 +188,7 @@ class PascalVocDataset(Dataset):
         for index, obj in enumerate(root.findall("object")):
             class_name = (obj.findtext("name") or "").strip()
             if class_name not in self._label_of:
-                raise ValueError(f"VOC annotation file {path}: object {index} has unknown class {class_name!r} "
+                raise DataError(f"VOC annotation file {path}: object {index} has unknown class {class_name!r} "
                                  f"(not one of the {len(self._label_of)} classes; dataset.CLASSES or CLASSES_FILE "
                                  f"name own ones)")
             ref = f"VOC{year}/{name} object {index}"

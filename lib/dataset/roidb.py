@@ -8,12 +8,14 @@ import os
 import numpy as np
 
 from lib.boxes import flip_boxes
+from lib.config import ConfigError
 from lib.dataset.coco import CocoDataset, SyntheticDataset
 from lib.dataset.pascal_voc import PascalVocDataset
 from lib.dataset.polygons import flip_polygons, select_polygons
 from lib.dataset.proposals import read_proposals
 from lib.dataset.reference_rules import python2_dict_order, suppress_pooled_proposals, truncate_to_whole_pixels
 from lib.dataset.roidb_cache import cache_path, read_cache, write_cache
+from lib.errors import DataError
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +30,7 @@ def make_dataset(cfg, image_set):
     """The dataset object named by ``cfg.dataset.dataset`` for ``image_set``."""
     kind = cfg.dataset.dataset
     if kind not in DATASETS:
-        raise ValueError(f"config key dataset.dataset: unknown dataset {kind!r}; expected one of {sorted(DATASETS)}")
+        raise ConfigError(f"config key dataset.dataset: unknown dataset {kind!r}; expected one of {sorted(DATASETS)}")
     return DATASETS[kind].from_config(cfg, image_set)
 
 
@@ -48,8 +50,8 @@ def load_roidb(cfg, image_set, training=True):
     flip = bool(training and cfg.TRAIN.FLIP)
     masks = bool(training and cfg.TRAIN.WITH_MASK)
     if masks and dataset.kind != "coco":
-        raise ValueError(f"config key TRAIN.WITH_MASK: instance masks need a COCO-format dataset (polygons), "
-                         f"but dataset.dataset is {cfg.dataset.dataset!r}")
+        raise ConfigError(f"config key TRAIN.WITH_MASK: instance masks need a COCO-format dataset (polygons), "
+                          f"but dataset.dataset is {cfg.dataset.dataset!r}")
     keep_empty = training and keeps_empty_images(cfg)
     path = cache_path(cfg.dataset.root_path, dataset, training, flip, masks, keep_empty)
     cached = read_cache(path)
@@ -118,6 +120,9 @@ def training_roidb(entries, flip, keep_empty=False):
     elif empty:
         logger.warning("dropped %d of %d training images without usable boxes (e.g. image ids %s)",
                        len(empty), len(entries), ", ".join(str(e["id"]) for e in empty[:MAX_LISTED]))
+    if entries and len(empty) == len(entries):
+        raise DataError(f"none of the {len(entries)} training images has a usable box (every box is invalid, "
+                        f"difficult or of an unknown class: see the warnings above); check the annotations")
     return usable + [flip_entry(entry) for entry in usable] if flip else usable
 
 
@@ -127,17 +132,17 @@ def check_image_sizes(roidb, dataset, max_pixels):
     sizes = np.array([entry["height"] * entry["width"] for entry in roidb], dtype=np.float64)
     if len(sizes) and sizes.max() > max_pixels:
         entry = roidb[int(np.argmax(sizes))]
-        raise ValueError(f"{dataset.kind} image set {dataset.image_set!r}: image id {entry['id']} ({entry['image']}) "
-                         f"is annotated {entry['width']}x{entry['height']} pixels ({sizes.max() / 1e6:.0f} Mpx), "
-                         f"more than dataset.MAX_IMAGE_PIXELS ({max_pixels / 1e6:.0f} Mpx); {len({e['id'] for e, s in zip(roidb, sizes) if s > max_pixels})} "
-                         f"image(s) are over it: fix their annotated sizes, or raise the limit for genuine large images")
+        raise DataError(f"{dataset.kind} image set {dataset.image_set!r}: image id {entry['id']} ({entry['image']}) "
+                        f"is annotated {entry['width']}x{entry['height']} pixels ({sizes.max() / 1e6:.0f} Mpx), "
+                        f"more than dataset.MAX_IMAGE_PIXELS ({max_pixels / 1e6:.0f} Mpx); {len({e['id'] for e, s in zip(roidb, sizes) if s > max_pixels})} "
+                        f"image(s) are over it: fix their annotated sizes, or raise the limit for genuine large images")
 
 
 def check_num_classes(cfg, dataset):
     """``cfg.dataset.NUM_CLASSES`` must be 0 (derive from the data) or agree with the dataset."""
     expected = cfg.dataset.NUM_CLASSES
     if expected and expected != dataset.num_classes:
-        raise ValueError(
+        raise ConfigError(
             f"config key dataset.NUM_CLASSES is {expected}, but {dataset.kind} image set {dataset.image_set!r} "
             f"in {dataset.dataset_path} has {dataset.num_classes - 1} categories, i.e. {dataset.num_classes} "
             f"classes with background; set it to {dataset.num_classes} or to 0 to derive it")

@@ -400,15 +400,36 @@ def _is_complete(path, manifest):
         return False
 
 
+def _manifest_at(path):
+    try:
+        with open(os.path.join(path, MANIFEST)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def synthetic_folder(path, train=DEFAULT_TRAIN, val=DEFAULT_VAL, seed=DEFAULT_SEED):
+    """Where the synthetic dataset (train, val, seed) of ``dataset.dataset_path`` ``path`` lives: ``path``
+    itself, unless that holds the synthetic dataset of other settings: then ``{path}-{train}-{val}-s{seed}``
+    beside it. A dataset is never replaced in place, so a command with other counts never swaps the
+    images under a run, a viewer or a test that uses them (``make train``'s data/synthetic stays)."""
+    found = _manifest_at(path)
+    if found is None or found == _manifest(train, val, seed):
+        return path
+    return f"{os.path.normpath(path)}-{train}-{val}-s{seed}"
+
+
 def ensure_synthetic_dataset(path, train=DEFAULT_TRAIN, val=DEFAULT_VAL, seed=DEFAULT_SEED):
-    """Make sure ``path`` holds the synthetic dataset for (train, val, seed); return ``path``.
+    """Make sure the synthetic dataset for (train, val, seed) exists at ``synthetic_folder(path, ...)``;
+    return that folder.
 
     A no-op when it already does. Otherwise the dataset is generated into a temporary sibling folder
-    and renamed into place, so an interrupted run never leaves half a dataset. A synthetic dataset
-    made with other settings is replaced; any other folder at ``path`` is left alone (error). When
-    several processes generate at once, the first to finish installs its copy and the others keep it.
+    and renamed into place, so an interrupted run never leaves half a dataset. Any other folder at
+    ``path`` is left alone (error). When several processes generate at once, the first to finish
+    installs its copy and the others keep it.
     """
     manifest = _manifest(train, val, seed)
+    path = synthetic_folder(path, train, val, seed)
     if _is_complete(path, manifest):
         return path
     if os.path.exists(path) and not os.path.isfile(os.path.join(path, MANIFEST)):

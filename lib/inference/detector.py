@@ -255,7 +255,7 @@ class Detector:
         network = self.cfg.network
         yield from run_pipeline(self, source, self.plan(source.sizes(), levels), len(levels),
                                 combine or self.combiner(levels), network.PIXEL_MEANS, network.CHANNEL_ORDER,
-                                num_workers, timeout=self.cfg.TEST.LOADER_TIMEOUT)
+                                num_workers, timeout=self.cfg.TEST.LOADER_TIMEOUT, warn_after=self.cfg.TEST.STALL_WARN)
 
     def _results(self, images, levels=None, combine=None):
         found = dict(self.run(ArrayImages(images), levels, combine=combine))

@@ -86,7 +86,7 @@ def run_regions(network, source, regions, batches, cfg, num_workers, alive):
         return
     for position, result in run_pipeline(network, RegionImages(source, regions), batches, 1, list,
                                          cfg.network.PIXEL_MEANS, cfg.network.CHANNEL_ORDER, num_workers,
-                                         timeout=cfg.TEST.LOADER_TIMEOUT):
+                                         timeout=cfg.TEST.LOADER_TIMEOUT, warn_after=cfg.TEST.STALL_WARN):
         image = regions[position].image
         if image not in alive:  # unreadable: already reported
             continue

@@ -12,6 +12,7 @@ skipped.
 """
 import logging
 import os
+import time
 
 import numpy as np
 from tqdm import tqdm
@@ -21,7 +22,7 @@ from lib.dataset import load_roidb
 from lib.dataset.proposals import write_proposals
 from lib.inference.detector import Detector, checkpoint_file
 from lib.inference.masks import image_segmentations
-from lib.inference.pipeline import RoidbImages
+from lib.inference.pipeline import RoidbImages, metered
 from lib.run.checkpoint import output_dir
 
 logger = logging.getLogger(__name__)
@@ -41,20 +42,37 @@ def proposal_file(cfg):
     return path
 
 
-def run_images(roidb, detector, num_workers, desc):
+def run_images(roidb, detector, num_workers, desc, speed=None):
     """``detector`` over every roidb entry (lib.inference.pipeline, ``num_workers`` processes); returns
-    (results by roidb index, skipped entries). Unreadable images are logged with their path and skipped;
-    the bar counts every image."""
+    (results by roidb index, skipped entries). Unreadable images are logged with their path and skipped.
+    The bar counts network passes (a batch at one scale), the work an ETA must extrapolate, not images
+    started. ``speed`` (a dict), when given, gets the seconds end to end and in the network."""
     outputs, skipped = {}, []
-    with tqdm(total=len(roidb), desc=desc, unit="img") as bar:
-        for index, result in detector.run(RoidbImages(roidb), num_workers=num_workers):
-            if isinstance(result, Exception):
-                logger.error("skipping image id %s: %s", roidb[index]["id"], result)
-                skipped.append(roidb[index])
-            else:
-                outputs[index] = result
+    started = time.perf_counter()
+    with tqdm(total=0, desc=desc, unit="pass") as bar:
+        def on_pass(meter):
+            bar.total = meter.planned
             bar.update(1)
+
+        with metered(on_pass) as meter:
+            for index, result in detector.run(RoidbImages(roidb), num_workers=num_workers):
+                if isinstance(result, Exception):
+                    logger.error("skipping image id %s: %s", roidb[index]["id"], result)
+                    skipped.append(roidb[index])
+                else:
+                    outputs[index] = result
+                bar.set_postfix(images=f"{len(outputs) + len(skipped)}/{len(roidb)}", refresh=False)
+    if speed is not None:
+        speed.update(images_per_second(len(outputs), time.perf_counter() - started, meter.network_seconds))
     return outputs, skipped
+
+
+def images_per_second(images, seconds, network_seconds):
+    """The speed entry of test_summary.json: images/s end to end (reading, resizing, network, merging)
+    and network-only (forward passes alone)."""
+    return {"images_per_s": images / seconds if seconds > 0 else None,
+            "network_images_per_s": images / network_seconds if network_seconds > 0 else None,
+            "seconds": round(seconds, 3), "network_seconds": round(network_seconds, 3)}
 
 
 def test(cfg, detector=None, checkpoint=None, out_dir=None, max_images=0):
@@ -70,12 +88,16 @@ def test(cfg, detector=None, checkpoint=None, out_dir=None, max_images=0):
     detector = detector or Detector.from_config(cfg, checkpoint or checkpoint_file(cfg), dataset.classes)
     logger.info("testing %d images of %s at scales %s on %s", len(roidb), image_set, cfg.TEST.SCALES,
                 detector.contexts)
-    found, skipped = run_images(roidb, detector, cfg.TEST.NUM_PROCESS, "testing")
+    speed = {}
+    found, skipped = run_images(roidb, detector, cfg.TEST.NUM_PROCESS, "testing", speed)
     tested = sorted(found)
     out_dir = out_dir or results_dir(cfg)
     summary = {"image_set": image_set, "checkpoint": detector.source,
                "images": len(roidb), "tested": len(tested), "skipped": len(skipped),
-               "skipped_images": [entry["image"] for entry in skipped]}
+               "skipped_images": [entry["image"] for entry in skipped], "speed": speed}
+    logger.info("speed: %s images/s end to end, %s images/s in the network alone (%.1f s, of which %.1f s in the "
+                "network)", _rate(speed["images_per_s"]), _rate(speed["network_images_per_s"]), speed["seconds"],
+                speed["network_seconds"])
     segmentations = None
     if detector.mask_head is not None:  # instance masks of the final detections (lib.inference.masks)
         by_index = image_segmentations(detector.mask_head, RoidbImages(roidb), {i: found[i] for i in tested})
@@ -88,6 +110,10 @@ def test(cfg, detector=None, checkpoint=None, out_dir=None, max_images=0):
     write_json(summary, os.path.join(out_dir, "test_summary.json"))
     logger.info("tested %d of %d images of %s, %d skipped", len(tested), len(roidb), image_set, len(skipped))
     return summary
+
+
+def _rate(value):
+    return "-" if value is None else f"{value:.2f}"
 
 
 def extract_proposals(cfg, detector=None):

@@ -16,6 +16,7 @@ import math
 import os
 
 from lib.atomic import write_json
+from lib.errors import UserError
 from lib.inference.coco_summary import max_dets_for, parse_bands, stat_names
 from lib.run.folder import BEST_FILE
 from lib.run.checkpoint import output_dir
@@ -25,7 +26,7 @@ logger = logging.getLogger(__name__)
 VOC_METRIC = "mAP"  # a VOC set has one metric (AP at IoU 0.5)
 
 
-class EvaluationError(ValueError):
+class EvaluationError(UserError, ValueError):
     """Evaluation-while-training keys that cannot work (named)."""
 
 

@@ -21,6 +21,7 @@ import os
 
 import mxnet as mx
 
+from lib.errors import UserError
 from lib.run.checkpoint import load_params, params_path
 from symbols import is_imagenet_parameter
 
@@ -35,7 +36,7 @@ NEW_LAYER_INITS = {
 }
 
 
-class PretrainedError(RuntimeError):
+class PretrainedError(UserError, RuntimeError):
     """The pretrained checkpoint is missing or does not fit the network."""
 
 

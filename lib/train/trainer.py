@@ -17,6 +17,7 @@ from lib.atomic import remove_stale_temporaries
 from lib.contexts import fp16_enabled, parse_contexts
 from lib.data import ChipLoader
 from lib.dataset import load_roidb
+from lib.errors import Interrupted, UserError
 from lib.run.folder import MODEL_KEY, model_info, write_run_config
 from lib.run import checkpoint
 from lib.train.accumulation import GradientAccumulation, grad_req, updates_per_epoch
@@ -26,7 +27,7 @@ from lib.train.metrics import loss_values, make_metrics
 from lib.train.optimizer import make_optimizer_params, master_params
 from lib.run.optimizer_states import load_optimizer_states, state_arrays
 from lib.train.pretrained import initial_params
-from lib.train.progress import RunProgress
+from lib.train.progress import RunProgress, record_every, schedule_warnings
 from lib.train.tensorboard import TensorBoardLog
 from lib.run.lock import clear_later_epochs, run_lock
 from symbols import PROPOSAL_TARGET_GROUP, get_fixed_param_names, training_symbol, use_compiled_deformable
@@ -34,7 +35,7 @@ from symbols import PROPOSAL_TARGET_GROUP, get_fixed_param_names, training_symbo
 logger = logging.getLogger(__name__)
 
 
-class TrainingDiverged(RuntimeError):
+class TrainingDiverged(UserError, RuntimeError):
     """A loss became NaN or infinite; the last good checkpoint is left in place."""
 
 
@@ -113,6 +114,9 @@ def _train(cfg, resume, kvstore, workers):
     iters_per_epoch = progress.get("iters_per_epoch",
                                    updates_per_epoch(loader.num_batches, cfg.TRAIN.GRAD_ACCUM_STEPS))
     num_update = progress.get("num_update", begin_epoch * iters_per_epoch)
+    if workers.rank == 0:
+        for warning in schedule_warnings(cfg, iters_per_epoch, num_update):
+            logger.warning("%s", warning)
     with workers.optimizer_on_workers():
         module.init_optimizer(kvstore=kvstore, optimizer="sgd",
                               optimizer_params=make_optimizer_params(cfg, iters_per_epoch, num_update, fp16))
@@ -133,7 +137,7 @@ def _train(cfg, resume, kvstore, workers):
     events = TensorBoardLog(os.path.join(checkpoint.output_dir(cfg), "tensorboard"),
                             enabled=workers.rank == 0 and cfg.TRAIN.TENSORBOARD)
     progress = RunProgress(metrics_log, begin_epoch, cfg.TRAIN.end_epoch, num_update, events=events)
-    with loader, contextlib.closing(events):
+    with loader, contextlib.closing(events), _interruption_said(prefix, progress):
         for epoch in range(begin_epoch, cfg.TRAIN.end_epoch):
             if epoch > begin_epoch:
                 loader.reset()
@@ -155,9 +159,25 @@ def _train(cfg, resume, kvstore, workers):
                                            states=state_arrays(module),
                                            progress={"iters_per_epoch": iters_per_epoch, "num_update": num_update,
                                                      "metrics": history[-1], MODEL_KEY: model})
-                if evaluation.after_epoch(epoch + 1, checkpoint.params_path(prefix, epoch + 1), progress):
+                stop = evaluation.after_epoch(epoch + 1, checkpoint.params_path(prefix, epoch + 1), progress)
+                best = evaluation.best()  # kept with the newest TRAIN.KEEP_CHECKPOINTS epochs, as TEST_EPOCH's
+                checkpoint.prune_checkpoints(prefix, cfg.TRAIN.KEEP_CHECKPOINTS,
+                                             also=(cfg.TEST.TEST_EPOCH,) + ((best["epoch"],) if best else ()))
+                if stop:
                     break
     return prefix, history
+
+
+@contextlib.contextmanager
+def _interruption_said(prefix, progress):
+    """Ctrl-C in the epoch loop: one line saying where the run stopped and how to continue it."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        done = checkpoint.last_complete_epoch(prefix)
+        where = f"in epoch {progress.epoch + 1}" if progress.epoch is not None else "before the first epoch"
+        raise Interrupted(f"training interrupted (Ctrl-C) {where}; the last complete checkpoint is epoch {done}: "
+                          f"the same command with --resume continues from epoch {done + 1}") from None
 
 
 def bind_module(cfg, symbol, loader, contexts):
@@ -187,6 +207,7 @@ def _train_epoch(cfg, module, loader, metric, epoch, num_workers, progress):
                disable=None)  # no bar when stderr is not a terminal: the log lines carry the progress
     accumulation = GradientAccumulation(module, cfg.TRAIN.GRAD_ACCUM_STEPS)
     updates = 0
+    every = record_every(cfg.default.frequent, num_batches)
     for iteration, batch in enumerate(loader):
         module.forward_backward(batch)
         module.update_metric(metric, batch.label)
@@ -194,7 +215,7 @@ def _train_epoch(cfg, module, loader, metric, epoch, num_workers, progress):
         updates += accumulation.after_backward()
         window_samples += loader.batch_size - batch.pad
         bar.update(1)
-        if (iteration + 1) % cfg.default.frequent == 0 or iteration + 1 == num_batches:
+        if (iteration + 1) % every == 0 or iteration + 1 == num_batches:
             now = time.time()
             speed = window_samples * num_workers / max(now - window_tic, 1e-9)
             values = loss_values(metric)
