@@ -143,4 +143,4 @@ clean:
 	find lib chip_generator -name '*.pyx' | sed 's/\.pyx$$/.cpp/' | xargs rm -f
 
 distclean: clean
-	rm -rf $(VENV) data/synthetic output build
+	rm -rf $(VENV) data/synthetic data/synthetic-* output build

@@ -5,7 +5,9 @@ With ``--model`` alone the run folder's config.yaml is the config (``--set`` ove
 and results go into that run folder; with ``--cfg`` the checkpoint is ``--model``, ``TEST.MODEL`` or
 epoch ``TEST.TEST_EPOCH`` of the config's run. Runs the multi-scale tester on ``dataset.test_image_set``
 (results JSON + COCO/VOC evaluation under ``{output_path}/{name}/results/``), or, with ``--set TEST.EXTRACT_PROPOSALS true``, extracts RPN
-proposals of ``dataset.image_set`` for negative chip mining.
+proposals of ``dataset.image_set`` for negative chip mining. With ``--images FOLDER|LIST`` it tests every image of a
+folder (or listed in a text file) without annotations: COCO-format results, and drawn images with ``--draw``
+(lib/inference/folder_test.py).
 """
 from lib.bootstrap import use_project_python
 
@@ -13,37 +15,43 @@ if __name__ == "__main__":
     use_project_python()  # before any third-party import: re-runs this in .venv when another Python started it
 
 import argparse
-import logging
-import sys
 
 from lib.config import dump_config
-from lib.logger import logged_outcome, setup_logging
+from lib.logger import log_config, logged_outcome, report_user_errors, setup_logging
 from lib.run.folder import add_model_arguments, config_from_model_arguments
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_arguments(parser)
+    parser.add_argument("--images", help="a folder of images, or a text file listing image paths, to test without "
+                                         "annotations (results in {run}/results/images_NAME/ or --out)")
+    parser.add_argument("--draw", action="store_true", help="with --images: also write each image with its detections")
+    parser.add_argument("--draw-thresh", type=float, default=0.5, help="score of the detections drawn (0.5)")
+    parser.add_argument("--out", help="with --images: the output folder")
     return parser.parse_args(argv)
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, before and after logging starts
 def main(argv=None):
     args = parse_args(argv)
     cfg = config_from_model_arguments(args)
     from lib.inference.tester import extract_proposals, test
-    from lib.run.checkpoint import CheckpointError, output_dir
+    from lib.start_checks import check_test_start
+    from lib.run.checkpoint import output_dir
 
+    check_test_start(cfg)
     setup_logging(output_dir(cfg), name="test")
     with logged_outcome("proposal extraction" if cfg.TEST.EXTRACT_PROPOSALS else "testing"):
-        logging.getLogger(__name__).info("config %s with overrides %s:\n%s", args.cfg or args.model, args.set,
-                                         dump_config(cfg))
-        try:
-            if cfg.TEST.EXTRACT_PROPOSALS:
-                extract_proposals(cfg)
-            else:
-                test(cfg)
-        except (CheckpointError, FileNotFoundError, FileExistsError) as err:  # a missing or foreign checkpoint or data
-            sys.exit(f"error: {err}")
+        log_config(args.cfg or args.model, args.set, dump_config(cfg))
+        if args.images:
+            from lib.inference.folder_test import detect_images
+
+            detect_images(cfg, args.images, args.out, args.draw, args.draw_thresh)
+        elif cfg.TEST.EXTRACT_PROPOSALS:
+            extract_proposals(cfg)
+        else:
+            test(cfg)
 
 
 if __name__ == "__main__":

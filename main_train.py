@@ -5,11 +5,9 @@ if __name__ == "__main__":
     use_project_python()  # before any third-party import: re-runs this in .venv when another Python started it
 
 import argparse
-import logging
-import sys
 
 from lib.config import add_config_arguments, config_from_arguments, dump_config
-from lib.logger import logged_outcome, setup_logging
+from lib.logger import log_config, logged_outcome, report_user_errors, setup_logging
 
 
 def parse_args(argv=None):
@@ -21,39 +19,36 @@ def parse_args(argv=None):
                        help="start over in a run folder that holds checkpoints of this config: their epoch files "
                             "are first moved to {output_path}/{name}/replaced_TIME/")
     parser.add_argument("--eval", action="store_true",
-                        help="evaluate the final checkpoint (TRAIN.end_epoch) on the test image set")
+                        help="evaluate the final checkpoint on the test image set (with TRAIN.EVAL_EVERY: the best)")
     return parser.parse_args(argv)
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, before and after logging starts
 def main(argv=None):
     args = parse_args(argv)
     cfg = config_from_arguments(args)
+    from lib.start_checks import check_training_start
     from lib.train.distributed import Workers, create_kvstore
-    from lib.run.checkpoint import CheckpointError, output_dir
-    from lib.train.pretrained import PretrainedError
-    from lib.run.lock import RunFolderError
-    from lib.train.trainer import TrainingDiverged, train
+    from lib.run.checkpoint import output_dir
+    from lib.train.trainer import train
 
-    try:
-        kvstore = create_kvstore(cfg)  # with dist_sync: joins the job started by tools/launch.py
-    except ValueError as err:
-        sys.exit(f"config error: {err}")
+    check_training_start(cfg, args.resume, args.overwrite)  # what can fail before any work, nothing written yet
+    kvstore = create_kvstore(cfg)  # with dist_sync: joins the job started by tools/launch.py
     workers = Workers(kvstore)
     with workers.exit_at_once_on_error():
         setup_logging(output_dir(cfg), name=f"train_rank{workers.rank}" if workers.distributed else "train")
         with logged_outcome("training"):
-            logging.getLogger(__name__).info("config %s with overrides %s:\n%s", args.cfg, args.set, dump_config(cfg))
-            try:  # a run folder in use, a missing or foreign data folder, checkpoint or pretrained file: one line
-                prefix, _ = train(cfg, resume=args.resume, kvstore=kvstore, overwrite=args.overwrite)
-                if args.eval and workers.rank == 0:
-                    from lib.inference.tester import test
-                    from lib.run.checkpoint import params_path
+            log_config(args.cfg, args.set, dump_config(cfg))
+            prefix, _ = train(cfg, resume=args.resume, kvstore=kvstore, overwrite=args.overwrite)
+            if args.eval and workers.rank == 0:
+                from lib.inference.tester import test
+                from lib.run.checkpoint import last_complete_epoch, params_path
+                from lib.run.folder import best_checkpoint
 
-                    # The checkpoint just written, whatever TEST.TEST_EPOCH / TEST.MODEL say (they serve main_test.py).
-                    test(cfg, checkpoint=params_path(prefix, cfg.TRAIN.end_epoch))
-            except (RunFolderError, FileNotFoundError, FileExistsError, CheckpointError, PretrainedError,
-                    TrainingDiverged) as err:
-                sys.exit(f"error: {err}")
+                # The best epoch of the evaluations while training (TRAIN.EVAL_EVERY), else the last checkpoint
+                # written (an early stop ends before TRAIN.end_epoch), whatever TEST.TEST_EPOCH / TEST.MODEL say
+                # (they serve main_test.py).
+                test(cfg, checkpoint=best_checkpoint(output_dir(cfg)) or params_path(prefix, last_complete_epoch(prefix)))
 
 
 if __name__ == "__main__":

@@ -115,18 +115,25 @@ def candidate_windows(width, height, chip_size, stride, windows):
     return _windows_of(*_candidates(int(width), int(height), int(chip_size), int(stride), windows))
 
 
-def generate(boxes, width, height, chip_size, stride, rng=None, windows="reference"):
+def generate(boxes, width, height, chip_size, stride, rng=None, windows="reference", order=None):
     """Chips (float32 (K, 4), inclusive pixels, pick order) covering every box that fits in a candidate
     window of rule ``windows`` (module docstring).
 
     `rng` (a seed or np.random.Generator) shuffles the candidates so ties break randomly; a fixed
-    seed gives the same chips. Boxes with w, h <= chip_size - stride inside the image always fit.
+    seed gives the same chips. ``order``, a permutation of the ``candidate_windows`` positions, replaces
+    the shuffle (lib.parity replays the reference's ``rand()`` shuffle with it). Boxes with
+    w, h <= chip_size - stride inside the image always fit.
     """
     boxes, width, height, chip_size, stride = validate_inputs(boxes, width, height, chip_size, stride)
     _check_rule(windows)
     if len(boxes) == 0:
         return np.zeros((0, 4), dtype=np.float32)
     x_lo, x_hi, y_lo, y_hi, cells = _candidates(width, height, chip_size, stride, windows)  # validated ints
-    order = np.random.default_rng(rng).permutation(len(cells)).astype(np.int64, copy=False)
+    if order is None:
+        order = np.random.default_rng(rng).permutation(len(cells)).astype(np.int64, copy=False)
+    else:
+        order = np.asarray(order, np.int64)
+        if order.shape != (len(cells),) or not np.array_equal(np.sort(order), np.arange(len(cells))):
+            raise ValueError(f"chip generator: order must be a permutation of the {len(cells)} candidate windows")
     picked = _chips.cover(boxes, x_lo, x_hi, y_lo, y_hi, np.ascontiguousarray(cells[order]))
     return _windows_of(x_lo, x_hi, y_lo, y_hi, cells[order[picked]]).astype(np.float32)

@@ -68,6 +68,9 @@ class MiningParams:
                                  f"got {list(stride)!r}")
         elif len(stride) != 1 or isinstance(stride[0], bool) or not float(stride[0]).is_integer() or stride[0] <= 0:
             raise ValueError(f"config key TRAIN.CHIP_STRIDE: expected a positive integer, got {train.CHIP_STRIDE!r}")
+        if len(train.NEG_CHIP_MIN_PROPOSALS) != len(train.SCALES):
+            raise ValueError(f"config key TRAIN.NEG_CHIP_MIN_PROPOSALS = {list(train.NEG_CHIP_MIN_PROPOSALS)!r}: needs "
+                             f"one value per training scale ({len(train.SCALES)})")
         return cls(levels=pyramid(train, "TRAIN"), chip_size=int(train.CHIP_SIZE),
                    chip_stride=tuple(int(v) for v in stride),
                    neg_min_proposals=tuple(int(v) for v in train.NEG_CHIP_MIN_PROPOSALS),

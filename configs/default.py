@@ -14,7 +14,7 @@ DEFAULTS = {
     # Devices: "0,1,2" for GPUs; "" or "cpu:N" for N CPU contexts.
     "gpus": "",
     "default": {
-        "frequent": 20,  # log metrics every N batches
+        "frequent": 20,  # log metrics every N batches (and at least 4 times an epoch)
         # One machine: "device" (gradients summed on the GPUs) or "local" (on the CPU); any other name
         # mx.kv.create knows (e.g. "nccl") goes to Module as is. Several machines, started by
         # tools/launch.py: "dist_sync" or "dist_device_sync"; asynchronous "dist_async" is refused.
@@ -29,13 +29,15 @@ DEFAULTS = {
         # checkpoints; BGR feeds the channels as decoded.
         "CHANNEL_ORDER": "RGB",
         "IMAGE_STRIDE": 0,  # > 0: test canvases rounded up to a multiple of it (0: exactly the largest image)
-        "RPN_FEAT_STRIDE": 16,  # the body's feature stride: 16 for the ResNets, 32 for MobileNetV2
-        "RCNN_FEAT_STRIDE": 16,
         "FIXED_PARAMS": ["conv0", "bn0", "stage1"],  # name prefixes kept frozen
         # Keep every batch-norm's gamma and beta at their pretrained values while its statistics still
         # come from the batch: the reference MobileNetV2 does this (its FIXED_PARAMS 'gamma', 'beta'
         # match every batch-norm parameter by substring).
         "FIXED_BN_AFFINE": False,
+        # Keep the input normaliser bn_data's beta at its pretrained value (its gamma is fixed at 1 by the
+        # layer). reference: false, trained (its rule fixes the arguments whose names contain a FIXED_PARAMS
+        # entry, and none names bn_data); true: the project's earlier frozen normaliser.
+        "FIXED_INPUT_NORMALISER": False,
         # AutoFocus: the FocusPixel branch (training input scale_label, test output scale_prob).
         "AUTO_FOCUS": False,
         "ANCHOR_RATIOS": [0.5, 1.0, 2.0],
@@ -56,6 +58,10 @@ DEFAULTS = {
         "test_image_set": "minival2014",
         "root_path": "data",  # roidb caches go to {root_path}/cache
         "NUM_CLASSES": 0,  # 0: derived from the annotation file (background included)
+        # pascal_voc only: the class names (background excluded) of own VOC-format data, as a list or a text file
+        # of one name per line (at most one of the two); both empty: VOC's 20 classes.
+        "CLASSES": [],
+        "CLASSES_FILE": "",
         "proposal": "",  # proposals file for negative chip mining ("" disables it)
         # Training boxes truncated to whole pixels (every coordinate toward zero). reference: true (its COCO
         # loader stores boxes as uint16); other: false keeps the annotation's fractional pixels.
@@ -63,6 +69,10 @@ DEFAULTS = {
         # NMS threshold (IoU > it suppresses) applied to each image's pooled proposals when they are loaded for
         # negative chip mining. reference: 0.7; other: 0 keeps every proposal.
         "PROPOSAL_NMS": 0.7,
+        # Order of a COCO test set's images, which decides the TEST.BATCH_PARTS parts and the images sharing
+        # a canvas. reference: its pycocotools' getImgIds(), the keys of a Python 2 dict of the image ids;
+        # file: the annotation file's order.
+        "TEST_IMAGE_ORDER": "reference",
         # Images larger than this (annotated, or declared by a JPEG/PNG header) are refused before they are
         # decoded: 1 gigapixel (about 31,600 x 31,600; larger images are read by windows, raise it for them).
         "MAX_IMAGE_PIXELS": 1_000_000_000,
@@ -83,24 +93,46 @@ DEFAULTS = {
         "begin_epoch": 0,
         "end_epoch": 7,
         "model_prefix": "SNIPER",
+        # Evaluation while training (lib/train/evaluation.py): every EVAL_EVERY epochs and after the last (0: off),
+        # on the test set's first EVAL_IMAGES images (0: all); the best epoch by EVAL_METRIC (a COCO stat: AP,
+        # AP50, AP75, APs, APm, APl, AR100...; a VOC set has one, mAP) is named in {run folder}/best.json, which
+        # --model RUN_FOLDER then uses; EARLY_STOP > 0 stops after that many evaluations without improvement.
+        "EVAL_EVERY": 0,
+        "EVAL_IMAGES": 0,
+        "EVAL_METRIC": "AP",
+        "EARLY_STOP": 0,
+        # TensorBoard event files in {run folder}/tensorboard/ (losses, lr, speed, evaluation APs) when tensorboardX
+        # is installed (lib/train/tensorboard.py); without it, one log line and nothing else.
+        "TENSORBOARD": True,
         "resume": False,
         "FROM_SCRATCH": False,
         "fp16": True,
         "fp16_loss_scale": 100.0,  # gradient scale of the losses with fp16 (the optimizer divides it out)
         "BATCH_IMAGES": 16,  # chips per device
+        # Batches whose gradients are summed before one optimizer update (lib/train/accumulation.py): a batch of
+        # N x BATCH_IMAGES chips per device on a GPU holding BATCH_IMAGES. lr, warm-up and lr steps count updates.
+        "GRAD_ACCUM_STEPS": 1,
         "NUM_PROCESS": 8,  # data loader worker processes
         # A data loader worker silent this many seconds (stopped, deadlocked, stalled on a network
         # filesystem) stops training with an error naming it and its image (0: wait forever).
         "LOADER_TIMEOUT": 600.0,
+        # ... and one silent this many seconds is warned about once, naming it, its pid and its image (0: no warning).
+        "STALL_WARN": 60.0,
+        # Checkpoints kept: the newest N epochs plus TEST.TEST_EPOCH (the one main_test.py tests); 0: every epoch.
+        "KEEP_CHECKPOINTS": 0,
         "IMAGE_CACHE_MB": 256,  # decoded images each loader worker keeps (least recently used out; 0: none)
         "SHUFFLE": True,
         "FLIP": True,
         "ONLY_PROPOSAL": False,  # RPN-only training (first stage of negative chip mining)
-        # Instance masks: COCO polygons are loaded with the boxes and every chip's batch gets ``gt_masks``
-        # (B, 100, 500: lib/data/chip_masks.py) for the mask branch (not in RPN-only training).
+        # Instance masks (the reference's mask network): COCO polygons are loaded with the boxes and every
+        # chip's batch gets ``gt_masks`` (B, 100, 500: lib/data/chip_masks.py); the network's RPN reads res4,
+        # and the mask branch and its loss are added (symbols/mask.py; not in RPN-only training). ResNets only.
         "WITH_MASK": False,
         "USE_NEG_CHIPS": True,
         "MAX_NEG_CHIPS": 2,  # negative chips sampled per image and epoch
+        # Training images without a usable box. reference: drop; other: negative, kept as sources of negative
+        # chips (their proposals) when negative chips are on (USE_NEG_CHIPS and a dataset.proposal file).
+        "EMPTY_IMAGES": "drop",
         # Training scales: factors with an optional last "longer side in pixels" entry (> 10), or
         # [shorter side, longer side cap] pairs with -1 for "no constraint". Finest first.
         "SCALES": [3.0, 1.667, 512.0],
@@ -183,6 +215,7 @@ DEFAULTS = {
         "BATCH_PARTS": 2,
         "NUM_PROCESS": 2,  # worker processes preparing images and merging detections (0: in the main process)
         "LOADER_TIMEOUT": 600.0,  # as TRAIN.LOADER_TIMEOUT, for those workers
+        "STALL_WARN": 60.0,  # as TRAIN.STALL_WARN
         "SCALES": [[1400, 2000], [800, 1280], [480, 512]],
         "VALID_RANGES": [[-1, 90], [32, 180], [75, -1]],
         # "reference": the proposal rules the reference ran (lib/ops/proposal_layer.py, on the host);
@@ -198,6 +231,12 @@ DEFAULTS = {
         "SOFT_NMS_SIGMA": 0.55,
         "SCORE_THRESH": 0.001,
         "MAX_PER_IMAGE": 200,
+        # Detections per image COCO evaluation scores (pycocotools' last maxDets): 100 is COCO's standard (the
+        # published numbers); 0 follows MAX_PER_IMAGE (at least 100), for scenes with more than 100 objects.
+        "EVAL_MAX_DETS": 100,
+        # COCO evaluation's size bands: [name, lo, hi] in sqrt(area) px (-1 open); small/medium/large report as
+        # APs/APm/APl, any other name as AP_{name} (e.g. [[tiny, 0, 16], [small, 16, 32], ...]).
+        "SIZE_BANDS": [["small", 0, 32], ["medium", 32, 96], ["large", 96, -1]],
         "TEST_EPOCH": 7,
         "MODEL": "",  # checkpoint "prefix-epoch.params" path; "" uses the training output folder
         "EXTRACT_PROPOSALS": False,
@@ -209,6 +248,11 @@ DEFAULTS = {
         "AUTO_FOCUS": False,
         "DO_PRUNING": [],
         "CHIP_HYPERPARAMS": [],
+        # Tiled test for large images (lib/inference/tiling.py): [size, overlap] in network pixels; a scaled
+        # image larger than size on a side runs in tiles of at most size x size overlapping by at least
+        # overlap (at least s * (valid range hi + 20) at scale s keeps every object whole in a tile).
+        # []: whole images on one canvas per scale (the reference).
+        "TILE": [],
         # Clip extracted proposals to the image: the reference does not (after the division by the scale
         # a box may end a fraction of a pixel beyond it)
         "CLIP_PROPOSALS": False,

@@ -29,6 +29,19 @@ def _command():
     return None
 
 
+def require_mxnet(module):
+    """For the Python API (``import lib.inference`` in the user's own interpreter): without MXNet, an
+    ImportError in one line naming the interpreter to run instead (the programs re-run themselves)."""
+    if importlib.util.find_spec("mxnet") is not None:
+        return
+    python = os.path.join(VENV, "bin", "python")
+    if os.access(python, os.X_OK):
+        raise ImportError(f"{module} needs MXNet, which this Python ({sys.executable}) lacks: run your script with "
+                          f"{python} (the project's interpreter)")
+    raise ImportError(f"{module} needs MXNet, which this Python ({sys.executable}) lacks: run `make` in {ROOT}, "
+                      f"then use {python}")
+
+
 def use_project_python():
     """Return when running in ``<root>/.venv`` (or, without it, under an interpreter that has MXNet);
     else re-run this command with the virtualenv's python, or exit with a message saying to run ``make``."""

@@ -7,6 +7,7 @@ change a setting under another one's feet. What a run derives at run time (the c
 device) is passed on as arguments; a variant of a config is made with ``with_overrides``.
 """
 import copy
+import difflib
 import math
 import os
 import re
@@ -15,13 +16,18 @@ import sys
 import yaml
 
 from configs.default import DEFAULTS
+from lib.errors import UserError
 
 # Keys that were renamed: using the old name is an error that names the new one.
 RENAMED_KEYS = {"TRAIN.scale": "TRAIN.fp16_loss_scale"}
+# Keys that a record now gives: refused as settings; a file may still hold them (the config.yaml of an
+# older run folder) when its value is the record's.
+DERIVED_KEYS = {"network.RPN_FEAT_STRIDE": "the backbone's stride (symbols/backbones.py, after `symbol`)",
+                "network.RCNN_FEAT_STRIDE": "the backbone's stride (symbols/backbones.py, after `symbol`)"}
 _KEY_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A configuration key or value that does not fit the defaults."""
 
 
@@ -155,10 +161,24 @@ def _coerce(key, default, value):
     raise ConfigError(f"config key {key}: unsupported default type {type(default).__name__}")
 
 
+def _dotted_keys(node, prefix=""):
+    for key, value in node.items():
+        if isinstance(value, dict):
+            yield from _dotted_keys(value, f"{prefix}{key}.")
+        else:
+            yield prefix + key
+
+
 def _unknown(key):
+    if key in DERIVED_KEYS:
+        return ConfigError(f"config key {key} is no longer set: it is {DERIVED_KEYS[key]}")
     if key in RENAMED_KEYS:
         return ConfigError(f"config key {key} was renamed to {RENAMED_KEYS[key]}; use that name")
-    return ConfigError(f"unknown config key {key}")
+    known = list(_dotted_keys(DEFAULTS))
+    # case-insensitive first (TRAIN.LR for TRAIN.lr), then the closest spelling
+    nearest = [k for k in known if k.lower() == key.lower()] or difflib.get_close_matches(key, known, n=1, cutoff=0.8)
+    hint = f"; did you mean {nearest[0]}?" if nearest else ""
+    return ConfigError(f"unknown config key {key}{hint}")
 
 
 def _merge(base, update, prefix=""):
@@ -204,7 +224,9 @@ def apply_overrides(cfg, overrides):
 
 
 def load_config(path=None, overrides=()):
-    """Build the frozen configuration: defaults, then the YAML file at ``path``, then ``overrides``."""
+    """Build the frozen configuration: defaults, then the YAML file at ``path``, then ``overrides``
+    (``[(dotted.key, value), ...]`` or a ``{dotted.key: value}`` dict; Python values or command-line text)."""
+    overrides = list(overrides.items() if isinstance(overrides, dict) else overrides)
     cfg = copy.deepcopy(DEFAULTS)
     name = "default"
     if path:
@@ -218,12 +240,35 @@ def load_config(path=None, overrides=()):
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {path} must hold a mapping of keys, got {type(loaded).__name__}")
         loaded.pop("name", None)  # a saved run config records its name; the file's own stem wins
+        derived = _pop_derived(loaded)
         try:
             _merge(cfg, loaded)
         except ConfigError as err:
             raise ConfigError(f"{path}: {err}") from None
         name = os.path.splitext(os.path.basename(path))[0]
+        cfg = _finish(_to_attrdict(cfg), overrides, name)
+        _check_derived(cfg, derived, path)
+        return cfg
     return _finish(_to_attrdict(cfg), overrides, name)
+
+
+def _pop_derived(loaded):
+    """The DERIVED_KEYS a loaded file holds, ``{key: value}``, removed from it."""
+    found = {}
+    for key in DERIVED_KEYS:
+        section, name = key.split(".")
+        if isinstance(loaded.get(section), dict) and name in loaded[section]:
+            found[key] = loaded[section].pop(name)
+    return found
+
+
+def _check_derived(cfg, derived, path):
+    from symbols.backbones import feature_stride
+
+    for key, value in derived.items():
+        if value != feature_stride(cfg):
+            raise ConfigError(f"{path}: config key {key} = {value!r}, but it is no longer set: it is "
+                              f"{DERIVED_KEYS[key]}, {feature_stride(cfg)} for symbol {cfg.symbol}; remove the key")
 
 
 def with_overrides(cfg, overrides, name=None):
@@ -254,7 +299,9 @@ VARIANT_KEYS = {
     "TRAIN.CHIP_VALID_BOXES": ("assigned", "visible"),
     "TRAIN.NEG_CHIP_RULES": ("reference", "contained"),
     "TRAIN.CHIP_WINDOWS": ("reference", "clipped"),
+    "dataset.TEST_IMAGE_ORDER": ("reference", "file"),
     "TRAIN.CHIP_CROP": ("truncate", "round"),
+    "TRAIN.EMPTY_IMAGES": ("drop", "negative"),
     "TRAIN.RPN_ANCHOR_BORDER": ("chip", "content"),
     "TRAIN.NEW_LAYER_INIT": ("reference", "msra"),
     "TRAIN.PROPOSAL_TARGET_RULES": ("reference", "exact"),
@@ -264,30 +311,27 @@ VARIANT_KEYS = {
 
 def validate(cfg):
     """Cross-key and range checks that types alone cannot catch, each naming its key."""
-    from lib.scales import ScaleError, pyramid
+    from lib.start_checks import CONFIG_CHECKS
+    from symbols.backbones import feature_stride
+
+    _check(0 <= cfg.TRAIN.begin_epoch < cfg.TRAIN.end_epoch, "TRAIN.end_epoch", cfg.TRAIN.end_epoch,
+           f"must be greater than TRAIN.begin_epoch ({cfg.TRAIN.begin_epoch})")
+    try:
+        _parse_sections(cfg)  # each section's own parsing is the rule, applied here once at load
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
 
     for key, choices in VARIANT_KEYS.items():
         section, name = key.split(".")
         _check(cfg[section][name] in choices, key, cfg[section][name], f"must be one of {', '.join(choices)}")
 
-    levels = {}
-    for section in ("TRAIN", "TEST"):
-        try:
-            levels[section] = pyramid(cfg[section], section)
-        except ScaleError as err:
-            raise ConfigError(str(err)) from None
     network, train = cfg.network, cfg.TRAIN
     if len(network.ANCHOR_RATIOS) * len(network.ANCHOR_SCALES) != network.NUM_ANCHORS:
         raise ConfigError(f"network.NUM_ANCHORS = {network.NUM_ANCHORS}, but ANCHOR_RATIOS x ANCHOR_SCALES give "
                           f"{len(network.ANCHOR_RATIOS) * len(network.ANCHOR_SCALES)} anchors")
-    if len(train.NEG_CHIP_MIN_PROPOSALS) != len(train.SCALES):
-        raise ConfigError("TRAIN.NEG_CHIP_MIN_PROPOSALS needs one value per training scale")
-    stride = train.CHIP_STRIDE
-    strides = stride if isinstance(stride, (list, tuple)) else [stride]
-    if not (1 <= len(strides) <= 2 and all(isinstance(s, (int, float)) and s > 0 for s in strides)):
-        raise ConfigError(f"TRAIN.CHIP_STRIDE must be a positive number or [lo, hi), got {stride!r}")
-    if train.CHIP_SIZE % network.RPN_FEAT_STRIDE:
-        raise ConfigError("TRAIN.CHIP_SIZE must be a multiple of network.RPN_FEAT_STRIDE")
+    stride = feature_stride(cfg)
+    _check(train.CHIP_SIZE % stride == 0, "TRAIN.CHIP_SIZE", train.CHIP_SIZE,
+           f"must be a multiple of the {cfg.symbol} features' stride ({stride})")
     for key in ("lr", "warmup_lr"):
         _check(math.isfinite(train[key]) and train[key] > 0, f"TRAIN.{key}", train[key], "must be a positive number")
     _check(math.isfinite(train.wd) and train.wd >= 0, "TRAIN.wd", train.wd, "must be >= 0")
@@ -300,26 +344,38 @@ def validate(cfg):
     for section, key in (("TRAIN", "BATCH_IMAGES"), ("TRAIN", "CHIP_SIZE"), ("TRAIN", "RPN_POST_NMS_TOP_N"),
                          ("TEST", "RPN_POST_NMS_TOP_N"), ("TEST", "RPN_PRE_NMS_TOP_N"), ("TEST", "BATCH_PARTS")):
         _check(cfg[section][key] >= 1, f"{section}.{key}", cfg[section][key], "must be at least 1")
-    _validate_test(cfg.TEST)
+    _check(cfg.TEST.NUM_PROCESS >= 0, "TEST.NUM_PROCESS", cfg.TEST.NUM_PROCESS, "must be >= 0 (0: in the main process)")
+    tile = cfg.TEST.TILE
+    _check(isinstance(tile, (list, tuple)) and (not tile or len(tile) == 2 and all(
+        isinstance(v, int) and not isinstance(v, bool) for v in tile) and 0 <= tile[1] < tile[0]),
+        "TEST.TILE", tile, "must be [] or [size, overlap] in network pixels, integers, 0 <= overlap < size")
     _check(train.NUM_PROCESS >= 0, "TRAIN.NUM_PROCESS", train.NUM_PROCESS, "must be >= 0 (0: build chips in the "
            "main process)")
     for section in ("TRAIN", "TEST"):
         timeout = cfg[section].LOADER_TIMEOUT
         _check(math.isfinite(timeout) and timeout >= 0, f"{section}.LOADER_TIMEOUT", timeout,
                "must be a number of seconds >= 0 (0: no limit)")
+        warn = cfg[section].STALL_WARN
+        _check(math.isfinite(warn) and warn >= 0, f"{section}.STALL_WARN", warn,
+               "must be a number of seconds >= 0 (0: no warning)")
+    _check(train.KEEP_CHECKPOINTS >= 0, "TRAIN.KEEP_CHECKPOINTS", train.KEEP_CHECKPOINTS,
+           "must be >= 0 (0: keep every epoch)")
     _check(train.IMAGE_CACHE_MB >= 0, "TRAIN.IMAGE_CACHE_MB", train.IMAGE_CACHE_MB,
            "must be >= 0 (0: decode the image for every chip)")
+    _check(train.GRAD_ACCUM_STEPS >= 1, "TRAIN.GRAD_ACCUM_STEPS", train.GRAD_ACCUM_STEPS, "must be >= 1 (1: none)")
+    for key in ("EVAL_EVERY", "EVAL_IMAGES", "EARLY_STOP"):
+        _check(train[key] >= 0, f"TRAIN.{key}", train[key], "must be >= 0 (0: off / all)")
     _check(train.RCNN_BBOX_LOSS_CHIPS >= 0, "TRAIN.RCNN_BBOX_LOSS_CHIPS", train.RCNN_BBOX_LOSS_CHIPS,
            "must be >= 0 (0: the chips per device)")
     _check(0 <= cfg.dataset.PROPOSAL_NMS <= 1, "dataset.PROPOSAL_NMS", cfg.dataset.PROPOSAL_NMS,
            "must be in [0, 1] (0: no NMS)")
-    _check(0 <= train.begin_epoch < train.end_epoch, "TRAIN.end_epoch", train.end_epoch,
-           f"must be greater than TRAIN.begin_epoch ({train.begin_epoch})")
-    _validate_auto_focus(cfg, len(levels["TEST"]))
+    _validate_auto_focus(cfg, len(cfg.TEST.SCALES))
     if cfg.dataset.dataset == "synthetic":
         _check(cfg.dataset.synthetic_train > 0, "dataset.synthetic_train", cfg.dataset.synthetic_train,
                "the synthetic dataset needs at least one training image")
         _check(cfg.dataset.synthetic_val >= 0, "dataset.synthetic_val", cfg.dataset.synthetic_val, "must be >= 0")
+    for check in CONFIG_CHECKS:  # lib/start_checks.py
+        check(cfg)
 
 
 def _validate_auto_focus(cfg, num_test_scales):
@@ -353,13 +409,21 @@ def _validate_auto_focus(cfg, num_test_scales):
                    "the minimum chip size must be an integer >= 1 (feature cells)")
 
 
-def _validate_test(test):
-    per_scale = isinstance(test.BATCH_IMAGES, (list, tuple))
-    counts = test.BATCH_IMAGES if per_scale else [test.BATCH_IMAGES]
-    _check(all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in counts)
-           and (not per_scale or len(counts) == len(test.SCALES)), "TEST.BATCH_IMAGES", test.BATCH_IMAGES,
-           f"must be a positive integer or one per test scale ({len(test.SCALES)})")
-    _check(test.NUM_PROCESS >= 0, "TEST.NUM_PROCESS", test.NUM_PROCESS, "must be >= 0 (0: in the main process)")
+def _parse_sections(cfg):
+    """The parsing every stage does with its section, once: the backbone of ``symbol``, the training and
+    test pyramids, the chip-mining parameters, the test batches and the lr schedule (ValueErrors naming
+    their key)."""
+    from chip_generator.mining import MiningParams
+    from lib.inference.batching import images_per_device
+    from lib.scales import pyramid
+    from lib.train.optimizer import lr_step_epochs
+    from symbols.backbones import backbone_of
+
+    backbone_of(cfg)
+    pyramid(cfg.TEST, "TEST")
+    MiningParams.from_config(cfg)  # the training pyramid included
+    images_per_device(cfg.TEST, len(cfg.TEST.SCALES))
+    lr_step_epochs(cfg.TRAIN)
 
 
 def dump_config(cfg):

@@ -17,9 +17,11 @@ from gluoncv.model_zoo.resnet import BottleneckV2
 from mxnet.gluon import nn
 
 from lib.data.pixels import channel_sources
+from symbols.backbones import BACKBONES
 from symbols.resnet import BN_EPS
 
-MODELS = ("resnet50_v2", "resnet101_v2")
+# The GluonCV models the backbone records name as the source of their ImageNet weights.
+MODELS = tuple(backbone.gluoncv_model for backbone in BACKBONES.values() if backbone.gluoncv_model)
 GLUON_MEAN = np.array([0.485, 0.456, 0.406])  # RGB, of images scaled to [0, 1] (GluonCV ImageNet preset)
 GLUON_STD = np.array([0.229, 0.224, 0.225])
 GLUON_BN_EPS = 1e-5  # mxnet.gluon.nn.BatchNorm's default, used by GluonCV's ResNets

@@ -17,9 +17,10 @@ from lib.scales import parse_scales
 BASELINE_SCALE = [800, 1333]  # (shorter side, longer side cap) of the single-scale baseline
 
 
-def epoch_pixel_budget(roidb, cfg, rng):
+def epoch_pixel_budget(roidb, cfg, rng, on_image=None):
     """Dict of epoch totals: images, chips per scale (positive, negative), padded and content chip
-    pixels, and the baseline's pixels."""
+    pixels, and the baseline's pixels. ``on_image(entry, image_chips)`` sees every image's mined chips
+    (lib/scales_fit.py measures box coverage from the same mining)."""
     baseline = parse_scales([BASELINE_SCALE], "baseline")[0]
     params = MiningParams.from_config(cfg)
     num_scales = len(params.levels)
@@ -29,6 +30,8 @@ def epoch_pixel_budget(roidb, cfg, rng):
               "baseline_pixels": 0}
     for entry in tqdm(roidb, desc="mining chips", leave=False):
         chips = mine_image_chips(entry, params, stride, rng)
+        if on_image is not None:
+            on_image(entry, chips)
         sampled = sample_epoch_chips(chips, rng, params.max_neg_chips)
         for level, chip, negative, _ in sampled:
             totals["negative" if negative else "positive"][level] += 1

@@ -10,11 +10,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lib.errors import UserError
+
 # Factor-form entries above this are longer-side targets in pixels, not multipliers.
 MAX_SCALE_FACTOR = 10.0
 
 
-class ScaleError(ValueError):
+class ScaleError(UserError, ValueError):
     """A scale or valid-range specification that cannot be used."""
 
 

@@ -13,6 +13,8 @@ unless the config key ``network.CPU_DEFORMABLE_OPS`` is ``stock``; GPUs always g
 import mxnet as mx
 
 CPU_DEFORMABLE_OPS = ("compiled", "stock")
+OFFSET_LR_MULT = 0.01  # the roi poolings' part-offset regressors learn at 1/100 of the rate (the reference)
+TRANS_STD = 0.1  # their offsets, in roi widths, are the regressor's output times this
 
 
 def use_compiled_deformable(cfg, contexts):
@@ -42,6 +44,22 @@ def deformable_convolution(data, offset, name, in_channels, num_filter, kernel, 
     weight = mx.sym.var(f"{name}_weight", shape=(num_filter, in_channels // num_group) + tuple(kernel))
     return mx.sym.Convolution(columns, weight=mx.sym.reshape(weight, shape=(num_filter, -1, 1, 1)), kernel=(1, 1),
                               num_filter=num_filter, num_group=num_group, no_bias=no_bias, name=name)
+
+
+def deformable_roi_pool(data, rois, prefix, pooled_size, spatial_scale, output_dim, sample_per_part, compiled=False):
+    """An R-CNN head's pooling (R, output_dim, pooled_size, pooled_size): a plain (offset-free) PS-ROI pooling
+    ``{prefix}offset_t`` of each roi regresses its part offsets (fully connected ``{prefix}offset``, learning
+    rate x OFFSET_LR_MULT), with which ``{prefix}deformable_roi_pool`` pools the roi."""
+    pooling = dict(spatial_scale=spatial_scale, output_dim=output_dim, group_size=1, pooled_size=pooled_size,
+                   part_size=pooled_size, sample_per_part=sample_per_part)
+    plain = deformable_psroi_pooling(data, rois, name=f"{prefix}offset_t", compiled=compiled, **pooling)
+    offset = mx.sym.FullyConnected(
+        plain, num_hidden=2 * pooled_size * pooled_size, name=f"{prefix}offset",
+        weight=mx.sym.var(f"{prefix}offset_weight", lr_mult=OFFSET_LR_MULT),
+        bias=mx.sym.var(f"{prefix}offset_bias", lr_mult=OFFSET_LR_MULT))
+    offset = mx.sym.Reshape(offset, shape=(-1, 2, pooled_size, pooled_size), name=f"{prefix}offset_reshape")
+    return deformable_psroi_pooling(data, rois, name=f"{prefix}deformable_roi_pool", trans=offset,
+                                    trans_std=TRANS_STD, compiled=compiled, **pooling)
 
 
 def deformable_psroi_pooling(data, rois, name, trans=None, compiled=False, **attrs):

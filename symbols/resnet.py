@@ -104,6 +104,11 @@ def resnet_body(data, spec, batch_norm, fp16=False, compiled_deformable=False):
     return res4, res5
 
 
+def res4_output(spec):
+    """The name of res4 (the stage-3 output) among a body's internal outputs."""
+    return f"stage3_unit{spec.units[2]}_plus_output"
+
+
 def resnet_features(data, spec, batch_norm, fp16=False, compiled_deformable=False):
     """The SNIPER features: res4 and res5 concatenated (1024 + 2048 channels for ResNet-50/101)."""
     res4, res5 = resnet_body(data, spec, batch_norm, fp16=fp16, compiled_deformable=compiled_deformable)

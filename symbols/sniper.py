@@ -1,5 +1,5 @@
-"""SNIPER's Faster R-CNN: a body from symbols/bodies.py, RPN, deformable PS-ROI-pooling R-CNN head (spec
-section 6), and optionally AutoFocus's FocusPixel branch.
+"""SNIPER's Faster R-CNN: a backbone of symbols/backbones.py (its body, stride and head widths), RPN,
+deformable PS-ROI-pooling R-CNN head (spec section 6), and optionally AutoFocus's FocusPixel branch.
 
 One builder makes the training, test and RPN-only graphs, so they share every parameter name. What
 a run derives (the class count from the dataset, the chips per device from the trainer) comes in as
@@ -16,44 +16,31 @@ the number of labelled cells of the batch (as the reference: "valid" normalisati
 scale as weight); the test graph adds the channel softmax ``scale_prob`` (B, 2, H, W), channel 1 the
 FocusPixel probability. Both are appended after the existing outputs (the reference puts ``scale_prob``
 among them; outputs are read by name here).
+
+Instance masks (TRAIN.WITH_MASK; the reference's resnet_mx_101_e2e_mask): the RPN reads res4 alone (the
+reference's mask network does, so its ``rpn_conv_3x3`` has 1024 input channels), the proposal targets
+come from MultiProposalTargetMask (the box head's rois plus up to 50 mask rois per chip and their gt
+indices), MaskRcnnTarget rasterises the input ``gt_masks`` (chips, 100, 500) onto them, and the mask
+branch of symbols/mask.py adds the outputs ``mask_prob`` (its loss) and ``mask_targets`` (blocked, for
+the MaskLogLoss metric) after the others. ``mask_inference_symbol`` is the test graph of that branch
+on given boxes.
 """
 from collections import namedtuple
 
 import mxnet as mx
 
 from symbols.batch_norm import BatchNormPolicy
-from symbols.bodies import body_of
-from symbols.deformable import deformable_psroi_pooling
+from symbols.backbones import backbone_of
+from symbols.deformable import deformable_roi_pool
+from symbols.mask import MASK_ROIS_PER_CHIP, MASK_SIZE, mask_logits, mask_loss, mask_probabilities, \
+    proposal_target_mask_attrs
 
-# Head widths: RPN 3x3 conv, R-CNN 1x1 reduction before pooling, the two fully connected layers; the
-# bilinear samples per pooled bin side; and how the R-CNN classification loss is normalised. The tiny
-# heads take 2x2 samples instead of the published 4x4: MXNet's CPU deformable PS-ROI pooling is
-# single-threaded and was half of a CPU training step (BENCHMARKS.md, "Network on the CPU"); sampling
-# does not change any parameter shape. cls_normalisation "valid" divides the R-CNN softmax loss by the
-# batch's labelled rois (the reference ResNets); "rois" by all rois of the batch, TRAIN.RPN_POST_NMS_TOP_N
-# per chip, ignored ones included (the reference MobileNetV2: 1 / (300 x chips), no normalisation).
-HeadSpec = namedtuple("HeadSpec", ["rpn_channels", "rcnn_channels", "fc_channels", "samples_per_part",
-                                   "cls_normalisation"])
-HEADS = {
-    "resnet101": HeadSpec(rpn_channels=512, rcnn_channels=256, fc_channels=1024, samples_per_part=4,
-                          cls_normalisation="valid"),
-    "resnet50": HeadSpec(rpn_channels=512, rcnn_channels=256, fc_channels=1024, samples_per_part=4,
-                         cls_normalisation="valid"),
-    "resnet_tiny": HeadSpec(rpn_channels=64, rcnn_channels=16, fc_channels=128, samples_per_part=2,
-                            cls_normalisation="valid"),
-    "mobilenetv2": HeadSpec(rpn_channels=256, rcnn_channels=256, fc_channels=512, samples_per_part=4,
-                            cls_normalisation="rois"),
-    "mobilenetv2_tiny": HeadSpec(rpn_channels=64, rcnn_channels=16, fc_channels=128, samples_per_part=2,
-                                 cls_normalisation="rois"),
-}
 FOCUS_CHANNELS = 256  # the FocusPixel branch's two hidden convolutions
 
 # The RPN head's outputs the losses and the proposal layers read.
 RpnOutputs = namedtuple("RpnOutputs", ["cls_score_reshape", "cls_prob_map", "bbox_pred"])
 
 POOLED_SIZE = 7
-TRANS_STD = 0.1
-OFFSET_LR_MULT = 0.01
 RPN_BBOX_LOSS_WEIGHT = 3.0  # RPN smooth-L1 is scaled by 3 / (chips * RPN_BATCH_SIZE)
 RCNN_BBOX_NORMALISER = 188.0  # R-CNN smooth-L1 is scaled by 1 / (188 * TRAIN.RCNN_BBOX_LOSS_CHIPS or chips)
 # The proposal-target operator (and its gt/im_info/valid_ranges inputs) form this context group: its
@@ -63,8 +50,9 @@ PROPOSAL_TARGET_GROUP = "proposal_target"
 
 def training_symbol(cfg, num_classes, chips_per_device, rpn_only=False, compiled_deformable=False):
     """The training graph: outputs rpn_cls_prob, rpn_bbox_loss, then (unless ``rpn_only``) cls_prob,
-    bbox_loss and rcnn_label (the proposal-target labels, gradient-blocked, for metrics), and with
-    network.AUTO_FOCUS scale_prob (the FocusPixel softmax loss on the input ``scale_label``).
+    bbox_loss and rcnn_label (the proposal-target labels, gradient-blocked, for metrics), with
+    network.AUTO_FOCUS scale_prob (the FocusPixel softmax loss on the input ``scale_label``), and with
+    TRAIN.WITH_MASK mask_prob and mask_targets (the mask loss on the input ``gt_masks``).
 
     ``num_classes`` (background included) comes from the dataset and ``chips_per_device`` from the
     trainer, which hands the same number to the loader: the losses are normalised by it.
@@ -83,24 +71,35 @@ def inference_symbol(cfg, num_classes, rpn_only=False, compiled_deformable=False
     return _test_outputs(cfg, features, rpn, num_classes, rpn_only, compiled_deformable)
 
 
+def mask_inference_symbol(cfg, num_classes, compiled_deformable=False):
+    """The mask branch at test time on given boxes: inputs ``data`` and ``mask_rois`` (R, 5) as
+    [chip index, x1, y1, x2, y2] in the chip's pixels; output ``mask_prob`` (R, C, 28, 28), per foreground
+    class the probability that the pixel belongs to the object (C = ``num_classes`` - 1). Its parameters
+    are those of the TRAIN.WITH_MASK training graph (the body, conv_new_1 and the mask branch)."""
+    fp16 = bool(cfg.TEST.fp16)
+    features = _body_features(cfg, is_train=False, fp16=fp16, compiled_deformable=compiled_deformable)
+    num_classes = _checked_num_classes(num_classes)
+    head = backbone_of(cfg).head
+    logits = mask_logits(cfg, _reduced_features(features, head), mx.sym.var("mask_rois"), head, num_classes - 1,
+                         fp16, compiled_deformable)
+    return mask_probabilities(logits, num_classes - 1)
+
+
 def _features_and_rpn(cfg, is_train, compiled_deformable):
     """The body's features (float32) and the RPN head on them. With ``TRAIN.fp16`` (training) or
     ``TEST.fp16`` (testing) the body runs in float16 after its first layer up to the features (spec
     section 7): the input, the first layer and everything after the features stay float32."""
-    body = body_of(cfg)
-    head = HEADS[cfg.symbol]
-    num_anchors = cfg.network.NUM_ANCHORS
     fp16 = bool(cfg.TRAIN.fp16 if is_train else cfg.TEST.fp16)
-    batch_norm = BatchNormPolicy(cfg.network.BN_MOMENTUM, training=is_train, eps=body.bn_eps,
-                                 frozen_prefixes=cfg.network.FIXED_PARAMS)
-    if compiled_deformable and fp16:
-        raise ValueError("fp16 with the compiled deformable operators: they are float32 host kernels")
-    features = body.features(mx.sym.var("data"), batch_norm=batch_norm, fp16=fp16,
-                             compiled_deformable=compiled_deformable)
-    if fp16:
-        features = mx.sym.Cast(features, dtype="float32", name="features_fp32")
+    features = _body_features(cfg, is_train, fp16, compiled_deformable)
+    head = backbone_of(cfg).head
+    num_anchors = cfg.network.NUM_ANCHORS
+    rpn_input = features
+    if cfg.TRAIN.WITH_MASK:  # the reference's mask network: the RPN on res4 alone
+        rpn_input = features.get_internals()[backbone_of(cfg).res4]
+        if fp16:
+            rpn_input = mx.sym.Cast(rpn_input, dtype="float32", name="res4_fp32")
 
-    rpn = mx.sym.Convolution(features, num_filter=head.rpn_channels, kernel=(3, 3), pad=(1, 1),
+    rpn = mx.sym.Convolution(rpn_input, num_filter=head.rpn_channels, kernel=(3, 3), pad=(1, 1),
                              name="rpn_conv_3x3")
     rpn = mx.sym.Activation(rpn, act_type="relu", name="rpn_relu")
     rpn_cls_score = mx.sym.Convolution(rpn, num_filter=2 * num_anchors, kernel=(1, 1), name="rpn_cls_score")
@@ -114,8 +113,26 @@ def _features_and_rpn(cfg, is_train, compiled_deformable):
     return features, RpnOutputs(rpn_cls_score_reshape, rpn_cls_prob_map, rpn_bbox_pred)
 
 
+def _body_features(cfg, is_train, fp16, compiled_deformable):
+    """The body's features, cast back to float32 after a float16 body."""
+    body = backbone_of(cfg)
+    if cfg.TRAIN.WITH_MASK and body.res4 is None:
+        raise ValueError(f"config key TRAIN.WITH_MASK: the {cfg.symbol} body has no res4 for the mask network's "
+                         f"RPN; use a ResNet (symbol resnet101, resnet50 or resnet_tiny)")
+    batch_norm = BatchNormPolicy(cfg.network.BN_MOMENTUM, training=is_train, eps=body.bn_eps,
+                                 frozen_prefixes=cfg.network.FIXED_PARAMS)
+    if compiled_deformable and fp16:
+        raise ValueError("fp16 with the compiled deformable operators: they are float32 host kernels")
+    features = body.features(mx.sym.var("data"), batch_norm=batch_norm, fp16=fp16,
+                             compiled_deformable=compiled_deformable)
+    if fp16:
+        features = mx.sym.Cast(features, dtype="float32", name="features_fp32")
+    return features
+
+
 def _training_outputs(cfg, features, rpn, num_classes, chips_per_device, rpn_only, compiled_deformable):
-    head = HEADS[cfg.symbol]
+    backbone = backbone_of(cfg)
+    head = backbone.head
     loss_scale = float(cfg.TRAIN.fp16_loss_scale) if cfg.TRAIN.fp16 else 1.0
     rpn_cls_prob = mx.sym.SoftmaxOutput(rpn.cls_score_reshape, label=mx.sym.var("label"), multi_output=True,
                                         normalization="valid", use_ignore=True, ignore_label=-1,
@@ -126,17 +143,24 @@ def _training_outputs(cfg, features, rpn, num_classes, chips_per_device, rpn_onl
     if rpn_only:
         return mx.sym.Group([rpn_cls_prob, rpn_bbox_loss])
 
-    from lib import ops  # registers mx.sym.MultiProposalTarget
+    from lib import ops  # registers mx.sym.MultiProposalTarget(Mask), MaskRcnnTarget
 
+    num_classes = _checked_num_classes(num_classes)
+    proposal_inputs = (mx.sym.BlockGrad(rpn.cls_prob_map), mx.sym.BlockGrad(rpn.bbox_pred), mx.sym.var("im_info"),
+                       mx.sym.var("gt_boxes"), mx.sym.var("valid_ranges"))
     with mx.AttrScope(ctx_group=PROPOSAL_TARGET_GROUP):
-        targets = mx.sym.MultiProposalTarget(
-            mx.sym.BlockGrad(rpn.cls_prob_map), mx.sym.BlockGrad(rpn.bbox_pred), mx.sym.var("im_info"),
-            mx.sym.var("gt_boxes"), mx.sym.var("valid_ranges"), name="proposal_target",
-            **ops.proposal_target_attrs(cfg))
+        if cfg.TRAIN.WITH_MASK:
+            targets = mx.sym.MultiProposalTargetMask(*proposal_inputs, name="proposal_target",
+                                                     **proposal_target_mask_attrs(cfg, chips_per_device))
+        else:
+            targets = mx.sym.MultiProposalTarget(*proposal_inputs, name="proposal_target",
+                                                 **ops.proposal_target_attrs(cfg))
     # rois (B*R, 5), labels (B*R,), box targets and weights (B*R, 4), R = TRAIN.RPN_POST_NMS_TOP_N
     rois, rcnn_label, rcnn_bbox_target, rcnn_bbox_weight = (mx.sym.BlockGrad(targets[i]) for i in range(4))
-    cls_score, bbox_pred = _rcnn_head(cfg, features, rois, head, _checked_num_classes(num_classes),
-                                      compiled_deformable)
+    if cfg.TRAIN.WITH_MASK:  # the mask operator's labels are (B*R, 1), as the fork's
+        rcnn_label = mx.sym.Reshape(rcnn_label, shape=(-1,), name="label_reshape")
+    reduced = _reduced_features(features, head)
+    cls_score, bbox_pred = _rcnn_head(reduced, rois, backbone, num_classes, compiled_deformable)
     if head.cls_normalisation == "valid":
         cls_normalisation = dict(normalization="valid", grad_scale=loss_scale)
     else:
@@ -154,7 +178,27 @@ def _training_outputs(cfg, features, rpn, num_classes, chips_per_device, rpn_onl
         outputs.append(mx.sym.SoftmaxOutput(focus_score, label=mx.sym.var("scale_label"), multi_output=True,
                                             normalization="valid", use_ignore=True, ignore_label=-1,
                                             grad_scale=loss_scale, name="scale_prob"))
+    if cfg.TRAIN.WITH_MASK:
+        outputs += _mask_training_outputs(cfg, reduced, targets, head, num_classes - 1, chips_per_device,
+                                          loss_scale, compiled_deformable)
     return mx.sym.Group(outputs)
+
+
+def _mask_training_outputs(cfg, reduced, targets, head, num_fg_classes, chips_per_device, loss_scale,
+                           compiled_deformable):
+    """[mask_prob, mask_targets]: the mask loss on MultiProposalTargetMask's mask rois (B*50, 5) and their
+    gt indices (B*50, 1), -1 for none, whose 28x28 targets MaskRcnnTarget rasterises from ``gt_masks``."""
+    from lib.data.chip_masks import MAX_POLYGON_LEN  # gt_masks (chips, TRAIN.MAX_GT_PER_CHIP, MAX_POLYGON_LEN)
+    mask_rois, mask_ids = mx.sym.BlockGrad(targets[4]), mx.sym.BlockGrad(targets[5])
+    with mx.AttrScope(ctx_group=PROPOSAL_TARGET_GROUP):
+        mask_targets, class_ids = mx.sym.MaskRcnnTarget(
+            mask_rois, mx.sym.var("gt_masks"), mask_ids, name="mask_target", batch_size=chips_per_device,
+            mask_size=MASK_SIZE, num_proposals=MASK_ROIS_PER_CHIP, max_polygon_len=MAX_POLYGON_LEN,
+            max_num_gts=cfg.TRAIN.MAX_GT_PER_CHIP, num_classes=num_fg_classes)
+    mask_targets, class_ids = mx.sym.BlockGrad(mask_targets), mx.sym.BlockGrad(class_ids)
+    logits = mask_logits(cfg, reduced, mask_rois, head, num_fg_classes, bool(cfg.TRAIN.fp16), compiled_deformable)
+    return [mask_loss(logits, mask_targets, class_ids, num_fg_classes, loss_scale),
+            mx.sym.BlockGrad(mask_targets, name="mask_targets")]
 
 
 def _test_outputs(cfg, features, rpn, num_classes, rpn_only, compiled_deformable):
@@ -164,7 +208,8 @@ def _test_outputs(cfg, features, rpn, num_classes, rpn_only, compiled_deformable
     if rpn_only:
         return mx.sym.Group([proposals[0], proposals[1], im_ids, chip_ids, im_info])
     num_classes = _checked_num_classes(num_classes)
-    cls_score, bbox_pred = _rcnn_head(cfg, features, proposals[0], HEADS[cfg.symbol], num_classes,
+    backbone = backbone_of(cfg)
+    cls_score, bbox_pred = _rcnn_head(_reduced_features(features, backbone.head), proposals[0], backbone, num_classes,
                                       compiled_deformable)
     cls_prob = mx.sym.softmax(cls_score, axis=-1, name="cls_prob")
     per_image = test.RPN_POST_NMS_TOP_N
@@ -180,17 +225,17 @@ def _test_proposals(cfg, rpn, im_info, rpn_only):
     """The test RPN proposal layer named ``rois``: the reference's rules (lib.ops.proposal_layer,
     a host operator) or MXNet's stock MultiProposal (``TEST.PROPOSAL_LAYER``). Either reads the minimum
     size in the pixels of ``im_info``'s extent: the detector hands it scale 1."""
-    test, network = cfg.TEST, cfg.network
+    test, network, stride = cfg.TEST, cfg.network, backbone_of(cfg).stride
     settings = dict(scales=tuple(network.ANCHOR_SCALES), ratios=tuple(network.ANCHOR_RATIOS))
     if test.PROPOSAL_LAYER == "reference":
         from lib.ops.proposal_layer import proposal_symbol
 
-        return proposal_symbol(rpn.cls_prob_map, rpn.bbox_pred, im_info, "rois", network.RPN_FEAT_STRIDE,
+        return proposal_symbol(rpn.cls_prob_map, rpn.bbox_pred, im_info, "rois", stride,
                                pre_nms_top_n=test.RPN_PRE_NMS_TOP_N, post_nms_top_n=test.RPN_POST_NMS_TOP_N,
                                nms_thresh=test.RPN_NMS_THRESH, min_size=test.RPN_MIN_SIZE, **settings)
     return mx.sym.contrib.MultiProposal(
         cls_prob=rpn.cls_prob_map, bbox_pred=rpn.bbox_pred, im_info=im_info, name="rois",
-        feature_stride=network.RPN_FEAT_STRIDE, rpn_pre_nms_top_n=test.RPN_PRE_NMS_TOP_N,
+        feature_stride=stride, rpn_pre_nms_top_n=test.RPN_PRE_NMS_TOP_N,
         rpn_post_nms_top_n=test.RPN_POST_NMS_TOP_N, threshold=test.RPN_NMS_THRESH,
         rpn_min_size=test.RPN_MIN_SIZE, output_score=rpn_only, **settings)
 
@@ -204,22 +249,17 @@ def _focus_branch(features):
     return mx.sym.Convolution(hidden, num_filter=2, kernel=(1, 1), name="conv_new_out")
 
 
-def _rcnn_head(cfg, features, rois, head, num_classes, compiled_deformable):
-    """1x1 reduction, deformable PS-ROI pooling 7x7, two FC layers, classifier and class-agnostic box."""
+def _reduced_features(features, head):
+    """The 1x1 reduction both R-CNN heads (boxes, masks) pool from."""
     reduced = mx.sym.Convolution(features, num_filter=head.rcnn_channels, kernel=(1, 1), name="conv_new_1")
-    reduced = mx.sym.Activation(reduced, act_type="relu", name="conv_new_1_relu")
-    pooling = dict(spatial_scale=1.0 / cfg.network.RCNN_FEAT_STRIDE, output_dim=head.rcnn_channels, group_size=1,
-                   pooled_size=POOLED_SIZE, part_size=POOLED_SIZE, sample_per_part=head.samples_per_part)
-    # The part offsets are regressed from a plain (offset-free) pooling of the same roi.
-    plain = deformable_psroi_pooling(reduced, rois, name="offset_t", compiled=compiled_deformable, **pooling)
-    offset = mx.sym.FullyConnected(
-        plain, num_hidden=2 * POOLED_SIZE * POOLED_SIZE, name="offset",
-        weight=mx.sym.var("offset_weight", lr_mult=OFFSET_LR_MULT),
-        bias=mx.sym.var("offset_bias", lr_mult=OFFSET_LR_MULT))
-    offset = mx.sym.Reshape(offset, shape=(-1, 2, POOLED_SIZE, POOLED_SIZE), name="offset_reshape")
-    pooled = deformable_psroi_pooling(reduced, rois, name="deformable_roi_pool", trans=offset, trans_std=TRANS_STD,
-                                      compiled=compiled_deformable, **pooling)
-    hidden = pooled
+    return mx.sym.Activation(reduced, act_type="relu", name="conv_new_1_relu")
+
+
+def _rcnn_head(reduced, rois, backbone, num_classes, compiled_deformable):
+    """Deformable PS-ROI pooling 7x7 of the reduced features, two FC layers, classifier and class-agnostic box."""
+    head = backbone.head
+    hidden = deformable_roi_pool(reduced, rois, "", POOLED_SIZE, 1.0 / backbone.stride, head.rcnn_channels,
+                                 head.samples_per_part, compiled_deformable)
     for index in (1, 2):
         hidden = mx.sym.FullyConnected(hidden, num_hidden=head.fc_channels, name=f"fc_new_{index}")
         hidden = mx.sym.Activation(hidden, act_type="relu", name=f"fc_new_{index}_relu")

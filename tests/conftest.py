@@ -1,19 +1,16 @@
-"""Fixtures shared by the test files: configs, the tiny synthetic dataset, the repository's paths."""
+"""Fixtures shared by the test files (pytest passes them by name; test files never import this module):
+the tiny config's path and small synthetic datasets."""
 import os
 
 import pytest
 
-from lib.config import load_config
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY_CONFIG = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml")
+from lib.bootstrap import ROOT
 
 
-def build_cfg(overrides=(), path=None):
-    """A frozen config: ``path`` (default: the defaults alone) with ``overrides``, a ``{key: value}``
-    dict or ``[(key, value), ...]``; values are Python values or command-line text."""
-    items = overrides.items() if isinstance(overrides, dict) else overrides
-    return load_config(path, list(items))
+@pytest.fixture(scope="session")
+def tiny_config():
+    """Path of the tiny synthetic config, configs/faster/sniper_synthetic_tiny.yml."""
+    return os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml")
 
 
 @pytest.fixture(scope="session")

@@ -3,13 +3,13 @@ import dataclasses
 
 import numpy as np
 import pytest
-from conftest import build_cfg
 
+from lib.config import load_config
 from lib.boxes import base_anchors, grid_anchors
 from lib.data.anchor_target import AnchorTargeter, AnchorTargetParams
 
 NO_SAMPLING = 10**9  # an RPN batch larger than the anchor count keeps every label
-PUBLISHED = AnchorTargetParams.from_config(build_cfg())
+PUBLISHED = AnchorTargetParams.from_config(load_config(None))
 
 
 def params_with(**changes):

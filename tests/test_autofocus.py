@@ -8,9 +8,9 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from conftest import ROOT, build_cfg
 from network_helpers import bind_random, graph_nodes, inference_shapes, node_attrs, parameter_shapes, train_shapes
 
+from lib.bootstrap import ROOT
 from lib.config import ConfigError, load_config
 from lib.data.focus_labels import FocusLabelParams, focus_labels, label_map
 from lib.inference.focus_chips import FocusChipParams, border_keep_mask, focus_chips
@@ -32,7 +32,7 @@ def test_autofocus_test_network_matches_the_reference_manifest():
     assert args == manifest["args"] and aux == manifest["aux"] and outs == manifest["outputs"]
     assert symbol.list_outputs() == ["rois_output", "cls_prob_reshape_output", "bbox_pred_reshape_output",
                                      "im_ids", "chip_ids", "im_info", "scale_prob_output"]
-    plain, _, _ = parameter_shapes(inference_symbol(build_cfg({"symbol": "resnet101"}), 81), TEST_INPUTS)
+    plain, _, _ = parameter_shapes(inference_symbol(load_config(None, {"symbol": "resnet101"}), 81), TEST_INPUTS)
     assert sorted(set(args) - set(plain)) == ["conv_new_2_bias", "conv_new_2_weight", "conv_new_3_bias",
                                               "conv_new_3_weight", "conv_new_out_bias", "conv_new_out_weight"]
 
@@ -40,8 +40,8 @@ def test_autofocus_test_network_matches_the_reference_manifest():
 @pytest.mark.parametrize("is_train", [False, True])
 def test_focus_branch_reads_the_head_features(is_train):
     import lib.ops  # noqa: F401
-    cfg = build_cfg({"symbol": "resnet_tiny", "network.AUTO_FOCUS": True, "TRAIN.fp16": is_train,
-                     "TEST.fp16": False})
+    cfg = load_config(None, {"symbol": "resnet_tiny", "network.AUTO_FOCUS": True, "TRAIN.fp16": is_train,
+                             "TEST.fp16": False})
     symbol = training_symbol(cfg, 5, 2) if is_train else inference_symbol(cfg, 5)
     nodes = graph_nodes(symbol)
     by_name = {n["name"]: n for n in nodes}
@@ -60,7 +60,7 @@ def test_focus_branch_reads_the_head_features(is_train):
 @pytest.mark.parametrize("fp16", [False, True])
 def test_training_graph_adds_the_focus_loss_last(fp16):
     import lib.ops  # noqa: F401
-    cfg = build_cfg({"symbol": "resnet_tiny", "network.AUTO_FOCUS": True, "TRAIN.fp16": fp16})
+    cfg = load_config(None, {"symbol": "resnet_tiny", "network.AUTO_FOCUS": True, "TRAIN.fp16": fp16})
     symbol = training_symbol(cfg, 5, 2)
     _, _, outs = parameter_shapes(symbol, train_shapes(2, 256, focus=True))
     assert list(outs) == ["rpn_cls_prob_output", "rpn_bbox_loss_output", "cls_prob_output", "bbox_loss_output",
@@ -69,7 +69,7 @@ def test_training_graph_adds_the_focus_loss_last(fp16):
     attrs = node_attrs(symbol)["scale_prob"]
     assert attrs["normalization"] == "valid" and attrs["multi_output"] == "True" and attrs["use_ignore"] == "True"
     assert float(attrs["ignore_label"]) == -1 and float(attrs["grad_scale"]) == (100.0 if fp16 else 1.0)
-    plain = training_symbol(build_cfg({"symbol": "resnet_tiny"}), 5, 2)
+    plain = training_symbol(load_config(None, {"symbol": "resnet_tiny"}), 5, 2)
     assert "scale_label" not in plain.list_arguments() and "scale_label" in symbol.list_arguments()
     rpn_only = training_symbol(cfg, 5, 2, rpn_only=True)  # proposal extraction has no focus branch
     assert not any(n.startswith("conv_new") or n == "scale_label" for n in rpn_only.list_arguments())
@@ -79,7 +79,7 @@ def test_focus_loss_is_averaged_over_the_labelled_cells_of_the_batch():
     """d loss / d conv_new_out_bias = sum over labelled cells (p - onehot) / (number of labelled cells)."""
     import lib.ops  # noqa: F401
     chips, size = 2, 128
-    cfg = build_cfg({"symbol": "resnet_tiny", "network.AUTO_FOCUS": True, "TRAIN.fp16": False})
+    cfg = load_config(None, {"symbol": "resnet_tiny", "network.AUTO_FOCUS": True, "TRAIN.fp16": False})
     inputs = train_shapes(chips, size, focus=True)
     executor, rng = bind_random(training_symbol(cfg, 5, chips), inputs, seed=0, grad_req="write")
     executor.arg_dict["conv_new_out_weight"][:] = rng.normal(0, 1, executor.arg_dict["conv_new_out_weight"].shape)
@@ -100,7 +100,7 @@ def test_focus_loss_is_averaged_over_the_labelled_cells_of_the_batch():
 
 
 def test_test_network_scale_prob_is_a_channel_softmax():
-    cfg = build_cfg({"symbol": "resnet_tiny", "network.AUTO_FOCUS": True, "TEST.fp16": False})
+    cfg = load_config(None, {"symbol": "resnet_tiny", "network.AUTO_FOCUS": True, "TEST.fp16": False})
     internals = inference_symbol(cfg, 5).get_internals()
     probe = mx.sym.Group([internals["conv_new_out_output"], internals["scale_prob_output"]])
     executor, _ = bind_random(probe, dict(data=(1, 3, 64, 64)), seed=1)
@@ -116,6 +116,8 @@ def test_autofocus_config_has_the_reference_settings():
     assert cfg.symbol == "resnet101" and cfg.network.AUTO_FOCUS and cfg.TEST.AUTO_FOCUS
     assert (cfg.TRAIN.AUTO_FOCUS_SMALL_THRESH, cfg.TRAIN.AUTO_FOCUS_DC_LOW, cfg.TRAIN.AUTO_FOCUS_DC_HIGH) == (64, 5, 90)
     assert cfg.TEST.SCALES == ((480, 512), (800, 1280), (1400, 2000))  # coarsest first
+    assert (cfg.TEST.BATCH_IMAGES, cfg.TEST.BATCH_PARTS) == ((8, 8, 2), 2)
+    assert cfg.TRAIN.SCALES == (3.0, 1.667, 512.0)  # what the reference's main_train.py forces for 81-class COCO
     assert cfg.TEST.VALID_RANGES == ((75, -1), (32, 180), (-1, 75))
     assert cfg.TEST.DO_PRUNING == (False, True, True)
     assert cfg.TEST.CHIP_HYPERPARAMS == ((3, 0.02, 16), (3, 0.2, 20), (-1, -1, -1))
@@ -303,8 +305,8 @@ def test_loader_gives_every_chip_the_focus_labels_of_its_image_boxes(synthetic_d
     from lib.data import ChipLoader
     from lib.dataset import load_roidb
 
-    cfg = build_cfg({"dataset.dataset_path": synthetic_dataset(train=3, val=0), "dataset.image_set": "train",
-                     "dataset.root_path": str(tmp_path), "network.AUTO_FOCUS": True})
+    cfg = load_config(None, {"dataset.dataset_path": synthetic_dataset(train=3, val=0), "dataset.image_set": "train",
+                             "dataset.root_path": str(tmp_path), "network.AUTO_FOCUS": True})
     roidb = load_roidb(cfg, "train")[0]
     params = FocusLabelParams.from_config(cfg)
     with ChipLoader(roidb, cfg, 4, num_workers=0, seed=2) as loader:
@@ -350,7 +352,7 @@ def test_tiny_autofocus_network_trains_with_finite_falling_focus_loss(tmp_path):
         ("dataset.dataset_path", str(tmp_path / "data")), ("dataset.synthetic_train", 2),
         ("dataset.synthetic_val", 1), ("dataset.root_path", str(tmp_path)), ("output_path", str(tmp_path)),
         ("TRAIN.NUM_PROCESS", 0), ("TRAIN.BATCH_IMAGES", 2), ("TRAIN.end_epoch", 3), ("TRAIN.warmup_step", 5),
-        ("TRAIN.lr_step", "10"), ("TRAIN.lr", 0.01), ("gpus", "cpu:1"), ("network.AUTO_FOCUS", True)])
+        ("TRAIN.lr_step", ""), ("TRAIN.lr", 0.01), ("gpus", "cpu:1"), ("network.AUTO_FOCUS", True)])
     _, history = train(cfg)
     losses = [epoch["FocusLogLoss"] for epoch in history]
     assert all(np.isfinite(loss) for epoch in history for loss in epoch.values())
@@ -385,16 +387,15 @@ class FocusOracle:
                 "bbox_pred_reshape_output": np.zeros((batch, self.n, 4), np.float32), "scale_prob_output": focus}
 
 
-def focus_detector(oracle, scales, ranges, pruning, chip_params):
+def focus_detector(oracle, scales, ranges, pruning, chip_params, overrides=()):
     from lib.inference.detector import Detector
 
-    cfg = build_cfg({"symbol": "resnet_tiny", "network.AUTO_FOCUS": True, "TEST.AUTO_FOCUS": True,
-                     "TEST.SCALES": scales, "TEST.VALID_RANGES": ranges, "TEST.DO_PRUNING": pruning,
-                     "TEST.CHIP_HYPERPARAMS": chip_params, "TEST.BATCH_IMAGES": 1, "TEST.SOFT_NMS": False,
-                     "TEST.fp16": False})
-    detector = Detector.__new__(Detector)
-    detector._configure(cfg, [mx.cpu()], False, "oracle")
-    detector.forward = oracle
+    cfg = load_config(None, {"symbol": "resnet_tiny", "network.AUTO_FOCUS": True, "TEST.AUTO_FOCUS": True,
+                             "TEST.SCALES": scales, "TEST.VALID_RANGES": ranges, "TEST.DO_PRUNING": pruning,
+                             "TEST.CHIP_HYPERPARAMS": chip_params, "TEST.BATCH_IMAGES": 1, "TEST.SOFT_NMS": False,
+                             "TEST.fp16": False, **dict(overrides)})
+    detector = Detector(cfg, ["__background__", "thing"], contexts=[mx.cpu()], source="oracle")
+    detector.forward = oracle  # a stand-in network: everything around it is the real Detector
     return detector
 
 
@@ -466,6 +467,38 @@ def test_chips_are_found_in_chips_recursively_and_an_image_without_focus_pixels_
     assert [s.regions for s in stats.levels] == [2, 1, 1]
 
 
+def test_regions_are_batched_within_the_reference_parts_of_the_set_with_each_scale_count():
+    # four landscape images: by area over the whole set 0, 2, 1, 3 would pair 0 with 2; the reference's
+    # driver (CONCURRENT_JOBS 2) splits the set into images {0, 1} and {2, 3} and batches each part alone
+    images = [np.zeros((side, side, 3), np.uint8) for side in (100, 200, 110, 210)]
+    oracle = FocusOracle({})
+    # TEST.BATCH_IMAGES [2, 1]: level 1 runs one image per batch
+    detector = focus_detector(oracle, pruning=[False, False], overrides={"TEST.BATCH_IMAGES": [2, 1],
+                                                                         "TEST.BATCH_PARTS": 2}, **TWO_LEVELS)
+    run_regions(detector, images)
+    shapes = sorted(data.shape for data, _ in oracle.calls)
+    assert shapes == sorted([(2, 3, 200, 200), (2, 3, 210, 210)]  # level 0: parts {0, 1} and {2, 3}
+                            + [(1, 3, 2 * side, 2 * side) for side in (100, 200, 110, 210)])
+
+
+def test_level_batches_without_parts_batch_the_whole_set_by_area():
+    from lib.inference.autofocus import level_batches
+    from lib.inference.regions import Region
+    from lib.scales import ScaleSpec
+
+    # regions image by image; image 1 has a second region (a chip), which stays in its image's part {0, 1}
+    sides = ((0, 100), (1, 200), (1, 50), (2, 110), (3, 210))
+    regions = [Region(image, (0.0, 0.0, float(side), float(side))) for image, side in sides]
+    whole = level_batches(regions, [1.0] * 5, 4, ScaleSpec(factor=1.0), 2, 1)
+    split = level_batches(regions, [1.0] * 5, 4, ScaleSpec(factor=1.0), 2, 2)
+    # areas 2500 (2), 10000 (0), 12100 (3), 40000 (1), 44100 (4); an odd group is padded by its last entry
+    assert [b.images for b in whole] == [(2, 0), (3, 1), (4,)]
+    assert [b.images for b in split] == [(2, 0), (1,), (3, 4)]
+    assert [b.canvas for b in split] == [(100, 100), (200, 200), (210, 210)]
+    with pytest.raises(ValueError, match="image by image"):
+        level_batches(regions[::-1], [1.0] * 5, 4, ScaleSpec(factor=1.0), 2, 2)
+
+
 def test_autofocus_runs_through_the_detector_and_its_worker_processes(tmp_path):
     from lib.inference.pipeline import ArrayImages
 
@@ -501,7 +534,7 @@ def test_an_unreadable_image_is_reported_once_and_the_others_complete():
     assert len(found[0]) == 2
 
 def test_region_crops_are_whole_pixels_and_may_overhang_their_canvas():
-    from lib.inference.autofocus import Region, RegionImages
+    from lib.inference.regions import Region, RegionImages
     from lib.inference.batching import plan_level
     from lib.inference.pipeline import ArrayImages
     from lib.scales import ScaleSpec

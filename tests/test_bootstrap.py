@@ -91,3 +91,14 @@ def test_a_virtualenv_that_does_not_run_as_one_stops_instead_of_looping(tmp_path
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr.count("\n") == 1
     assert result.stderr.startswith(f"{tmp_path / '.venv' / 'bin' / 'python'} does not run in its virtualenv")
+
+
+def test_the_python_api_under_a_python_without_mxnet_says_in_one_line_which_to_use(tmp_path):
+    if foreign_has("mxnet"):
+        pytest.skip(f"{FOREIGN} has MXNet: the API runs there")
+    result = subprocess.run([FOREIGN, "-c", "import lib.inference"], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        f"ImportError: lib.inference needs MXNet, which this Python ({FOREIGN}) lacks: run your script with "
+        f"{os.path.join(VENV, 'bin', 'python')} (the project's interpreter)")

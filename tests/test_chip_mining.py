@@ -4,8 +4,7 @@ per-epoch stride."""
 import numpy as np
 import pytest
 
-from conftest import build_cfg
-
+from lib.config import load_config
 from chip_generator.mining import (ImageChips, MiningParams, ScaleChips, draw_epoch_stride, mine_image_chips,
                                    sample_epoch_chips, valid_box_mask)
 from lib.scales import scaled_image_size
@@ -16,7 +15,7 @@ ONE_SCALE = {"TRAIN.SCALES": [1.0], "TRAIN.VALID_RANGES": [[-1, -1]], "TRAIN.NEG
 
 def mining_params(**overrides):
     """The mining parameters of the default config with ``overrides``."""
-    return MiningParams.from_config(build_cfg(overrides))
+    return MiningParams.from_config(load_config(None, overrides))
 
 
 def inside(boxes, chip):

@@ -64,7 +64,7 @@ def test_every_set_option_adds_to_the_overrides():
     parser = argparse.ArgumentParser()
     add_config_arguments(parser)
     args = parser.parse_args(["--cfg", "configs/faster/sniper_synthetic_tiny.yml", "--set", "TRAIN.lr", "0.5",
-                              "--set", "TRAIN.end_epoch=1", "--set", "TRAIN.wd", "0"])
+                              "--set", "TRAIN.end_epoch=1", "TRAIN.lr_step=", "--set", "TRAIN.wd", "0"])
     cfg = config_from_arguments(args)
     assert (cfg.TRAIN.lr, cfg.TRAIN.end_epoch, cfg.TRAIN.wd) == (0.5, 1, 0.0)
     bad = parser.parse_args(["--cfg", "configs/faster/sniper_synthetic_tiny.yml", "--set", "TRAIN.lr", "abc",
@@ -242,3 +242,49 @@ def test_valid_range_mask_uses_inclusive_sqrt_area():
     assert in_valid_range(boxes, (-1, 80)).tolist() == [True, True, False, True]
     assert in_valid_range(boxes, (32, 150)).tolist() == [True, True, True, False]
     assert in_valid_range(boxes, (120, -1)).tolist() == [False, False, False, False]
+
+
+@pytest.mark.parametrize("typed, suggested", [
+    ("TRAIN.lr_stpe", "TRAIN.lr_step"), ("TRAIN.LR", "TRAIN.lr"), ("dataset.synthetic_trian", "dataset.synthetic_train"),
+    ("TRAIN.BATCH_IMAGE", "TRAIN.BATCH_IMAGES"),
+])
+def test_an_unknown_key_suggests_the_nearest_known_one(typed, suggested):
+    with pytest.raises(ConfigError, match=rf"unknown config key {typed}; did you mean {suggested}\?$"):
+        load_config(None, [(typed, "1")])
+
+
+def test_an_unknown_key_far_from_every_known_one_gets_no_suggestion():
+    with pytest.raises(ConfigError, match=r"^unknown config key TRAIN.NO_SUCH_KEY$"):
+        load_config(None, [("TRAIN.NO_SUCH_KEY", "1")])
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("TRAIN.CHIP_STRIDE", "32.5", "config key TRAIN.CHIP_STRIDE: expected a positive integer, got 32.5"),
+    ("TRAIN.CHIP_STRIDE", "[64, 32]", "config key TRAIN.CHIP_STRIDE: expected an int or [lo, hi) with 0 < lo < hi, "
+                                      "got [64, 32]"),
+    ("TRAIN.VALID_RANGES", "[[-1, 80], [60, 56], [120, -1]]", "TRAIN.VALID_RANGES: range [60, 56] has lo > hi"),
+    ("TEST.VALID_RANGES", "[[-1, 90], [60, 56], [75, -1]]", "TEST.VALID_RANGES: range [60, 56] has lo > hi"),
+    ("symbol", "resnet999", "config key symbol: unknown backbone 'resnet999' (registered: mobilenetv2, "
+                            "mobilenetv2_tiny, resnet101, resnet50, resnet_tiny)"),
+    ("TRAIN.lr_step", "7.5", "config key TRAIN.lr_step = '7.5': step 7.5 is not inside the run (0 < step < "
+                             "TRAIN.end_epoch 7); '' for no step"),
+    ("TRAIN.lr_step", "five", "config key TRAIN.lr_step: expected comma-separated epochs, got 'five'"),
+    ("TRAIN.NEG_CHIP_MIN_PROPOSALS", "[25, 10]", "config key TRAIN.NEG_CHIP_MIN_PROPOSALS = [25, 10]: needs one "
+                                                 "value per training scale (3)"),
+    ("TEST.BATCH_IMAGES", "[1, 1]", "config key TEST.BATCH_IMAGES = [1, 1]: expected a positive integer or one per "
+                                    "test scale (3)"),
+])
+def test_what_a_stage_would_refuse_is_refused_at_load_in_one_line(key, value, message):
+    # the stages' own parsing (MiningParams, pyramid, backbone record, lr schedule, test batches) runs at load
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [(key, value)])
+    assert str(err.value) == message
+
+
+def test_a_saved_config_may_hold_the_backbone_stride_it_now_derives(tmp_path):
+    # the config.yaml of a run folder written before the stride came from the backbone record
+    assert load_config(write_yaml(tmp_path, "symbol: resnet_tiny\nnetwork:\n  RPN_FEAT_STRIDE: 16\n"
+                                            "  RCNN_FEAT_STRIDE: 16\n")).symbol == "resnet_tiny"
+    with pytest.raises(ConfigError, match=r"network\.RPN_FEAT_STRIDE = 32, but it is no longer set: it is the "
+                                          r"backbone's stride .*, 16 for symbol resnet_tiny; remove the key"):
+        load_config(write_yaml(tmp_path, "symbol: resnet_tiny\nnetwork:\n  RPN_FEAT_STRIDE: 32\n"))

@@ -6,8 +6,7 @@ import os
 import mxnet as mx
 import pytest
 
-from conftest import TINY_CONFIG, build_cfg
-
+from lib.config import load_config
 from lib.contexts import fp16_enabled, parse_contexts
 
 
@@ -45,23 +44,23 @@ def test_cpu_specs_do_not_need_a_gpu(gpus):
 
 
 @pytest.mark.parametrize("section", ["TRAIN", "TEST"])
-def test_fp16_is_refused_on_cpu_contexts_with_one_message(section):
-    cfg = build_cfg({f"{section}.fp16": True}, path=TINY_CONFIG)
+def test_fp16_is_refused_on_cpu_contexts_with_one_message(section, tiny_config):
+    cfg = load_config(tiny_config, {f"{section}.fp16": True})
     message = (rf"^{section}\.fp16 is true but the contexts are CPUs; MXNet 1\.9 cannot run a float16 network on "
                rf"the CPU\. Set --set {section}\.fp16 false, or gpus to GPU ids\.$")
     with pytest.raises(ValueError, match=message):
         fp16_enabled(cfg, section, [mx.gpu(0), mx.cpu(0)])
     assert fp16_enabled(cfg, section, [mx.gpu(0), mx.gpu(1)]) is True
-    assert fp16_enabled(build_cfg({}, path=TINY_CONFIG), section, [mx.cpu(0)]) is False
+    assert fp16_enabled(load_config(tiny_config), section, [mx.cpu(0)]) is False
 
 
-def test_fp16_defaults_follow_the_reference(gpus):
+def test_fp16_defaults_follow_the_reference(gpus, tiny_config):
     """Both networks default to float16 (the reference trained and tested in float16 on GPUs); every
     configuration that names CPU contexts turns both off."""
-    defaults = build_cfg()
+    defaults = load_config(None)
     assert defaults.TRAIN.fp16 is True and defaults.TEST.fp16 is True
     gpus(8)
-    configs = [build_cfg(path=path) for path in glob.glob(os.path.join(os.path.dirname(TINY_CONFIG), "*.yml"))]
+    configs = [load_config(path) for path in glob.glob(os.path.join(os.path.dirname(tiny_config), "*.yml"))]
     on_cpus = [cfg for cfg in configs if parse_contexts(cfg.gpus)[0].device_type == "cpu"]
     assert "sniper_synthetic_tiny" in [cfg.name for cfg in on_cpus]
     for cfg in on_cpus:

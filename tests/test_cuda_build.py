@@ -12,8 +12,7 @@ import sys
 import mxnet as mx
 import pytest
 
-from conftest import ROOT
-
+from lib.bootstrap import ROOT
 from lib.ops import LIBRARY_PATH
 from lib.ops.registry import registered_operators
 

@@ -17,11 +17,14 @@ import cv2
 import numpy as np
 import pytest
 
-from conftest import ROOT, build_cfg
-
+from lib.bootstrap import ROOT
 from lib.boxes import flip_boxes
+from lib.config import load_config
 from lib.dataset import coco as coco_module
 from lib.dataset import load_roidb, read_image
+from lib.dataset import roidb as roidb_module
+from lib.dataset.annotations import make_entry
+from lib.dataset.base import Dataset
 from lib.dataset.proposals import write_proposals
 
 # Two categories with non-contiguous ids, listed out of order: labels follow sorted ids.
@@ -58,8 +61,8 @@ def write_coco(root, image_set, images, annotations, categories=CATEGORIES, imag
 
 def dataset_cfg(tmp_path, dataset="coco", **overrides):
     """The default config reading ``dataset`` from ``tmp_path/data``, caching under ``tmp_path/root``."""
-    return build_cfg({"dataset.dataset": dataset, "dataset.dataset_path": str(tmp_path / "data"),
-                      "dataset.root_path": str(tmp_path / "root"), **overrides})
+    return load_config(None, {"dataset.dataset": dataset, "dataset.dataset_path": str(tmp_path / "data"),
+                              "dataset.root_path": str(tmp_path / "root"), **overrides})
 
 
 def by_id(roidb, flipped=False):
@@ -89,6 +92,33 @@ def test_coco_boxes_labels_crowd_and_class_mapping(tmp_path):
     assert entry["boxes"].dtype == np.float32 and entry["gt_classes"].dtype == np.int32
     assert entry["crowd_boxes"].dtype == np.float32
     assert dataset.coco.getAnnIds(imgIds=1) == [10, 11, 12]
+
+
+def test_coco_test_images_come_in_python_2_dict_order_training_ones_in_file_order(tmp_path):
+    write_coco(str(tmp_path / "data"), "val", [image_record(i) for i in (9, 1, 3)],
+               [ann(i, i, [0, 0, 10, 10]) for i in (9, 1, 3)])
+    # table of 8 slots: 9 -> slot 1; 1 -> slot 1 taken, probe 5 * 1 + 1 + 1 = 7; 3 -> slot 3
+    roidb, dataset = load_roidb(dataset_cfg(tmp_path), "val", training=False)
+    assert [e["id"] for e in roidb] == [9, 3, 1] and dataset.image_ids == [9, 1, 3]
+    in_file_order, _ = load_roidb(dataset_cfg(tmp_path, **{"dataset.TEST_IMAGE_ORDER": "file"}), "val", training=False)
+    assert [e["id"] for e in in_file_order] == [9, 1, 3]
+    training, _ = load_roidb(dataset_cfg(tmp_path, **{"TRAIN.FLIP": False}), "val")
+    assert [e["id"] for e in training] == [9, 1, 3]
+
+
+def test_python2_dict_order_resizes_as_cpython_2_7():
+    from lib.dataset.reference_rules import python2_dict_order
+
+    keys = [40, 1, 2, 3, 4, 5]
+    # five keys fit the 8 slots (40 in slot 0); the sixth fills two thirds: 32 slots, 40 moves to slot 8
+    assert [keys[i] for i in python2_dict_order(keys[:5])] == [40, 1, 2, 3, 4]
+    assert [keys[i] for i in python2_dict_order(keys)] == [1, 2, 3, 4, 5, 40]
+    # 10 -> slot 2; 2 -> slot 2 taken, probe 5 * 2 + 2 + 1 = 13 -> slot 5; 7 -> slot 7; a repeat keeps its place
+    assert python2_dict_order([10, 2, 7, 2]) == [0, 1, 2]
+    # -1 hashes as -2: slot 6 of 8, in size_t arithmetic
+    # (6 -> slot 6 taken, probe 5 * 6 + 6 + 1 = 37 -> slot 5); checked against CPython 2.7.18, as 60000
+    # random ids (the 2x resize above 50000 entries) were
+    assert python2_dict_order([-1, 6]) == [1, 0] and python2_dict_order([7, -1]) == [1, 0]
 
 
 def test_joined_image_sets_keep_order_and_share_one_coco_index(tmp_path):
@@ -146,9 +176,10 @@ def test_coco_test_dev_image_info_loads_for_testing_without_boxes(tmp_path):
     roidb, dataset = load_roidb(dataset_cfg(tmp_path), "test-dev2015", training=False)
     assert dataset.annotation_files == [os.path.join(root, "annotations", "image_info_test-dev2015.json")]
     assert dataset.classes == ["__background__", "two", "seven"] and dataset.category_ids == [0, 2, 7]
-    assert [entry["id"] for entry in roidb] == [5, 3] == dataset.image_ids
-    assert roidb[0]["image"] == os.path.join(root, "images", "test2015", "5.jpg")  # COCO's test2015 folder
-    assert (roidb[0]["height"], roidb[0]["width"]) == (40, 60)
+    # the reference's order (slots 3 and 5 of a Python 2 dict), the ids in the file's
+    assert [entry["id"] for entry in roidb] == [3, 5] and dataset.image_ids == [5, 3]
+    assert roidb[1]["image"] == os.path.join(root, "images", "test2015", "5.jpg")  # COCO's test2015 folder
+    assert (roidb[1]["height"], roidb[1]["width"]) == (40, 60)
     for entry in roidb:
         assert entry["boxes"].shape == (0, 4) and entry["gt_classes"].shape == (0,)
         assert entry["crowd_boxes"].shape == (0, 4) and entry["difficult"].shape == (0,)
@@ -805,3 +836,34 @@ def test_an_annotated_size_over_the_pixel_limit_is_refused_at_load(tmp_path):
     with pytest.raises(ValueError, match=r"image id 2 .* is annotated 100000x100000 pixels \(10000 Mpx\), more than "
                                          r"dataset.MAX_IMAGE_PIXELS \(1000 Mpx\); 1 image\(s\) are over it"):
         load_roidb(dataset_cfg(tmp_path), "train")
+
+
+class ToyDataset(Dataset):
+    """A format of one image given in code (module level: the roidb cache pickles it)."""
+
+    kind = "toy"
+    classes = ("__background__", "thing")
+    category_ids = (0, 7)
+
+    @property
+    def annotation_files(self):
+        return []
+
+    def load_entries(self):
+        self.image_ids = [1]
+        return [make_entry(os.path.join(self.dataset_path, "a.jpg"), 1, 20, 30, [[1, 2, 10, 12]], [1], [], [False])]
+
+    def evaluate(self, entries, detections, out_dir, segmentations=None, scoring=None):
+        return {"scored": [(e["id"], len(d)) for e, d in zip(entries, detections)]}
+
+
+def test_a_dataset_format_is_one_subclass_and_its_registration(tmp_path, monkeypatch):
+    # registered by name, the format's entries become the roidb (flips, cache) and its evaluate scores them
+    os.makedirs(tmp_path / "data")
+    cv2.imwrite(str(tmp_path / "data" / "a.jpg"), np.zeros((20, 30, 3), np.uint8))
+    monkeypatch.setitem(roidb_module.DATASETS, "toy", ToyDataset)
+    cfg = dataset_cfg(tmp_path, "toy", **{"TRAIN.FLIP": True})
+    roidb, dataset = load_roidb(cfg, "train")
+    assert [(e["id"], e["flipped"]) for e in roidb] == [(1, False), (1, True)] and dataset.num_classes == 2
+    np.testing.assert_array_equal(roidb[1]["boxes"], [[19, 2, 28, 12]])  # mirrored in a 30 px wide image
+    assert dataset.evaluate(roidb[:1], [np.zeros((3, 6))], str(tmp_path)) == {"scored": [(1, 3)]}

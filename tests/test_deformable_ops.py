@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import lib.ops  # noqa: F401  (registers the compiled operators)
-from conftest import build_cfg
+from lib.config import load_config
 from symbols import inference_symbol, training_symbol, use_compiled_deformable
 from symbols.deformable import deformable_convolution, deformable_psroi_pooling
 from network_helpers import graph_nodes, inference_shapes, parameter_shapes, train_shapes
@@ -206,8 +206,7 @@ COMPILED_COUNTERPARTS = {"_contrib_DeformableConvolution": "DeformableIm2Col",
 @pytest.mark.parametrize("is_train", [False, True])
 def test_network_parameters_do_not_depend_on_the_operators(symbol_name, is_train):
     stride = 32 if symbol_name.startswith("mobilenet") else 16
-    cfg = build_cfg({"symbol": symbol_name, "TRAIN.fp16": False, "TEST.fp16": False,
-                     "network.RPN_FEAT_STRIDE": stride, "network.RCNN_FEAT_STRIDE": stride})
+    cfg = load_config(None, {"symbol": symbol_name, "TRAIN.fp16": False, "TEST.fp16": False})
     shapes = train_shapes(2, 256, stride=stride) if is_train else inference_shapes(1, 512)
     stock, compiled = (network(cfg, is_train, num_classes=81, compiled=c) for c in VARIANTS)
     assert compiled.list_arguments() == stock.list_arguments()
@@ -245,8 +244,8 @@ def tiny_network_inputs(symbol, shapes, seed):
 
 @pytest.mark.parametrize("is_train", [False, True])
 def test_tiny_network_outputs_and_gradients_match_stock(is_train):
-    cfg = build_cfg({"symbol": "resnet_tiny", "TRAIN.fp16": False, "TEST.fp16": False,
-                     "TRAIN.RPN_POST_NMS_TOP_N": 64, "TEST.RPN_POST_NMS_TOP_N": 64})
+    cfg = load_config(None, {"symbol": "resnet_tiny", "TRAIN.fp16": False, "TEST.fp16": False,
+                             "TRAIN.RPN_POST_NMS_TOP_N": 64, "TEST.RPN_POST_NMS_TOP_N": 64})
     shapes = train_shapes(2, 128) if is_train else inference_shapes(2, 128)
     symbols = [network(cfg, is_train, num_classes=5, compiled=c) for c in VARIANTS]
     inputs, aux_shapes = tiny_network_inputs(symbols[0], shapes, seed=5)
@@ -282,9 +281,9 @@ def test_tiny_network_outputs_and_gradients_match_stock(is_train):
 
 
 def test_compiled_operators_on_cpu_contexts_only():
-    cfg = build_cfg()
+    cfg = load_config(None)
     assert use_compiled_deformable(cfg, [mx.cpu(0), mx.cpu(1)])
     assert not use_compiled_deformable(cfg, [mx.gpu(0)])
-    assert not use_compiled_deformable(build_cfg({"network.CPU_DEFORMABLE_OPS": "stock"}), [mx.cpu(0)])
+    assert not use_compiled_deformable(load_config(None, {"network.CPU_DEFORMABLE_OPS": "stock"}), [mx.cpu(0)])
     with pytest.raises(ValueError, match="network.CPU_DEFORMABLE_OPS = 'fast'"):
-        use_compiled_deformable(build_cfg({"network.CPU_DEFORMABLE_OPS": "fast"}), [mx.cpu(0)])
+        use_compiled_deformable(load_config(None, {"network.CPU_DEFORMABLE_OPS": "fast"}), [mx.cpu(0)])

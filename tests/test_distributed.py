@@ -291,7 +291,8 @@ def test_stopping_or_killing_the_launcher_leaves_no_process(tmp_path, fake_ssh, 
 def test_two_workers_train_the_tiny_config_in_step(tmp_path):
     overrides = ["dataset.dataset_path", str(tmp_path / "data"), "dataset.root_path", str(tmp_path),
                  "dataset.synthetic_train", "4", "dataset.synthetic_val", "2", "TRAIN.FLIP", "false",
-                 "TRAIN.end_epoch", "2", "TRAIN.BATCH_IMAGES", "2", "gpus", "cpu:1", "TRAIN.NUM_PROCESS", "0",
+                 "TRAIN.end_epoch", "2", "TRAIN.lr_step", "", "TRAIN.BATCH_IMAGES", "2", "gpus", "cpu:1",
+                 "TRAIN.NUM_PROCESS", "0",
                  "default.frequent", "2",
                  "output_path", str(tmp_path / "out"), "default.kvstore", "dist_sync"]
     cfg = load_config(TINY, list(zip(overrides[::2], overrides[1::2])))

@@ -26,7 +26,7 @@ def run_entry(program, *argv, cwd):
                           text=True, timeout=300)
 
 
-def test_main_test_logs_the_effective_config_as_yaml(tmp_path, monkeypatch):
+def test_main_test_logs_the_effective_config_as_yaml_to_the_log_file_only(tmp_path, monkeypatch, capsys):
     config = tmp_path / "exp.yml"
     config.write_text("TEST:\n  TEST_EPOCH: 3\n")
     tested = []
@@ -46,9 +46,11 @@ def test_main_test_logs_the_effective_config_as_yaml(tmp_path, monkeypatch):
     (log,) = glob.glob(os.path.join(tmp_path, "out", "exp", "test_*.log"))
     with open(log) as f:
         text = f.read()
-    assert f"config {config} with overrides ['output_path', '{tmp_path / 'out'}', 'TEST.BATCH_IMAGES', '2']:\n" in text
-    assert dump_config(cfg) in text  # the YAML of every key, as main_train.py logs it
+    named = f"config {config} with overrides ['output_path', '{tmp_path / 'out'}', 'TEST.BATCH_IMAGES', '2']"
+    assert f"{named}\n" in text and f"effective config:\n{dump_config(cfg)}" in text  # every key, as YAML
     assert "  TEST_EPOCH: 3\n" in text and "  BATCH_IMAGES: 2\n" in text
+    console = capsys.readouterr().err
+    assert named in console and "TEST_EPOCH" not in console  # the console: file and overrides, no dump
 
 
 @pytest.mark.parametrize("entry", [main_train, main_test, demo])
@@ -166,8 +168,8 @@ def test_own_coco_folder_on_the_tiny_config_needs_only_the_dataset_keys(syntheti
     result = run_entry("main_train.py", "--cfg", TINY, "--eval", "--set", "dataset.dataset", "coco",
                        "dataset.dataset_path", data, "dataset.image_set", "train", "dataset.test_image_set", "val",
                        "dataset.root_path", str(tmp_path), "output_path", str(tmp_path / "out"), "TRAIN.end_epoch=1",
-                       "TRAIN.BATCH_IMAGES=2", "TRAIN.NUM_PROCESS=0", "gpus=cpu:1", "TRAIN.FLIP=false",
-                       "TEST.NUM_PROCESS=0", cwd=tmp_path)
+                       "TRAIN.lr_step=", "TRAIN.BATCH_IMAGES=2", "TRAIN.NUM_PROCESS=0", "gpus=cpu:1",
+                       "TRAIN.FLIP=false", "TEST.NUM_PROCESS=0", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     with open(tmp_path / "out" / "sniper_synthetic_tiny" / "results" / "val" / "test_summary.json") as f:
         assert json.load(f)["tested"] == 1

@@ -29,9 +29,14 @@ def make_coco_gt():
             w, h = x2 - x1 + 1, y2 - y1 + 1
             annotations.append({"id": len(annotations) + 1, "image_id": image_id, "category_id": CATEGORY_IDS[label],
                                 "bbox": [x1, y1, w, h], "area": w * h, "iscrowd": 0})
+    return indexed_coco(images, annotations, CATEGORY_IDS)
+
+
+def indexed_coco(images, annotations, category_ids):
+    """A pycocotools COCO of these images and annotations, categories ``category_ids[1:]`` named c<id>."""
     coco = COCO()
     coco.dataset = {"images": images, "annotations": annotations,
-                    "categories": [{"id": c, "name": f"c{c}"} for c in CATEGORY_IDS[1:]]}
+                    "categories": [{"id": c, "name": f"c{c}"} for c in category_ids[1:]]}
     with contextlib.redirect_stdout(io.StringIO()):
         coco.createIndex()
     return coco
@@ -51,6 +56,30 @@ def test_results_entries_are_coco_format():
     dets = [np.array([[10, 20, 19, 39, 0.5, 2]], np.float32), np.zeros((0, 6), np.float32)]
     assert coco_results(dets, [5, 6], CATEGORY_IDS) == [
         {"image_id": 5, "category_id": 7, "bbox": [10.0, 20.0, 10.0, 20.0], "score": 0.5}]
+
+
+def test_results_precision_is_the_reference_s():
+    # scores with 8 decimals, boxes with 1 (the reference's coco.py); 0.25 and 100.75 are exact binary ties:
+    # Python 2's round sends them away from zero, Python 3's round to the even digit
+    dets = [np.array([[10.25, 20.75, 19.04, 39.06, 0.123456789, 2], [-0.25, 0, 5, 5, 0.001953125, 2]])]
+    entries = coco_results(dets, [5], CATEGORY_IDS)
+    assert [e["bbox"] for e in entries] == [[10.3, 20.8, 9.8, 19.3], [-0.3, 0.0, 6.3, 6.0]]
+    # 0.001953125 = 1/512, a tie at 8 decimals; 0.123456789 is not one
+    assert [e["score"] for e in entries] == [0.12345679, 0.00195313]
+    assert round(0.25, 1) == 0.2 and round(0.001953125, 8) == 0.00195312  # what Python 3 alone would write
+
+
+def test_reference_round_agrees_with_decimal_half_up_on_random_values():
+    from decimal import ROUND_HALF_UP, Decimal
+
+    from lib.inference.evaluator import reference_round
+
+    rng = np.random.default_rng(0)
+    values = np.concatenate([rng.uniform(-1000, 1000, 2000), rng.integers(-4000, 4000, 500) / 4.0,
+                             rng.integers(0, 512, 200) / 512.0])
+    for digits in (1, 8):
+        expected = [float(Decimal(v).quantize(Decimal(1).scaleb(-digits), ROUND_HALF_UP)) for v in values.tolist()]
+        assert reference_round(values, digits) == expected
 
 
 def test_label_outside_categories_is_rejected():
@@ -150,4 +179,61 @@ def test_evaluate_voc_reports_per_class_and_mean(tmp_path):
     assert result["mAP"] == pytest.approx(0.5)
     assert json.load(open(tmp_path / "voc_ap.json"))["mAP"] == pytest.approx(0.5)
     per_class = json.load(open(tmp_path / "per_class_ap.json"))
-    assert per_class["cat"] == {"AP": 1.0} and per_class["dog"] == {"AP": 0.0} and np.isnan(per_class["cow"]["AP"])
+    assert per_class["cat"] == {"AP": 1.0, "AP@0.70": 1.0} and per_class["dog"] == {"AP": 0.0, "AP@0.70": 0.0}
+    assert np.isnan(per_class["cow"]["AP"])
+
+
+def test_evaluate_voc_reports_map_at_0_7_beside_0_5(tmp_path):
+    # a 10 x 10 gt and a detection shifted by 2 px: IoU (8 * 10) / (2 * 100 - 80) = 2 / 3, a hit at 0.5 only
+    classes = ["__background__", "cat"]
+    detections = [np.array([[2, 0, 11, 9, 0.9, 1]], np.float32)]
+    result = evaluate_voc(detections, [np.array([[0, 0, 9, 9]], np.float32)], [np.array([1])],
+                          [np.array([False])], classes, str(tmp_path), use_07_metric=False)
+    assert result["mAP"] == pytest.approx(1.0) and result["mAP@0.70"] == 0.0
+    assert json.load(open(tmp_path / "voc_ap.json"))["AP@0.70"] == {"cat": 0.0}
+
+
+def test_proposal_recall_per_size_range_and_threshold_hand_worked():
+    from lib.inference.evaluator import proposal_recall
+
+    gts = [np.array([[0, 0, 9, 9], [100, 100, 199, 199]], np.float32), np.array([[0, 0, 39, 39]], np.float32)]
+    # image 0: the 10 px gt found exactly, the 100 px one at IoU 80 * 100 / (2 * 10000 - 8000) = 2 / 3;
+    # image 1: no proposals (its 40 px gt is missed)
+    proposals = [np.array([[0, 0, 9, 9, 0.9], [120, 100, 219, 199, 0.8]], np.float32), np.zeros((0, 5))]
+    table = proposal_recall(gts, proposals, {"all": (-1, -1), "small": (-1, 32), "large": (96, -1),
+                                             "none": (500, -1)})
+    assert table["all"] == {"gts": 3, 0.5: pytest.approx(2 / 3), 0.7: pytest.approx(1 / 3)}
+    assert table["small"] == {"gts": 1, 0.5: 1.0, 0.7: 1.0}
+    assert table["large"] == {"gts": 1, 0.5: 1.0, 0.7: 0.0}
+    assert table["none"]["gts"] == 0 and np.isnan(table["none"][0.5])
+
+
+def test_proposal_recall_tool_prints_the_table(tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    import cv2
+
+    from lib.dataset.proposals import write_proposals
+
+    root = tmp_path / "data"
+    (root / "annotations").mkdir(parents=True)
+    (root / "images" / "train").mkdir(parents=True)
+    cv2.imwrite(str(root / "images" / "train" / "1.jpg"), np.zeros((100, 120, 3), np.uint8))
+    json.dump({"images": [{"id": 1, "file_name": "1.jpg", "width": 120, "height": 100}],
+               "annotations": [{"id": 1, "image_id": 1, "bbox": [10, 10, 20, 20], "area": 400, "iscrowd": 0,
+                                "category_id": 1}], "categories": [{"id": 1, "name": "thing"}]},
+              open(root / "annotations" / "instances_train.json", "w"))
+    write_proposals({1: np.array([[10, 10, 29, 29, 1.0]], np.float32)}, str(tmp_path / "p.npz"))
+    tools = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools")
+    monkeypatch.syspath_prepend(tools)
+    spec = importlib.util.spec_from_file_location("proposal_recall_tool", os.path.join(tools, "proposal_recall.py"))
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    dataset = ["--set", "dataset.dataset", "coco", "dataset.dataset_path", str(root), "dataset.root_path",
+               str(tmp_path), "dataset.image_set", "train"]
+    tool.main(["--cfg", "configs/faster/sniper_synthetic_tiny.yml", "--proposals", str(tmp_path / "p.npz"), *dataset])
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| all"))
+    assert [cell.strip() for cell in row.split("|")[2:5]] == ["1", "1.000", "1.000"]
+    with pytest.raises(SystemExit, match="none.npz"):
+        tool.main(["--cfg", "configs/faster/sniper_synthetic_tiny.yml", "--proposals", str(tmp_path / "none.npz"),
+                   *dataset])

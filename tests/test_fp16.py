@@ -7,8 +7,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from conftest import build_cfg
-
+from lib.config import load_config
 from lib.run import checkpoint
 from lib.train.optimizer import make_optimizer_params, master_params
 from lib.run.optimizer_states import state_arrays
@@ -34,9 +33,9 @@ def fp16_graph(symbol_name, is_train):
     """(symbol, input shapes) of the float16 training or test graph of ``symbol_name``."""
     import lib.ops  # noqa: F401  (registers MultiProposalTarget)
     if is_train:
-        cfg = build_cfg({"symbol": symbol_name, "TRAIN.fp16": True})
+        cfg = load_config(None, {"symbol": symbol_name, "TRAIN.fp16": True})
         return training_symbol(cfg, NUM_CLASSES, 2), train_shapes(2, 128)
-    cfg = build_cfg({"symbol": symbol_name, "TEST.fp16": True})
+    cfg = load_config(None, {"symbol": symbol_name, "TEST.fp16": True})
     return inference_symbol(cfg, NUM_CLASSES), inference_shapes(1, 128)
 
 
@@ -149,7 +148,7 @@ def test_float16_graph_binds_on_the_cpu(symbol_name, is_train):
 
 def test_float32_graphs_have_no_casts():
     import lib.ops  # noqa: F401
-    cfg = build_cfg({"symbol": "resnet_tiny", "TRAIN.fp16": False, "TEST.fp16": False})
+    cfg = load_config(None, {"symbol": "resnet_tiny", "TRAIN.fp16": False, "TEST.fp16": False})
     assert cast_nodes(training_symbol(cfg, NUM_CLASSES, 2)) == []
     assert cast_nodes(inference_symbol(cfg, NUM_CLASSES)) == []
 
@@ -181,8 +180,8 @@ def mixed_precision_module(contexts, arg_params=None):
     module.bind([("data", BATCH.shape)], for_training=True)
     module.init_params(arg_params=arg_params or {"half_weight": mx.nd.array(W16, dtype="float16"),
                                                  "full_weight": mx.nd.array(W32)})
-    cfg = build_cfg({"TRAIN.lr": LR, "TRAIN.wd": WD, "TRAIN.momentum": MOMENTUM, "TRAIN.warmup": False,
-                     "TRAIN.fp16_loss_scale": LOSS_SCALE, "TRAIN.lr_step": "1000"})
+    cfg = load_config(None, {"TRAIN.lr": LR, "TRAIN.wd": WD, "TRAIN.momentum": MOMENTUM, "TRAIN.warmup": False,
+                             "TRAIN.fp16_loss_scale": LOSS_SCALE, "TRAIN.lr_step": ""})
     module.init_optimizer(kvstore="device", optimizer="sgd",
                           optimizer_params=make_optimizer_params(cfg, iters_per_epoch=10, num_update=0, fp16=True))
     return module

@@ -9,8 +9,7 @@ import time
 
 import pytest
 
-from conftest import ROOT
-
+from lib.bootstrap import ROOT
 from lib.gpu_check import report as gpu_report, runs
 
 SCRIPT = os.path.join(ROOT, "tools", "gpu_check.py")

@@ -17,7 +17,8 @@ from lib.dataset import synthetic
 from lib.dataset.annotations import make_entry
 from lib.dataset.coco import CocoDataset
 from lib.dataset.polygons import POLYGON_KEYS, box_polygons, pack_polygons, select_polygons
-from lib.dataset.roidb import _cache_path, flip_entry
+from lib.dataset.roidb import flip_entry
+from lib.dataset.roidb_cache import cache_path
 
 ENTRY_KEYS = {"image", "id", "height", "width", "boxes", "gt_classes", "flipped", "crowd_boxes"}
 BATCH_NAMES = ["data", "valid_ranges", "im_info", "label", "bbox_target", "bbox_weight", "gt_boxes"]
@@ -246,7 +247,7 @@ def test_without_masks_the_batches_are_the_box_only_batches(synthetic_cfgs):
     for path in dataset.annotation_files:
         old.update(os.path.relpath(path, dataset.dataset_path).encode())
         old.update(hashlib.sha1(open(path, "rb").read()).hexdigest().encode())
-    assert os.path.basename(_cache_path(plain_cfg.dataset.root_path, dataset, True, True, False)) == \
+    assert os.path.basename(cache_path(plain_cfg.dataset.root_path, dataset, True, True, False)) == \
         f"coco_train_train_{old.hexdigest()[:16]}.pkl"
     # RPN-only training has no mask branch: no gt_masks
     assert "gt_masks" not in epoch(mask_cfg, rpn_only=True)[2]

@@ -81,6 +81,28 @@ def test_reference_symbol_calls_build_and_infer_shapes():
                                      gt_boxes=(2, 100, 5), valid_ranges=(2, 2), gt_masks=(2, 100, 500),
                                      mask_pred=(100, 160, 28, 28))
     assert shapes == [(600, 5), (600,), (600, 4), (600, 4), (100, 5), (100, 1), (100, 28, 28), (100, 2, 28, 28)]
+    # the reference feeds the softmax's (B, 2, A*H, W) view of the scores: the same shapes out
+    _, shapes_as_fed, _ = group.infer_shape(rpn_cls_prob=(2, 2, 21 * 32, 32), rpn_bbox_pred=(2, 84, 32, 32),
+                                            im_info=(2, 3), gt_boxes=(2, 100, 5), valid_ranges=(2, 2),
+                                            gt_masks=(2, 100, 500), mask_pred=(100, 160, 28, 28))
+    assert shapes_as_fed == shapes
+
+
+@pytest.mark.parametrize("op_name", ["MultiProposalTargetMask", "MultiProposalTarget"])
+def test_scores_in_the_two_channel_view_give_the_same_outputs(op_name):
+    """(B, 2, A*H, W) is the memory of (B, 2A, H, W): identical outputs, the map size read from bbox_pred."""
+    rng = np.random.default_rng(4)
+    inputs = list(random_chips(rng, [[0, 272], [16, 200]]))
+    op = getattr(mx.nd, op_name)
+    from lib.config import load_config
+
+    attrs = {"batch_size": 2} if op_name == "MultiProposalTargetMask" else \
+        lib.ops.proposal_target_attrs(load_config(None))
+    stacked = [out.asnumpy() for out in op(*(mx.nd.array(x) for x in inputs), **attrs)]
+    inputs[0] = inputs[0].reshape(2, 2, -1, inputs[0].shape[3])
+    viewed = [out.asnumpy() for out in op(*(mx.nd.array(x) for x in inputs), **attrs)]
+    for got, want in zip(viewed, stacked):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_inputs_by_position_or_keyword_not_both():

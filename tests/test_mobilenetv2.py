@@ -8,18 +8,17 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from conftest import ROOT, build_cfg
 from network_helpers import bind_random, graph_nodes, inference_shapes, node_attrs, parameter_shapes, train_shapes
 
-from lib.config import load_config
+from lib.bootstrap import ROOT
+from lib.config import ConfigError, load_config
 from lib.data.anchor_target import AnchorTargeter, AnchorTargetParams
 from lib.run.checkpoint import params_path
 from lib.train.pretrained import PretrainedError, initial_params
 from symbols import get_fixed_param_names, inference_symbol, is_imagenet_parameter, training_symbol
-from symbols.bodies import BODIES
-from symbols.sniper import HEADS
+from symbols.backbones import BACKBONES, backbone_of, feature_stride
 
-MANIFEST = os.path.join(ROOT, "tests", "data", "sniper_mobilenetv2_test_params.json")
+MANIFEST = os.path.join(ROOT, "tests", "data", backbone_of("mobilenetv2").manifest)
 CONFIG = os.path.join(ROOT, "configs", "faster", "sniper_mobilenetv2_e2e.yml")
 SYNTHETIC = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_mobilenetv2.yml")
 A = 15
@@ -162,31 +161,41 @@ def test_rcnn_classification_loss_is_averaged_over_all_rois():
     onehot = np.eye(4)[np.where(label >= 0, label, 0).astype(int)]
     expected = ((prob - onehot) * (label >= 0)[:, None]).sum(axis=0) / (rois * chips)
     np.testing.assert_allclose(executor.grad_dict["cls_score_bias"].asnumpy(), expected, rtol=1e-4, atol=1e-7)
-    resnet = training_symbol(build_cfg({"symbol": "resnet_tiny"}), 4, chips)
+    resnet = training_symbol(load_config(None, {"symbol": "resnet_tiny"}), 4, chips)
     assert node_attrs(resnet)["cls_prob"]["normalization"] == "valid"
 
 
 def test_configs_have_the_reference_settings():
     cfg = load_config(CONFIG)
     network, train = cfg.network, cfg.TRAIN
-    assert (cfg.symbol, network.RPN_FEAT_STRIDE, network.RCNN_FEAT_STRIDE, network.NUM_ANCHORS) == \
-        ("mobilenetv2", 32, 32, 15)
+    assert (cfg.symbol, feature_stride(cfg), network.NUM_ANCHORS) == ("mobilenetv2", 32, 15)
     assert network.ANCHOR_SCALES == (1, 2, 4, 8, 12) and network.ANCHOR_RATIOS == (0.5, 1.0, 2.0)
     assert network.FIXED_BN_AFFINE and network.FIXED_PARAMS == ()
     assert (train.lr, train.warmup_step, train.BATCH_IMAGES, train.end_epoch, train.lr_step) == \
         (0.025, 9000, 42, 7, "5.33")
-    assert train.SCALES == ((1400, 2000), (800, 1280), (-1, 512))
+    assert train.SCALES == (3.0, 1.667, 512.0)  # what the reference's main_train.py forces for 81-class COCO
+    assert (cfg.TEST.BATCH_IMAGES, cfg.TEST.BATCH_PARTS) == ((2, 2, 4), 2)
     assert cfg.TEST.SCALES == ((1400, 2000), (800, 1280), (480, 512))
     assert cfg.dataset.image_set == "train2014+val2014" and cfg.dataset.test_image_set == "test-dev2015"
     synthetic = load_config(SYNTHETIC)
-    assert (synthetic.symbol, synthetic.network.RPN_FEAT_STRIDE, synthetic.network.NUM_ANCHORS) == \
-        ("mobilenetv2_tiny", 32, 15)
+    assert (synthetic.symbol, feature_stride(synthetic), synthetic.network.NUM_ANCHORS) == ("mobilenetv2_tiny", 32, 15)
 
 
-def test_every_body_has_a_head_and_declares_its_stride():
-    assert set(BODIES) == set(HEADS)
-    assert {name: body.stride for name, body in BODIES.items()} == {
+def test_every_backbone_record_names_its_stride_head_and_weights():
+    assert {name: backbone.stride for name, backbone in BACKBONES.items()} == {
         "resnet101": 16, "resnet50": 16, "resnet_tiny": 16, "mobilenetv2": 32, "mobilenetv2_tiny": 32}
+    assert all(backbone.name == name and backbone.head.rpn_channels > 0 for name, backbone in BACKBONES.items())
+    assert {name: backbone.gluoncv_model for name, backbone in BACKBONES.items() if backbone.gluoncv_model} == {
+        "resnet101": "resnet101_v2", "resnet50": "resnet50_v2"}
+    manifests = [backbone.manifest for backbone in BACKBONES.values() if backbone.manifest]
+    assert manifests and all(os.path.isfile(os.path.join(ROOT, "tests", "data", m)) for m in manifests)
+
+
+def test_an_unknown_symbol_is_refused_at_load_listing_the_registered_backbones():
+    with pytest.raises(ConfigError) as err:
+        load_config(SYNTHETIC, [("symbol", "resnet999")])
+    assert str(err.value) == ("config key symbol: unknown backbone 'resnet999' (registered: mobilenetv2, "
+                              "mobilenetv2_tiny, resnet101, resnet50, resnet_tiny)")
 
 
 def test_stride_32_anchor_targets_and_stride_errors():
@@ -195,8 +204,8 @@ def test_stride_32_anchor_targets_and_stride_errors():
     x1, y1, x2, y2 = targeter.anchors.T
     sides = np.sqrt((x2 - x1 + 1) * (y2 - y1 + 1))
     assert sides.min() == pytest.approx(32, rel=0.05) and sides.max() == pytest.approx(384, rel=0.05)
-    with pytest.raises(ValueError, match=r"network\.RPN_FEAT_STRIDE = 16.*stride 32"):
-        inference_symbol(build_cfg({"symbol": "mobilenetv2"}), 6)
+    with pytest.raises(ConfigError, match=r"network\.RPN_FEAT_STRIDE is no longer set: it is the backbone's stride"):
+        load_config(SYNTHETIC, [("network.RPN_FEAT_STRIDE", 32)])
     with pytest.raises(ValueError, match=r"CHIP_SIZE.*multiple"):
         load_config(SYNTHETIC, [("TRAIN.CHIP_SIZE", 496)])
 

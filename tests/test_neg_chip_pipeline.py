@@ -14,6 +14,7 @@ from lib.data.epoch_plan import EpochPlan, mine_images
 from lib.dataset.proposals import read_proposals
 from lib.inference.detector import Detector
 from lib.run.checkpoint import load_params
+from lib.run.folder import numbered_classes
 from chip_generator.mining import MiningParams
 from lib.pipeline.neg_chips import NegChipPipeline
 from symbols import inference_symbol
@@ -56,7 +57,7 @@ def test_mined_chips_are_flagged_negative_exactly_for_the_background_chips():
 def overrides(tmp_path):
     return [("dataset.dataset_path", str(tmp_path / "data")), ("dataset.root_path", str(tmp_path)),
             ("dataset.synthetic_train", "2"), ("dataset.synthetic_val", "1"), ("output_path", str(tmp_path / "out")),
-            ("TRAIN.FLIP", "false"), ("TRAIN.end_epoch", "1"), ("TRAIN.BATCH_IMAGES", "2"),
+            ("TRAIN.FLIP", "false"), ("TRAIN.end_epoch", "1"), ("TRAIN.lr_step", ""), ("TRAIN.BATCH_IMAGES", "2"),
             ("TRAIN.NUM_PROCESS", "0"), ("TRAIN.warmup_step", "5"), ("gpus", "cpu:1")]
 
 
@@ -115,9 +116,9 @@ def test_rpn_checkpoint_loads_into_the_proposal_graph_only(finished):
     for name, shape in needed.items():
         if name not in shapes:
             assert name in given and given[name].shape == shape, name
-    Detector.from_checkpoint(cfg, None, outputs["rpn"], rpn_only=True)
+    Detector.from_config(cfg, outputs["rpn"], rpn_only=True)
     with pytest.raises(ValueError, match="lacks"):  # no R-CNN head in an RPN-only checkpoint
-        Detector.from_checkpoint(cfg, num_classes, outputs["rpn"], rpn_only=False)
+        Detector.from_config(cfg, outputs["rpn"], numbered_classes(num_classes))
 
 
 def test_proposals_cover_the_training_images(finished):
@@ -171,11 +172,13 @@ def test_bad_rpn_epochs_is_a_clear_error():
         NegChipPipeline(TINY, [], rpn_epochs=0)
 
 
-def test_rpn_stage_keeps_the_main_lr_step_as_the_reference():
+def test_rpn_stage_keeps_the_main_lr_steps_within_its_epochs_as_the_reference():
     # the reference's RPN stage runs the main config for 2 epochs: its 5.33-epoch step never comes
     pipeline = NegChipPipeline(TINY, [("TRAIN.end_epoch", "7"), ("TRAIN.lr_step", "5.33")], rpn_epochs=2)
-    assert pipeline.rpn_cfg.TRAIN.lr_step == pipeline.sniper_cfg.TRAIN.lr_step == "5.33"
+    assert (pipeline.rpn_cfg.TRAIN.lr_step, pipeline.sniper_cfg.TRAIN.lr_step) == ("", "5.33")
     assert pipeline.rpn_cfg.TRAIN.end_epoch == 2
+    early = NegChipPipeline(TINY, [("TRAIN.end_epoch", "7"), ("TRAIN.lr_step", "1.5,5.33")], rpn_epochs=2)
+    assert early.rpn_cfg.TRAIN.lr_step == "1.5"
     explicit = NegChipPipeline(TINY, [("TRAIN.end_epoch", "8")], rpn_epochs=2,
                                rpn_overrides=[("TRAIN.lr_step", "0.5")])
     assert explicit.rpn_cfg.TRAIN.lr_step == "0.5"

@@ -12,10 +12,9 @@ import numpy as np
 import pytest
 from gluoncv.model_zoo import get_model
 
-from conftest import build_cfg
 
 from lib import gluoncv_resnet
-from lib.config import with_overrides
+from lib.config import load_config, with_overrides
 from lib.run.checkpoint import params_path
 from lib.train.pretrained import PretrainedError, initial_params
 from symbols import is_imagenet_parameter, training_symbol
@@ -53,7 +52,7 @@ def gluon_resnet50():
 
 
 def pixel_means():
-    return np.array(build_cfg().network.PIXEL_MEANS)
+    return np.array(load_config(None).network.PIXEL_MEANS)
 
 
 def backbone_params(names):
@@ -140,8 +139,8 @@ def test_converter_cli_writes_a_checkpoint_the_trainer_loads(gluon_resnet50, tmp
 
 
 def pretrained_cfg(symbol="resnet_tiny", pretrained="", epoch=0, from_scratch=False):
-    return build_cfg({"symbol": symbol, "TRAIN.fp16": False, "TRAIN.FROM_SCRATCH": from_scratch,
-                      "network.pretrained": pretrained, "network.pretrained_epoch": epoch})
+    return load_config(None, {"symbol": symbol, "TRAIN.fp16": False, "TRAIN.FROM_SCRATCH": from_scratch,
+                              "network.pretrained": pretrained, "network.pretrained_epoch": epoch})
 
 
 def rpn_only_shapes(size, chips=2, anchors=21):

@@ -5,9 +5,10 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
 
-from lib.train.progress import RunProgress, format_duration
+from lib.bootstrap import ROOT
+from lib.config import load_config
+from lib.train.progress import RunProgress, format_duration, schedule_warnings
 
 PLOT = os.path.join(ROOT, "tools", "plot_metrics.py")
 
@@ -94,3 +95,36 @@ def test_log_lines_go_above_a_running_progress_bar():
         assert "1/2" in text[line:]  # ...and drawn again below it
     finally:
         logger.removeHandler(handler)
+
+
+def test_a_resumed_run_drops_the_interrupted_epochs_lines_so_none_appears_twice(tmp_path):
+    path = str(tmp_path / "metrics.jsonl")
+    first = RunProgress(path, begin_epoch=0, end_epoch=3, num_update=0)
+    for epoch in (0, 1):  # epoch 1 complete, epoch 2 interrupted after 2 of its 5 batches
+        first.start_epoch(epoch, 5)
+        for batch in range(1, 6 if epoch == 0 else 3):
+            first.record(batch, 0.1, {"loss": 1.0}, 10.0)
+    with open(path, "a") as f:
+        f.write('{"iteration": 8, "epo')  # a line cut by the kill
+    resumed = RunProgress(path, begin_epoch=1, end_epoch=3, num_update=5)
+    resumed.start_epoch(1, 5)
+    for batch in range(1, 6):
+        resumed.record(batch, 0.1, {"loss": 0.5}, 10.0)
+    with open(path) as f:
+        records = [json.loads(line) for line in f]
+    keys = [(r["epoch"], r["batch"]) for r in records]
+    assert keys == [(1, b) for b in range(1, 6)] + [(2, b) for b in range(1, 6)]  # each once, in order
+    assert [r["loss"] for r in records if r["epoch"] == 2] == [0.5] * 5  # the resumed run's lines
+
+
+@pytest.mark.parametrize("overrides, iters, warned", [
+    ({"TRAIN.end_epoch": 2, "TRAIN.warmup_step": 100, "TRAIN.lr_step": "1.5"}, 40, True),  # 80 updates < 100
+    ({"TRAIN.end_epoch": 3, "TRAIN.warmup_step": 100, "TRAIN.lr_step": ""}, 40, False),  # 120 updates
+    ({"TRAIN.end_epoch": 2, "TRAIN.warmup": False, "TRAIN.warmup_step": 1000, "TRAIN.lr_step": ""}, 40, False),
+])
+def test_a_run_ending_inside_the_warm_up_is_warned_about_at_start(overrides, iters, warned):
+    warnings = schedule_warnings(load_config(None, overrides), iters, num_update=0)
+    assert len(warnings) == warned
+    if warned:
+        assert "after 80 updates (2 epochs of 40 batches), inside the warm-up (TRAIN.warmup_step 100)" in warnings[0]
+    assert schedule_warnings(load_config(None, overrides), iters, num_update=10 ** 6) == []  # resumed past it

@@ -18,7 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml")
 RUN_OVERRIDES = ["dataset.dataset_path=data/synthetic", "dataset.root_path=data", "dataset.synthetic_train=2",
                  "dataset.synthetic_val=1", "output_path=out", "TRAIN.FLIP=false", "TRAIN.end_epoch=2",
-                 "TRAIN.BATCH_IMAGES=2", "TRAIN.NUM_PROCESS=0", "TRAIN.warmup_step=5", "gpus=cpu:1",
+                 "TRAIN.lr_step=", "TRAIN.BATCH_IMAGES=2", "TRAIN.NUM_PROCESS=0", "TRAIN.warmup_step=5", "gpus=cpu:1",
                  "TEST.NUM_PROCESS=0"]
 EVERY_SCORE = ["TEST.SCORE_THRESH", "0"]  # a barely trained network scores below the default threshold
 
@@ -96,7 +96,8 @@ def test_main_test_takes_a_run_folder_alone_from_another_directory(trained, else
     shutil.rmtree(folder / "results")
     result = run([os.path.join(ROOT, "main_test.py"), "--model", str(folder), "--set", *EVERY_SCORE], cwd=elsewhere)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "  SCORE_THRESH: 0.0\n" in result.stderr  # the effective config logged: --set still applies
+    logs = sorted(folder.glob("test_*.log"), key=os.path.getmtime)
+    assert "  SCORE_THRESH: 0.0\n" in logs[-1].read_text()  # the effective config logged: --set still applies
     with open(folder / "results" / "val" / "test_summary.json") as f:
         summary = json.load(f)
     # the newest epoch; the dataset's relative paths found through the run folder, not the working directory
@@ -186,28 +187,28 @@ def test_missing_metadata_says_what_to_pass_instead(trained, tmp_path):
     assert_one_line_error(result, "give --model RUN_FOLDER")
 
 
-def test_cfg_form_takes_the_class_count_from_the_checkpoint(trained):
+def test_a_checkpoint_with_a_config_takes_its_class_names_from_the_run_record_else_the_config(trained):
     from lib.inference import Detector
+    from lib.run.folder import checkpoint_classes
 
     work, folder, _ = trained
     cfg = load_config(str(folder / "config.yaml"), [("gpus", "cpu:1")])
-    detector = Detector.from_checkpoint(cfg, None, str(folder / "SNIPER-0001.params"))
+    params = str(folder / "SNIPER-0001.params")
+    detector = Detector.from_config(cfg, params, checkpoint_classes(params, cfg))
     assert detector.classes[1:] == ["circle", "square", "triangle", "cross", "star"]
     stripped = load_config(str(folder / "config.yaml"), [("gpus", "cpu:1"), ("dataset.NUM_CLASSES", "6")])
-    plain = work / "plain.params"
+    plain = str(work / "plain.params")
     shutil.copy(folder / "SNIPER-0001.params", plain)  # no companion metadata: numbered classes
-    assert Detector.from_checkpoint(stripped, None, str(plain)).classes == ["__background__"] + [
-        f"class {i}" for i in range(1, 6)]
+    assert checkpoint_classes(plain, stripped) == ["__background__"] + [f"class {i}" for i in range(1, 6)]
     # no metadata and no count: the classes of the config's test set when its annotations are on disk ...
     on_disk = load_config(str(folder / "config.yaml"), [("gpus", "cpu:1"), ("dataset.NUM_CLASSES", "0"),
                                                         ("dataset.dataset_path", str(work / "data" / "synthetic")),
                                                         ("dataset.root_path", str(work / "data"))])
-    assert Detector.from_checkpoint(on_disk, None, str(plain)).classes[1:] == [
-        "circle", "square", "triangle", "cross", "star"]
+    assert checkpoint_classes(plain, on_disk)[1:] == ["circle", "square", "triangle", "cross", "star"]
     # ... else an error saying what to set
     absent = with_overrides(on_disk, {"dataset.dataset": "coco", "dataset.dataset_path": str(work / "absent")})
     with pytest.raises(CheckpointError, match=r"no metadata naming its classes .* set dataset.NUM_CLASSES"):
-        Detector.from_checkpoint(absent, None, str(plain))
+        checkpoint_classes(plain, absent)
 
 
 def test_detections_sort_by_score_and_name_their_labels():
@@ -298,3 +299,39 @@ def test_damaged_metadata_is_named(trained, tmp_path):
     (damaged / "SNIPER-0001.progress.json").write_text(json.dumps(progress))
     result = run([os.path.join(ROOT, "main_test.py"), "--model", str(damaged)], cwd=tmp_path)
     assert_one_line_error(result, "metadata lacks NUM_CLASSES")
+
+
+@pytest.mark.parametrize("tool, argv, made", [
+    ("visualize_chips.py", ["TRAIN_ID", "--out", "chips.png"], "chips.png"),
+    ("visualize_batch.py", ["--chips", "2", "--out", "batch.png"], "batch.png"),
+    ("visualize_detections.py", ["--results", "RESULTS", "--images", "1", "--out", "pictures"], "pictures"),
+    ("benchmark_inference.py", ["--null-forward", "--images", "2", "--runs", "1", "--workers", "0"], None),
+])
+def test_the_tools_take_a_run_folder_alone(trained, elsewhere, tool, argv, made):
+    work, folder, evaluated = trained
+    with open(work / "data" / "synthetic" / "annotations" / "instances_train.json") as f:
+        train_id = json.load(f)["images"][0]["id"]
+    results = str(work / evaluated["results"])
+    argv = [str(train_id) if a == "TRAIN_ID" else results if a == "RESULTS" else a for a in argv]
+    result = run([os.path.join(ROOT, "tools", tool), *argv, "--model", str(folder)], cwd=elsewhere)
+    assert result.returncode == 0, result.stderr[-3000:]
+    if made:  # the run's own data found through the run folder, from another directory
+        assert os.path.exists(elsewhere / made)
+    else:
+        assert "images/s" in result.stdout
+
+
+def test_the_readme_python_api_snippet_runs_as_written(trained, tmp_path):
+    """README's snippet, verbatim, in a directory laid out as after ``make train`` (the trained run and its
+    data linked in), with the interpreter README names (.venv/bin/python: this test's own)."""
+    work, folder, _ = trained
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    snippet = readme.split("**Python API.**", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    for link, target in (("output/sniper_synthetic_tiny", folder), ("data/synthetic", work / "data" / "synthetic")):
+        os.makedirs(tmp_path / os.path.dirname(link), exist_ok=True)
+        os.symlink(target, tmp_path / link)
+    assert os.path.realpath(sys.prefix) == os.path.realpath(os.path.join(ROOT, ".venv"))  # README's interpreter
+    result = run(["-c", snippet], cwd=tmp_path, env={**os.environ, "PYTHONPATH": ROOT})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "detections:" in result.stdout and os.path.getsize(tmp_path / "output" / "api_detections.png") > 0

@@ -7,20 +7,20 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from conftest import build_cfg
 from network_helpers import bind_random, graph_nodes, inference_shapes, parameter_shapes, train_shapes
 
-from lib.config import with_overrides
+from lib.config import load_config, with_overrides
 from symbols import get_fixed_param_names, inference_symbol, training_symbol
+from symbols.backbones import backbone_of
 
-MANIFEST = os.path.join(os.path.dirname(__file__), "data", "sniper_res101_test_params.json")
+MANIFEST = os.path.join(os.path.dirname(__file__), "data", backbone_of("resnet101").manifest)
 A = 21  # anchors per cell with the default ANCHOR_SCALES x ANCHOR_RATIOS
 TEST_INPUTS = ("data", "im_info", "im_ids", "chip_ids")
 TRAIN_INPUTS = ("data", "im_info", "valid_ranges", "gt_boxes", "label", "bbox_target", "bbox_weight")
 
 
 def network_cfg(symbol="resnet_tiny", fp16=False):
-    return build_cfg({"symbol": symbol, "TRAIN.fp16": fp16, "TEST.fp16": fp16})
+    return load_config(None, {"symbol": symbol, "TRAIN.fp16": fp16, "TEST.fp16": fp16})
 
 
 def network(cfg, is_train, rpn_only=False, num_classes=5, chips=2):
@@ -126,9 +126,12 @@ def test_batch_norm_modes_and_fixed_parameters():
     assert all(n["attrs"]["use_global_stats"] == "True" for n in graph_nodes(test) if n["op"] == "BatchNorm")
 
     fixed = get_fixed_param_names(train, cfg)
-    expected = [n for n in train.list_arguments() if n.startswith(("conv0_", "bn0_", "bn_data_", "stage1_"))]
+    # the reference's rule: every argument whose name contains a FIXED_PARAMS entry (bn_data_beta trains)
+    expected = [n for n in train.list_arguments() if any(p in n for p in cfg.network.FIXED_PARAMS)]
     assert sorted(fixed) == sorted(expected) and "conv0_weight" in fixed and "stage1_unit1_sc_weight" in fixed
-    assert not any(n.startswith(("stage2", "rpn")) for n in fixed)
+    assert not any(n.startswith(("stage2", "rpn", "bn_data")) for n in fixed)
+    frozen_input = get_fixed_param_names(train, with_overrides(cfg, {"network.FIXED_INPUT_NORMALISER": True}))
+    assert sorted(frozen_input) == sorted(expected + ["bn_data_gamma", "bn_data_beta"])
 
 
 def test_configuration_errors_name_the_key():
@@ -136,8 +139,6 @@ def test_configuration_errors_name_the_key():
         network(network_cfg("resnet18"), is_train=False)
     with pytest.raises(ValueError, match="class count"):
         network(network_cfg(), is_train=False, num_classes=1)
-    with pytest.raises(ValueError, match=r"network\.RPN_FEAT_STRIDE"):
-        network(build_cfg({"symbol": "resnet_tiny", "network.RPN_FEAT_STRIDE": 32}), is_train=False)
 
 
 def _bind_random(symbol, shapes, seed, grad_req="null"):

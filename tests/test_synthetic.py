@@ -127,7 +127,7 @@ def test_roidb_boxes_round_trip_to_coco_ap_of_one(dataset_dir, tmp_path):
     assert evaluation.stats[0] == pytest.approx(1.0)
 
 
-def test_ensure_is_a_no_op_when_complete_and_replaces_other_settings(dataset_dir, tmp_path, monkeypatch):
+def test_ensure_is_a_no_op_when_complete_and_never_replaces_other_settings(dataset_dir, tmp_path, monkeypatch):
     def must_not_run(*args, **kwargs):
         raise AssertionError("regenerated a complete dataset")
 
@@ -136,13 +136,24 @@ def test_ensure_is_a_no_op_when_complete_and_replaces_other_settings(dataset_dir
         assert ensure_synthetic_dataset(dataset_dir, train=12, val=3, seed=1) == dataset_dir
 
     path = str(tmp_path / "data")
-    ensure_synthetic_dataset(path, train=1, val=1, seed=0)
-    ensure_synthetic_dataset(path, train=2, val=0, seed=0)
-    with open(os.path.join(path, synthetic.MANIFEST)) as f:
+    assert ensure_synthetic_dataset(path, train=1, val=1, seed=0) == path
+    before = {name: os.path.getmtime(os.path.join(path, "images", "train", name))
+              for name in os.listdir(os.path.join(path, "images", "train"))}
+    other = ensure_synthetic_dataset(path, train=2, val=0, seed=0)
+    assert other == path + "-2-0-s0"  # other counts: their own folder beside it
+    with open(os.path.join(other, synthetic.MANIFEST)) as f:
         assert json.load(f)["train"] == 2
-    assert len(os.listdir(os.path.join(path, "images", "train"))) == 2
-    assert os.listdir(os.path.join(path, "images", "val")) == []
-    assert sorted(os.listdir(tmp_path)) == ["data"]  # no temporary folders left behind
+    assert len(os.listdir(os.path.join(other, "images", "train"))) == 2
+    assert os.listdir(os.path.join(other, "images", "val")) == []
+    with open(os.path.join(path, synthetic.MANIFEST)) as f:  # the first dataset, untouched
+        assert (json.load(f)["train"], len(os.listdir(os.path.join(path, "images", "val")))) == (1, 1)
+    assert {name: os.path.getmtime(os.path.join(path, "images", "train", name)) for name in before} == before
+    # asked again, each settings' folder is found, nothing regenerated
+    with monkeypatch.context() as patch:
+        patch.setattr(synthetic, "generate_synthetic_coco", must_not_run)
+        assert ensure_synthetic_dataset(path, train=1, val=1, seed=0) == path
+        assert ensure_synthetic_dataset(path, train=2, val=0, seed=0) == other
+    assert sorted(os.listdir(tmp_path)) == ["data", "data-2-0-s0"]  # no temporary folders left behind
 
 
 def test_ensure_never_leaves_half_a_dataset_and_never_overwrites_foreign_folders(tmp_path, monkeypatch):
@@ -181,11 +192,12 @@ def test_a_dataset_installed_by_another_process_meanwhile_is_kept(tmp_path, monk
     assert os.path.isfile(os.path.join(path, "installed_first"))  # the complete dataset was not replaced
     assert sorted(os.listdir(tmp_path)) == ["data"]  # our copy and any temporary folder are gone
 
-    # an outdated dataset found there at the end is still replaced
+    # an incomplete dataset of the same settings found there at the end is replaced
     monkeypatch.setattr(synthetic, "generate_synthetic_coco", real_generate)
-    ensure_synthetic_dataset(path, train=0, val=1, seed=0)
+    os.remove(os.path.join(path, "annotations", "instances_val.json"))
+    ensure_synthetic_dataset(path, train=0, val=0, seed=0)
     assert not os.path.exists(os.path.join(path, "installed_first"))
-    assert len(os.listdir(os.path.join(path, "images", "val"))) == 1
+    assert os.path.isfile(os.path.join(path, "annotations", "instances_val.json"))
     assert sorted(os.listdir(tmp_path)) == ["data"]
 
 

@@ -5,11 +5,13 @@ import logging
 import os
 import re
 import signal
+import time
 
 import cv2
 import mxnet as mx
 import numpy as np
 import pytest
+from tqdm import tqdm
 
 from lib.boxes import bbox_overlaps
 from lib.config import load_config, with_overrides
@@ -23,9 +25,11 @@ from lib.inference.detector import DATA_NAMES, Detector, checkpoint_file, to_ori
 from lib.inference.pipeline import RoidbImages, prepare_image
 from lib.inference.merge import in_test_range, merge_scales, scale_candidates, suppress
 from lib.run.checkpoint import checkpoint_prefix, save_checkpoint
+from lib.run.folder import numbered_classes
 from symbols import inference_symbol
 
 NUM_CLASSES = 3  # background and the two categories of the tiny datasets below
+CLASSES = ["__background__", "class 1", "class 2"]
 
 
 def square(x, y, side):
@@ -234,6 +238,7 @@ def tiny(tmp_path_factory):
         ("symbol", "resnet_tiny"), ("output_path", str(root / "output")), ("dataset.dataset_path", str(root / "data")),
         ("dataset.root_path", str(root)), ("dataset.image_set", "train"), ("dataset.test_image_set", "val"),
         ("dataset.NUM_CLASSES", "3"), ("gpus", ""), ("TEST.fp16", "false"),
+        ("dataset.TEST_IMAGE_ORDER", "file"),  # the tests name the images by their place in IMAGES
         ("TEST.SCALES", "[[96, 128], [64, 96], [32, 48]]"),
         ("TEST.RPN_PRE_NMS_TOP_N", "500"), ("TEST.RPN_POST_NMS_TOP_N", "50"), ("TEST.NUM_PROPOSALS", "20"),
     ])
@@ -259,9 +264,9 @@ class OracleDetector(Detector):
     merging, results, evaluation) is the real code."""
 
     def __init__(self, cfg, images=IMAGES, rois_per_image=12):
-        self._configure(cfg, [mx.cpu()], False, "oracle")
+        super().__init__(cfg, numbered_classes(NUM_CLASSES if cfg.dataset.dataset == "coco" else 21),
+                         contexts=[mx.cpu()], source="oracle")
         self.rois_per_image = rois_per_image
-        self.classes = NUM_CLASSES if cfg.dataset.dataset == "coco" else 21
         self.gts = {}
         for records in images.values():
             for name, _, h, w, objects in records:
@@ -275,7 +280,7 @@ class OracleDetector(Detector):
         self.canvases.append(data.shape)
         n = self.rois_per_image
         rois = np.zeros((len(data), n, 5), np.float32)
-        scores = np.zeros((len(data), n, self.classes), np.float32)
+        scores = np.zeros((len(data), n, len(self.classes)), np.float32)
         for slot, (height, width, _) in enumerate(im_info):
             objects, s = self.gts.get((int(height), int(width)), ([((0, 0, 1, 1), 0)], 1.0))  # padding slots
             rows = np.resize(np.arange(len(objects)), n)
@@ -321,7 +326,7 @@ def test_test_dev_results_are_written_and_evaluation_is_skipped(tiny, tmp_path, 
     cfg = with_overrides(tiny[0], {"TEST.SOFT_NMS": False, "output_path": str(tmp_path / "out"),
                                    "dataset.root_path": str(tmp_path), "dataset.dataset_path": str(root),
                                    "dataset.test_image_set": "test-dev2015"})
-    with caplog.at_level(logging.INFO, logger="lib.inference.tester"):
+    with caplog.at_level(logging.INFO, logger="lib.dataset.coco"):
         summary = tester.test(cfg, detector=OracleDetector(cfg, images=images))
     assert (summary["images"], summary["tested"], summary["skipped"]) == (2, 2, 0)
     assert "stats" not in summary
@@ -381,7 +386,7 @@ def test_voc_set_is_scored_with_the_07_metric_and_difficult_objects_ignored(tmp_
 def test_gpu_contexts_this_mxnet_cannot_see_are_a_clear_error(tiny):
     cfg, arg_params, aux_params = tiny
     with pytest.raises(ValueError, match="config key gpus = '99' names gpu\\(99\\)"):
-        Detector(with_overrides(cfg, {"gpus": "99"}), NUM_CLASSES, arg_params, aux_params)
+        Detector.from_params(with_overrides(cfg, {"gpus": "99"}), CLASSES, arg_params, aux_params)
 
 
 def test_oracle_boxes_survive_only_at_scales_whose_range_fits(tiny):
@@ -406,8 +411,8 @@ def test_saved_checkpoint_gives_the_same_detections(tiny):
                     stds=(1, 1, 1, 1), means=(0, 0, 0, 0))
     assert os.path.isfile(checkpoint_file(cfg))
     images = tiny_images()
-    expected = Detector(cfg, NUM_CLASSES, arg_params, aux_params).detect(images)
-    loaded = Detector.from_checkpoint(cfg, NUM_CLASSES).detect(images)
+    expected = Detector.from_params(cfg, CLASSES, arg_params, aux_params).detect(images)
+    loaded = Detector.from_config(cfg, checkpoint_file(cfg), CLASSES).detect(images)
     assert all(len(e) > 0 for e in expected)
     for e, got in zip(expected, loaded):
         np.testing.assert_array_equal(e, got)
@@ -423,8 +428,8 @@ def test_two_cpu_contexts_give_the_same_detections_as_one(tiny):
     # one size, so that batching does not change the canvas (and with it the proposals); 3 images: the
     # batch of the two contexts gets a padding slot
     images = [image[:9, :9] for image in tiny_images()]
-    single = Detector(cfg, NUM_CLASSES, arg_params, aux_params).detect(images)
-    detector = Detector(with_overrides(cfg, {"gpus": "cpu:2"}), NUM_CLASSES, arg_params, aux_params)
+    single = Detector.from_params(cfg, CLASSES, arg_params, aux_params).detect(images)
+    detector = Detector.from_params(with_overrides(cfg, {"gpus": "cpu:2"}), CLASSES, arg_params, aux_params)
     # TEST.BATCH_PARTS 2 cuts the set into [0, 1] and [2]; TEST.BATCH_IMAGES (2, 2, 4) per device would
     # take 4 to 8 images a batch: each part is one batch at every scale, padded to an even count so that
     # each context gets an image
@@ -439,14 +444,14 @@ def test_checkpoint_missing_or_misshapen_parameters_are_clear_errors(tiny):
     cfg, arg_params, aux_params = tiny
     partial = {k: v for k, v in arg_params.items() if k != "cls_score_weight"}
     with pytest.raises(ValueError, match="source.params lacks 1 parameters .* cls_score_weight"):
-        Detector(cfg, NUM_CLASSES, partial, aux_params, source="source.params")
+        Detector.from_params(cfg, CLASSES, partial, aux_params, source="source.params")
     with pytest.raises(ValueError, match=r"cls_score_weight has shape \(3, 128\), .* needs \(81, 128\)"):
-        Detector(cfg, 81, arg_params, aux_params)
+        Detector.from_params(cfg, numbered_classes(81), arg_params, aux_params)
 
 
 def test_extracted_proposals_load_back_for_chip_mining(tiny):
     cfg, arg_params, aux_params = tiny
-    detector = Detector(cfg, None, arg_params, aux_params, rpn_only=True)
+    detector = Detector.from_params(cfg, None, arg_params, aux_params, rpn_only=True)
     path = tester.extract_proposals(cfg, detector=detector)
     assert path == tester.proposal_file(cfg) == os.path.join(cfg.output_path, "proposals", "train.npz")
     in_folder = with_overrides(cfg, {"TEST.PROPOSAL_SAVE_PATH": os.path.dirname(path)})  # an existing folder
@@ -466,8 +471,8 @@ def test_extracted_proposals_load_back_for_chip_mining(tiny):
         assert np.sum(np.diff(boxes[:, 4]) > 0) <= 2  # best first within each of the 3 scales, stacked
         assert len(np.unique(boxes, axis=0)) == len(boxes)
     clip = with_overrides(cfg, {"TEST.CLIP_PROPOSALS": True, "TEST.PROPOSAL_SAVE_PATH": path + ".clipped"})
-    clipped = read_proposals(tester.extract_proposals(clip, detector=Detector(clip, None, arg_params, aux_params,
-                                                                              rpn_only=True)))
+    clipper = Detector.from_params(clip, None, arg_params, aux_params, rpn_only=True)
+    clipped = read_proposals(tester.extract_proposals(clip, detector=clipper))
     for image_id, boxes in clipped.items():
         height, width = sizes[image_id]
         np.testing.assert_array_equal(boxes[:, :4], np.minimum(proposals[image_id][:, :4], [width - 1, height - 1] * 2))
@@ -483,7 +488,7 @@ def test_extracted_proposals_load_back_for_chip_mining(tiny):
 
 def test_worker_processes_give_exactly_the_in_process_detections(tiny):
     cfg, arg_params, aux_params = tiny
-    detector = Detector(cfg, NUM_CLASSES, arg_params, aux_params)
+    detector = Detector.from_params(cfg, CLASSES, arg_params, aux_params)
     roidb, _ = load_roidb(cfg, "val", training=False)
     in_process, skipped = tester.run_images(roidb, detector, 0, "in process")
     pipelined, skipped_too = tester.run_images(roidb, detector, 2, "pipelined")
@@ -543,7 +548,7 @@ def test_a_stopped_test_worker_is_named_with_its_image_instead_of_hanging(tiny, 
     from lib.inference import pipeline
 
     cfg, arg_params, aux_params = tiny
-    detector = Detector(with_overrides(cfg, {"TEST.LOADER_TIMEOUT": 2}), NUM_CLASSES, arg_params, aux_params)
+    detector = Detector.from_params(with_overrides(cfg, {"TEST.LOADER_TIMEOUT": 2}), CLASSES, arg_params, aux_params)
     roidb, _ = load_roidb(cfg, "val", training=False)
     stopped = roidb[1]["image"]
 
@@ -557,3 +562,35 @@ def test_a_stopped_test_worker_is_named_with_its_image_instead_of_hanging(tiny, 
                                                  rf"for \d+ s \(TEST.LOADER_TIMEOUT is 2 s\) while preparing image "
                                                  rf"{re.escape(stopped)}; the process is stopped"):
         tester.run_images(roidb, detector, 2, "pipelined")
+
+
+class SlowOracle(OracleDetector):
+    """The oracle network taking a known 50 ms per forward pass."""
+
+    def forward(self, data, im_info):
+        time.sleep(0.05)
+        return super().forward(data, im_info)
+
+
+def test_every_test_run_stores_images_per_second_end_to_end_and_network_only(tiny, monkeypatch):
+    bars = []
+
+    class RecordingBar(tqdm):
+        def close(self):
+            bars.append((self.total, self.n, self.unit))
+            super().close()
+
+    monkeypatch.setattr(tester, "tqdm", RecordingBar)
+    cfg = with_overrides(tiny[0], {"TEST.SOFT_NMS": False})
+    detector = SlowOracle(cfg)
+    summary = tester.test(cfg, detector=detector)
+    passes = len(detector.canvases)
+    speed = summary["speed"]
+    assert json.load(open(os.path.join(tester.results_dir(cfg), "test_summary.json")))["speed"] == speed
+    # network time: the sleeps (50 ms each) and little else; end to end: more than that
+    assert 0.05 * passes <= speed["network_seconds"] < 0.05 * passes + 0.5 * passes
+    assert speed["seconds"] >= speed["network_seconds"]
+    assert speed["images_per_s"] == pytest.approx(summary["tested"] / speed["seconds"], rel=0.01)
+    assert speed["network_images_per_s"] == pytest.approx(summary["tested"] / speed["network_seconds"], rel=0.01)
+    # the bar counted network passes, all of them planned from the start (its ETA extrapolates the work)
+    assert set(bars) == {(passes, passes, "pass")} and passes > summary["images"]  # (tqdm may close twice)

@@ -83,3 +83,28 @@ def test_iterator_benchmark_generates_images_and_compares_cache_sizes(tmp_path):
     assert columns["vs cache 0"][0] == "-" and columns["vs cache 0"][1].endswith("x")
     bad = run_tool("benchmark_iterator.py", "--cfg", TINY, "--synthetic", "400", cwd=tmp_path)
     assert bad.returncode == 2 and "--synthetic: expected comma-separated WIDTHxHEIGHT" in bad.stderr
+
+
+def test_inference_benchmark_says_when_each_row_starts_and_ends(tmp_path):
+    result = run_tool("benchmark_inference.py", "--cfg", TINY, "--set", "TEST.NUM_PROCESS", "0", "--no_gluoncv",
+                      "--images", "1", "--runs", "1", "--image_size", "64", "96", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    progress = [line for line in result.stderr.splitlines() if line.startswith("benchmark_inference: ")]
+    assert [line.split(":")[1].strip() for line in progress] == [
+        "row 1/2", "row 1/2 done", "row 2/2", "row 2/2 done"]
+    assert progress[1].startswith("benchmark_inference: row 1/2 done: SNIPER resnet_tiny, single-scale: ")
+    assert progress[1].endswith(" images/s")
+    table = [line for line in result.stdout.splitlines() if line.startswith("| SNIPER")]
+    assert len(table) == 2  # the table still comes, on stdout
+
+
+@pytest.mark.parametrize("tool", ["visualize_chips.py", "pixel_budget.py"])
+def test_a_damaged_dataset_is_one_line_in_a_tool_too(tool, tmp_path):
+    annotations = tmp_path / "mine" / "annotations"
+    annotations.mkdir(parents=True)
+    (annotations / "instances_train.json").write_text('{"images": [{"id": 1, "file_na')  # truncated
+    result = run_tool(tool, "--cfg", TINY, "--set", "dataset.dataset", "coco", "dataset.dataset_path",
+                      str(tmp_path / "mine"), "dataset.root_path", str(tmp_path / "root"), cwd=tmp_path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: COCO annotation file ") and "instances_train.json is not valid JSON" in last

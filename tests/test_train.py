@@ -13,9 +13,9 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from lib.config import load_config
+from lib.config import load_config, with_overrides
 from lib.run import checkpoint
-from lib.train.optimizer import make_optimizer_params, parse_lr_steps
+from lib.train.optimizer import lr_steps, make_optimizer_params
 from lib.train import trainer
 from lib.run.lock import RunFolderError, run_lock
 from lib.train.trainer import TrainingDiverged, train
@@ -33,7 +33,7 @@ def tiny_cfg(data_dir, out_dir, **overrides):
     base = {
         "dataset.dataset_path": data_dir, "dataset.synthetic_train": "2", "dataset.synthetic_val": "1",
         "dataset.root_path": str(out_dir), "output_path": str(out_dir), "TRAIN.NUM_PROCESS": "0",
-        "TRAIN.BATCH_IMAGES": "2", "TRAIN.end_epoch": "2", "TRAIN.warmup_step": "5", "TRAIN.lr_step": "10",
+        "TRAIN.BATCH_IMAGES": "2", "TRAIN.end_epoch": "2", "TRAIN.warmup_step": "5", "TRAIN.lr_step": "",
         "gpus": "cpu:1",
     }
     base.update(overrides)
@@ -192,10 +192,9 @@ def test_truncated_checkpoint_is_a_clear_error(tmp_path):
 def test_schedule_warmup_steps_and_fp16_rescaling():
     cfg = load_config(None, [("TRAIN.lr", "0.015"), ("TRAIN.warmup_lr", "0.0005"), ("TRAIN.warmup_step", "10"),
                              ("TRAIN.lr_step", "5.33"), ("TRAIN.wd", "0.0001")])
-    assert parse_lr_steps("5.33", 100) == [533]
-    assert parse_lr_steps("8,11", 10) == [80, 110]
-    with pytest.raises(ValueError, match="lr_step"):
-        parse_lr_steps("five", 10)
+    assert lr_steps(cfg.TRAIN, 100) == [533]
+    assert lr_steps(with_overrides(cfg, {"TRAIN.lr_step": "8,6", "TRAIN.end_epoch": 12}).TRAIN, 10) == [60, 80]
+    assert lr_steps(with_overrides(cfg, {"TRAIN.lr_step": ""}).TRAIN, 10) == []
     params = make_optimizer_params(cfg, iters_per_epoch=100, num_update=0, fp16=False)
     schedule = params["lr_scheduler"]
     assert schedule(0) == pytest.approx(0.0005)
@@ -287,9 +286,10 @@ def test_main_train_refuses_a_second_start_from_scratch_in_one_line(tmp_path):
     result = subprocess.run([sys.executable, os.path.join(ROOT, "main_train.py"), "--cfg", TINY, "--set",
                              "output_path", str(out)], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert result.returncode == 1 and "Traceback" not in result.stderr
-    lines = [line for line in result.stderr.splitlines() if "ERROR" in line]
-    assert len(lines) == 1 and lines[0].endswith(
-        f"training stopped: error: {out / 'sniper_synthetic_tiny'} already holds epochs 1 of SNIPER (e.g. "
+    lines = result.stderr.splitlines()  # refused before logging starts: the one line, and no log file left
+    assert not glob.glob(str(out / "sniper_synthetic_tiny" / "train_*.log"))
+    assert len(lines) == 1 and lines[0] == (
+        f"error: {out / 'sniper_synthetic_tiny'} already holds epochs 1 of SNIPER (e.g. "
         f"{prefix}-0001.params); starting at epoch 1 would overwrite them: pass --resume to continue that run, or "
         f"--overwrite to move them to {out / 'sniper_synthetic_tiny' / 'replaced_<time>'} and start over")
     both = subprocess.run([sys.executable, os.path.join(ROOT, "main_train.py"), "--cfg", TINY, "--resume",

@@ -37,7 +37,7 @@ import sys
 import numpy as np
 
 from lib.config import ConfigError, add_config_arguments, load_config, parse_cli_overrides
-from lib.logger import setup_logging
+from lib.logger import report_user_errors, setup_logging
 from lib.pipeline.neg_chips import (DEFAULT_RPN_EPOCHS, NegChipPipeline, eval_stage, evaluated, run_stage,
                                     summary_path, train_stage)
 from lib.pixel_budget import BASELINE_SCALE, epoch_pixel_budget
@@ -198,12 +198,13 @@ def parse_args(argv=None):
         parser.error(f"--variants: unknown {unknown or 'empty list'}; choose from {VARIANTS}")
     if args.iterations < 1:
         parser.error(f"--iterations must be >= 1, got {args.iterations}")
-    if not 0 < args.lr_step_fraction:
-        parser.error(f"--lr-step-fraction must be > 0, got {args.lr_step_fraction}")
+    if not 0 < args.lr_step_fraction < 1:
+        parser.error(f"--lr-step-fraction must be in (0, 1) (the step lies inside the run), got {args.lr_step_fraction}")
     args.variants = [v for v in VARIANTS if v in variants]
     return args
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main(argv=None):
     args = parse_args(argv)
     try:

@@ -23,13 +23,14 @@ from lib.benchmarking import markdown_table, measure
 from lib.config import add_config_arguments, config_from_arguments
 from lib.dataset import load_roidb
 from lib.inference.autofocus import AutoFocusStats, run_autofocus
-from lib.inference.detector import Detector
+from lib.inference.detector import Detector, checkpoint_file
 from lib.inference.evaluator import coco_results, evaluate_coco
 from lib.inference.pipeline import RoidbImages
-from lib.logger import setup_logging
+from lib.logger import report_user_errors, setup_logging
 from lib.run.checkpoint import output_dir
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_config_arguments(parser)
@@ -48,7 +49,7 @@ def main():
     roidb = roidb[:args.images] if args.images else roidb
     if dataset.kind != "coco":
         sys.exit(f"{args.cfg}: the benchmark scores COCO-format sets (dataset.dataset coco or synthetic)")
-    detector = Detector.from_checkpoint(cfg, dataset.num_classes, path=args.checkpoint)
+    detector = Detector.from_config(cfg, args.checkpoint or checkpoint_file(cfg), dataset.classes)
     out = args.out or os.path.join(output_dir(cfg), "autofocus_benchmark")
     source = RoidbImages(roidb)
     sizes = source.sizes()

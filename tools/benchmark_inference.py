@@ -1,7 +1,7 @@
 """Inference speed: the test pipeline's host side with a null forward; SNIPER single- and multi-scale testing
 vs GluonCV's Faster R-CNN ResNet-101.
 
-    python tools/benchmark_inference.py --cfg FILE [--set KEY VALUE ...] [--images 2] [--runs 3]
+    python tools/benchmark_inference.py --model RUN_FOLDER | --cfg FILE [--set KEY VALUE ...] [--images 2] [--runs 3]
     python tools/benchmark_inference.py --cfg FILE --null-forward [--images 48] [--workers 0 2] [--runs 3]
 
 ``--null-forward`` measures everything around the network: ``--images`` JPEG files of ``--image_size`` are
@@ -28,6 +28,7 @@ import _bootstrap  # noqa: F401  (repository root on sys.path, the project's vir
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 
 import cv2
@@ -35,9 +36,11 @@ import mxnet as mx
 import numpy as np
 
 from lib.benchmarking import PeakMemory, markdown_table, measure
-from lib.config import add_config_arguments, config_from_arguments, with_overrides
+from lib.config import with_overrides
 from lib.inference.detector import DATA_NAMES, Detector, checkpoint_file
 from lib.inference.pipeline import RoidbImages
+from lib.logger import report_user_errors
+from lib.run.folder import add_model_arguments, config_from_model_arguments, numbered_classes
 from lib.scales import ScaleLevel, pyramid
 from symbols import inference_symbol
 
@@ -61,6 +64,11 @@ def side_by_side(calls, runs):
     return {key: (statistics.median(seconds[key]), peaks[key]) for key in calls}
 
 
+def say(message):
+    """A progress line on stderr (the table goes to stdout): a long benchmark shows what it is doing."""
+    print(f"benchmark_inference: {message}", file=sys.stderr, flush=True)
+
+
 def load_detectors(cfg, num_classes, variants):
     """({variant: Detector}, weights): one Detector per network.CPU_DEFORMABLE_OPS value in ``variants``
     (None: the config's) on the same weights, the checkpoint's when it exists, else random."""
@@ -68,14 +76,16 @@ def load_detectors(cfg, num_classes, variants):
             for variant in variants}
     path = checkpoint_file(cfg)
     if os.path.isfile(path):
-        return {variant: Detector.from_checkpoint(c, num_classes, path) for variant, c in cfgs.items()}, path
+        classes = numbered_classes(num_classes)
+        return {variant: Detector.from_config(c, path, classes) for variant, c in cfgs.items()}, path
     module = mx.mod.Module(inference_symbol(cfg, num_classes), data_names=DATA_NAMES, label_names=None,
                            context=mx.cpu())
     module.bind([("data", (1, 3, 64, 64)), ("im_info", (1, 3)), ("im_ids", (1,)), ("chip_ids", (1,))],
                 for_training=False)
     module.init_params(mx.init.Normal(0.01))
     params = module.get_params()
-    return {variant: Detector(c, num_classes, *params) for variant, c in cfgs.items()}, "random weights"
+    return {variant: Detector.from_params(c, numbered_classes(num_classes), *params) for variant, c in cfgs.items()}, \
+        "random weights"
 
 
 class NullForwardDetector(Detector):
@@ -84,7 +94,7 @@ class NullForwardDetector(Detector):
     zero box deltas. Outputs depend only on the forward's shape and ``im_info``."""
 
     def __init__(self, cfg, num_classes):
-        self._configure(cfg, [mx.cpu()], False, "null forward")
+        super().__init__(cfg, numbered_classes(num_classes), contexts=[mx.cpu()], source="null forward")
         rois, rng = cfg.TEST.RPN_POST_NMS_TOP_N, np.random.default_rng(0)
         centres, sides = rng.uniform(0, 1, (rois, 2)), np.exp(rng.uniform(np.log(0.02), np.log(0.8), (rois, 2)))
         self.unit_boxes = np.clip(np.hstack([centres - sides / 2, centres + sides / 2]), 0, 1).astype(np.float32)
@@ -168,9 +178,10 @@ def gluoncv_runner(images, specs, context):
     return run
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_arguments(parser)
+    add_model_arguments(parser)  # --model RUN_FOLDER (its config.yaml) or --cfg FILE [--set ...]
     parser.add_argument("--images", type=int, default=None, help="images per run (default 2, null forward 48)")
     parser.add_argument("--runs", type=int, default=3, help="timed runs (median reported)")
     parser.add_argument("--image_size", type=int, nargs=2, default=[480, 640], metavar=("H", "W"))
@@ -185,7 +196,7 @@ def main(argv=None):
                         help="SNIPER rows for each network.CPU_DEFORMABLE_OPS value, side by side "
                              "(default: the config's only)")
     args = parser.parse_args(argv)
-    cfg = config_from_arguments(args)  # a bad file, key or value stops here
+    cfg = config_from_model_arguments(args)  # a bad file, key or value stops here
     num_classes = cfg.dataset.NUM_CLASSES or args.num_classes
     cores = f"{os.cpu_count()} CPU cores (affinity {len(os.sched_getaffinity(0))})"
     if args.null_forward:
@@ -207,18 +218,29 @@ def main(argv=None):
     single = detector.levels[args.single_scale]
     runs = (("single-scale", (ScaleLevel(single.spec, (-1, -1)),)), ("multi-scale", pyramid(cfg.TEST, "TEST")))
     rows = []
+    total = len(runs) * (len(detectors) + (0 if args.no_gluoncv else 1))
+
+    def done(row):
+        rows.append(row)
+        say(f"row {len(rows)}/{total} done: {row[0]}, {row[1]}: {args.images / row[4]:.3f} images/s")
+
     for name, levels in runs:
+        first, last = len(rows) + 1, len(rows) + len(detectors)
+        numbers = f"row {first}" if first == last else f"rows {first}-{last}"
+        say(f"{numbers}/{total}: SNIPER {cfg.symbol} {name}, {args.runs} runs of {args.images} images after a "
+            f"warm-up ...")
         calls = {variant: lambda d=d: d.detect(images, levels) for variant, d in detectors.items()}
         for variant, (seconds, peak) in side_by_side(calls, args.runs).items():
             ops = f", {variant} deformable ops" if variant else ""
-            rows.append((f"SNIPER {cfg.symbol}{ops}", name, [level.spec for level in levels], detector.contexts,
-                         seconds, peak))
+            done((f"SNIPER {cfg.symbol}{ops}", name, [level.spec for level in levels], detector.contexts, seconds,
+                  peak))
     if not args.no_gluoncv:
         for name, levels in runs:
+            say(f"row {len(rows) + 1}/{total}: GluonCV faster_rcnn_resnet101_v1d_coco {name} ...")
             run = gluoncv_runner(images, [level.spec for level in levels], detector.contexts[0])
             seconds, peak = side_by_side({None: run}, args.runs)[None]
-            rows.append(("GluonCV faster_rcnn_resnet101_v1d_coco", name, [level.spec for level in levels],
-                         detector.contexts[:1], seconds, peak))
+            done(("GluonCV faster_rcnn_resnet101_v1d_coco", name, [level.spec for level in levels],
+                  detector.contexts[:1], seconds, peak))
 
     print(f"\n{args.images} images of {args.image_size[0]}x{args.image_size[1]} per run, median of {args.runs} "
           f"runs after warm-up, {cores}, MXNet {mx.__version__}; SNIPER weights: {weights}; load average "

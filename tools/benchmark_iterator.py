@@ -35,6 +35,7 @@ from lib.config import add_config_arguments, config_from_arguments, with_overrid
 from lib.data import ChipLoader
 from lib.dataset import load_roidb, read_image
 from lib.dataset.roidb import flip_entry
+from lib.logger import report_user_errors
 
 MB = 1 << 20
 
@@ -171,6 +172,7 @@ def image_sets(cfg, args, folder):
     return [(f"{cfg.dataset.image_set}, longest side {sizes[0]}-{sizes[-1]} px", roidb)]
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_arguments(parser, cfg_help="config YAML naming the images (dataset.image_set) and the loader's "

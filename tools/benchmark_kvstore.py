@@ -21,6 +21,7 @@ import numpy as np
 
 from lib.benchmarking import markdown_table, measure
 from lib.config import add_config_arguments, config_from_arguments
+from lib.logger import report_user_errors
 
 COCO_CLASSES = 81  # the class count when the config derives it from annotations (dataset.NUM_CLASSES 0)
 
@@ -69,6 +70,7 @@ def run_job(args, workers, servers):
     return statistics.median(s for report in reports for s in report["seconds"]), reports[0]["parameters"]
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_arguments(parser, cfg_help="config YAML of the network, e.g. configs/faster/sniper_res101_e2e.yml")

@@ -7,13 +7,14 @@ the batch is split over N CPU contexts (cpu(0)..cpu(N-1)), as ``gpus: 'cpu:N'`` 
 is process CPU time over wall time (how many cores were busy).
 
     python tools/benchmark_network.py [--symbol resnet_tiny] [--cfg FILE] [--chips 2] [--size 512] [--repeat 3]
-        [--contexts 1] [--rois 300]
+        [--contexts 1] [--rois 300] [--masks]
 
 The network settings (anchors) come from ``--cfg`` (default: the defaults); ``--symbol`` replaces its
 symbol and the feature strides follow the body (16 for the ResNets, 32 for MobileNetV2), so e.g.
 ``--symbol mobilenetv2 --cfg configs/faster/sniper_mobilenetv2_e2e.yml`` times the published one. The
 deformable layers use the operators the trainer would (network.CPU_DEFORMABLE_OPS, compiled by default;
-tools/benchmark_deformable.py compares both).
+tools/benchmark_deformable.py compares both). ``--masks`` times the mask network (TRAIN.WITH_MASK: the
+mask branch on up to 50 rois per chip, rectangle polygons of the four gts in ``gt_masks``).
 """
 import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
 import argparse
@@ -27,8 +28,9 @@ import numpy as np
 import lib.ops  # noqa: F401  (the training graph's proposal-target operator)
 from lib.benchmarking import markdown_table, measure
 from lib.config import load_config
+from lib.data.chip_masks import MAX_POLYGON_LEN
 from symbols import inference_symbol, training_symbol, use_compiled_deformable
-from symbols.bodies import BODIES
+from symbols.backbones import BACKBONES
 
 
 def bind(symbol, shapes, for_training, rng, context=None):
@@ -48,6 +50,11 @@ def bind(symbol, shapes, for_training, rng, context=None):
         executor.arg_dict["gt_boxes"][:] = gt
         executor.arg_dict["label"][:] = rng.randint(-1, 2, shapes["label"])
         executor.arg_dict["bbox_weight"][:] = 1
+        if "gt_masks" in shapes:  # each gt's box as its polygon, in the iterator's encoding
+            masks = -np.ones(shapes["gt_masks"])
+            for row, (x1, y1, x2, y2, label) in enumerate(gt[0, :4]):
+                masks[:, row, :11] = [label - 1, 1, 8, x1, y1, x2, y1, x2, y2, x1, y2]
+            executor.arg_dict["gt_masks"][:] = masks
     return executor
 
 
@@ -91,7 +98,7 @@ def profile_top(symbol, shapes, for_training, rng, top):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--symbol", default="resnet_tiny", choices=sorted(BODIES))
+    parser.add_argument("--symbol", default="resnet_tiny", choices=sorted(BACKBONES))
     parser.add_argument("--cfg", default=None, help="config file for the network settings (anchors)")
     parser.add_argument("--chips", type=int, default=2)
     parser.add_argument("--size", type=int, default=512)
@@ -99,18 +106,20 @@ def main():
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--contexts", type=int, default=1, help="CPU contexts sharing the batch (gpus 'cpu:N')")
     parser.add_argument("--rois", type=int, default=300, help="proposals per chip in training (RPN_POST_NMS_TOP_N)")
+    parser.add_argument("--masks", action="store_true", help="the mask network (TRAIN.WITH_MASK)")
     args = parser.parse_args()
     if args.contexts < 1 or args.chips % args.contexts:
         parser.error(f"--chips ({args.chips}) must be a positive multiple of --contexts ({args.contexts})")
     chips = args.chips // args.contexts  # per context
-    stride = BODIES[args.symbol].stride
-    cfg = load_config(args.cfg, [("symbol", args.symbol), ("network.RPN_FEAT_STRIDE", stride),
-                                 ("network.RCNN_FEAT_STRIDE", stride), ("TRAIN.fp16", False), ("TEST.fp16", False),
-                                 ("TRAIN.RPN_POST_NMS_TOP_N", args.rois)])
+    stride = BACKBONES[args.symbol].stride
+    cfg = load_config(args.cfg, [("symbol", args.symbol), ("TRAIN.fp16", False), ("TEST.fp16", False),
+                                 ("TRAIN.RPN_POST_NMS_TOP_N", args.rois), ("TRAIN.WITH_MASK", args.masks)])
     size, anchors, feat = args.size, cfg.network.NUM_ANCHORS, args.size // stride
     train_shapes = dict(data=(chips, 3, size, size), im_info=(chips, 3), valid_ranges=(chips, 2),
                         gt_boxes=(chips, 100, 5), label=(chips, anchors * feat * feat),
                         bbox_target=(chips, 4 * anchors, feat, feat), bbox_weight=(chips, 4 * anchors, feat, feat))
+    if args.masks:
+        train_shapes["gt_masks"] = (chips, cfg.TRAIN.MAX_GT_PER_CHIP, MAX_POLYGON_LEN)
     test_shapes = dict(data=(chips, 3, size, size), im_info=(chips, 3), im_ids=(chips,), chip_ids=(chips,))
     rng = np.random.RandomState(0)
     rows = []
@@ -124,7 +133,7 @@ def main():
         top = ", ".join(f"{name} {100 * share:.0f}%"
                         for name, share in profile_top(symbol, shapes, for_training, rng, 3))
         rows.append((label, 1000 * timing.median, args.chips / timing.median, timing.cpu_fraction, top))
-    print(f"{args.symbol} (stride {stride}, {anchors} anchors), {args.chips} chips of {size}x{size} on "
+    print(f"{args.symbol}{' with masks' if args.masks else ''} (stride {stride}, {anchors} anchors), {args.chips} chips of {size}x{size} on "
           f"{args.contexts} CPU context(s), {args.rois} rois/chip, {args.classes} classes, "
           f"{'compiled' if compiled else 'stock'} deformable operators, "
           f"CPU with {os.cpu_count()} cores")

@@ -13,11 +13,12 @@ import logging
 import sys
 
 from lib.dataset.proposals import convert_pickle
-from lib.logger import setup_logging
+from lib.logger import report_user_errors, setup_logging
 
 logger = logging.getLogger("convert_proposals")
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("source", metavar="IN.pkl", help="legacy pickle {image id or file name: (P, 5) array}")

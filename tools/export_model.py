@@ -5,7 +5,9 @@
 
 writes ``PREFIX-symbol.json`` and ``PREFIX-0000.params`` (load them with
 ``mx.model.load_checkpoint(PREFIX, 0)`` and bind an ``mx.mod.Module`` with data names data, im_info,
-im_ids, chip_ids and no labels), and ``PREFIX-model.json`` describing the inputs, outputs and classes.
+im_ids, chip_ids and no labels), and ``PREFIX-model.json`` describing the inputs, outputs and classes. A
+network trained with masks (TRAIN.WITH_MASK) also gets its mask graph, ``PREFIX-mask-symbol.json`` and
+``PREFIX-mask-0000.params`` (data names data, mask_rois; described under ``masks`` in the model file).
 
 The graph is built with MXNet's own operators only: the stock MultiProposal proposal layer
 (TEST.PROPOSAL_LAYER stock; its proposals differ slightly from the reference layer's that main_test.py
@@ -18,7 +20,7 @@ import argparse
 import logging
 import sys
 
-from lib.logger import setup_logging
+from lib.logger import report_user_errors, setup_logging
 from lib.run.folder import add_model_arguments, config_from_model_arguments
 
 logger = logging.getLogger("export_model")
@@ -31,6 +33,7 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main(argv=None):
     args = parse_args(argv)
     cfg = config_from_model_arguments(args)

@@ -19,7 +19,7 @@ import argparse
 import os
 import sys
 
-from lib.distributed.launch import DEFAULT_HEARTBEAT_TIMEOUT, LaunchError, launch
+from lib.distributed.launch import DEFAULT_HEARTBEAT_TIMEOUT, DEFAULT_STALL_WARN, LaunchError, launch
 
 
 def parse_args(argv=None):
@@ -43,6 +43,9 @@ def parse_args(argv=None):
     parser.add_argument("--heartbeat-timeout", type=float, default=DEFAULT_HEARTBEAT_TIMEOUT, metavar="SECONDS",
                         help="stop the job when a process that sent heartbeats is silent this long (stopped, hung "
                              f"or cut off; default {DEFAULT_HEARTBEAT_TIMEOUT:g}; 0: never)")
+    parser.add_argument("--stall-warn", type=float, default=DEFAULT_STALL_WARN, metavar="SECONDS",
+                        help="warn once about a process silent this long, at most a fifth of --heartbeat-timeout "
+                             f"(default {DEFAULT_STALL_WARN:g})")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the training command run by every worker")
     args = parser.parse_args(argv)
     if args.command and args.command[0] == "--":
@@ -65,7 +68,7 @@ def main(argv=None):
     try:
         code = launch(args.command, args.num_workers, args.num_servers, args.hostfile, args.scheduler_address,
                       args.port, args.interface, args.env, args.python, args.ssh, args.workdir,
-                      args.heartbeat_timeout)
+                      args.heartbeat_timeout, args.stall_warn)
     except LaunchError as err:
         sys.exit(f"launch.py: {err}")
     sys.exit(code)

@@ -10,9 +10,10 @@ import logging
 import time
 
 from lib.dataset.synthetic import DEFAULT_SEED, DEFAULT_TRAIN, DEFAULT_VAL, ensure_synthetic_dataset
-from lib.logger import setup_logging
+from lib.logger import report_user_errors, setup_logging
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="dataset folder (COCO layout)")

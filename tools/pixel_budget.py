@@ -16,7 +16,7 @@ import numpy as np
 
 from lib.config import add_config_arguments, config_from_arguments
 from lib.dataset import load_roidb
-from lib.logger import setup_logging
+from lib.logger import report_user_errors, setup_logging
 from lib.pixel_budget import epoch_pixel_budget
 
 
@@ -38,6 +38,7 @@ def print_report(totals, chip_size):
         print(f"{name:<40}{pixels / images / 1e6:>8.3f}{pixels / baseline:>13.2f}x")
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_arguments(parser)

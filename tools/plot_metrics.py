@@ -1,5 +1,7 @@
-"""Draw a run's metrics.jsonl (written by the trainer at every periodic log line) to a PNG: the
-losses, the accuracies, the learning rate and the speed against the iteration.
+"""Draw a run's metrics.jsonl (written by the trainer at every periodic log line) to a PNG titled with the
+run's name: one panel each for the losses (log axis), the accuracies, the learning rate and the speed
+against the iteration, every curve its own colour, the legends beside the panels (never over a curve),
+dotted lines at the epoch boundaries.
 
     python tools/plot_metrics.py RUN_FOLDER_OR_METRICS_JSONL [--out PNG]
 
@@ -17,11 +19,14 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from lib.logger import report_user_errors  # noqa: E402
+
 BOOKKEEPING = {"iteration", "epoch", "batch", "batches", "lr", "chips_per_s", "seconds"}
 
 
 def read_metrics(path):
-    """(records, skipped lines) of a metrics.jsonl file."""
+    """(training records, skipped lines) of a metrics.jsonl file; evaluation records (``eval``) are not
+    training curves and are left out, uncounted."""
     records, skipped = [], 0
     with open(path) as f:
         for line in f:
@@ -29,6 +34,8 @@ def read_metrics(path):
                 record = json.loads(line)
             except json.JSONDecodeError:
                 record = None
+            if isinstance(record, dict) and "eval" in record:
+                continue
             if isinstance(record, dict) and "iteration" in record:
                 records.append(record)
             else:
@@ -36,34 +43,50 @@ def read_metrics(path):
     return records, skipped
 
 
-def plot(records, out):
-    """Three panels: metrics (losses on the left axis; accuracies, named *Acc, on their own axis), lr, chips/s."""
+def figure_of(records, run_name):
+    """The figure: losses (log axis), accuracies (named *Acc), lr, chips/s, one panel each, sharing the
+    iteration axis; every curve a colour of its own (tab10 hues first, over all panels); legends right of
+    the panels."""
     iterations = [r["iteration"] for r in records]
     names = sorted({k for r in records for k in r} - BOOKKEEPING)
-    figure, (metrics_axis, lr_axis, speed_axis) = plt.subplots(3, 1, figsize=(9, 10), sharex=True,
-                                                               gridspec_kw={"height_ratios": [3, 1, 1]})
-    accuracy_axis = metrics_axis.twinx()
-    for name in names:
-        axis = accuracy_axis if name.endswith("Acc") else metrics_axis
-        axis.plot(iterations, [r.get(name, float("nan")) for r in records], label=name,
-                  linestyle="--" if axis is accuracy_axis else "-")
-    metrics_axis.set_ylabel("loss")
-    accuracy_axis.set_ylabel("accuracy (dashed)")
-    handles = metrics_axis.get_legend_handles_labels()
-    extra = accuracy_axis.get_legend_handles_labels()
-    metrics_axis.legend(handles[0] + extra[0], handles[1] + extra[1], fontsize=8, loc="upper right")
-    lr_axis.plot(iterations, [r["lr"] for r in records])
-    lr_axis.set_ylabel("lr")
-    speed_axis.plot(iterations, [r["chips_per_s"] for r in records])
-    speed_axis.set_ylabel("chips/s")
-    speed_axis.set_xlabel("iteration")
-    for axis in (metrics_axis, lr_axis, speed_axis):
+    accuracies = [n for n in names if n.endswith("Acc")]
+    losses = [n for n in names if n not in accuracies]
+    panels = [("loss (log)", losses), ("accuracy", accuracies), ("lr", ["lr"]), ("chips/s", ["chips_per_s"])]
+    panels = [(label, curves) for label, curves in panels if curves]
+    colours = plt.get_cmap("tab10").colors + plt.get_cmap("tab20").colors[1::2] + plt.get_cmap("tab20b").colors
+    figure, axes = plt.subplots(len(panels), 1, figsize=(11, 2.6 * len(panels) + 1), sharex=True, squeeze=False,
+                                gridspec_kw={"height_ratios": [2 if label.startswith("loss") else 1
+                                                               for label, _ in panels]})
+    curve = 0
+    boundaries = [r["iteration"] for r, after in zip(records, records[1:]) if after.get("epoch") != r.get("epoch")]
+    for axis, (label, curves) in zip(axes[:, 0], panels):
+        for name in curves:
+            values = [r.get(name, float("nan")) for r in records]
+            axis.plot(iterations, values, label=name, color=colours[curve % len(colours)], marker=".",
+                      markersize=3 if len(records) < 200 else 0, linewidth=1.2)
+            curve += 1
+        if label.startswith("loss") and all(v > 0 for n in curves for v in (r.get(n) for r in records)
+                                            if v is not None):
+            axis.set_yscale("log")
+        for boundary in boundaries:
+            axis.axvline(boundary, color="0.6", linestyle=":", linewidth=0.8)
+        axis.set_ylabel(label)
         axis.grid(alpha=0.3)
+        axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    axes[-1, 0].set_xlabel("iteration (dotted: epoch boundaries)")
+    epochs = sorted({r["epoch"] for r in records if "epoch" in r})
+    figure.suptitle(f"{run_name}: {len(records)} records, epochs {epochs[0]}-{epochs[-1]}" if epochs else run_name)
     figure.tight_layout()
-    figure.savefig(out, dpi=90)
+    return figure
+
+
+def plot(records, out, run_name):
+    figure = figure_of(records, run_name)
+    figure.savefig(out, dpi=90, bbox_inches="tight")
     plt.close(figure)
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("path", help="a run folder (output/NAME) or its metrics.jsonl")
@@ -76,7 +99,7 @@ def main(argv=None):
     if not records:
         sys.exit(f"{path} holds no metrics records ({skipped} unreadable lines)")
     out = args.out or os.path.join(os.path.dirname(os.path.abspath(path)), "metrics.png")
-    plot(records, out)
+    plot(records, out, os.path.basename(os.path.dirname(os.path.abspath(path))))
     note = f", {skipped} unreadable lines skipped" if skipped else ""
     print(f"{len(records)} records of {path}{note} -> {out}")
 

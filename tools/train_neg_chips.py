@@ -16,7 +16,7 @@ import logging
 import sys
 
 from lib.config import ConfigError, add_config_arguments, parse_cli_overrides
-from lib.logger import logged_outcome, setup_logging
+from lib.logger import logged_outcome, report_user_errors, setup_logging
 from lib.pipeline.neg_chips import DEFAULT_RPN_EPOCHS, NegChipPipeline
 
 logger = logging.getLogger("train_neg_chips")
@@ -33,6 +33,7 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main(argv=None):
     args = parse_args(argv)
     try:

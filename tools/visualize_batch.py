@@ -8,7 +8,7 @@ text with two squares of side lo and hi (top right). The text also counts the bo
 network's own test, sqrt(area) of the cropped box in chip pixels against ``valid_ranges``, disagrees
 with the loader's (which judges the whole box in original pixels, as the chip miner does).
 
-    python tools/visualize_batch.py --cfg FILE [--set KEY VALUE ...] [--batch 0] [--chips 4]
+    python tools/visualize_batch.py --model RUN_FOLDER | --cfg FILE [--set KEY VALUE ...] [--batch 0] [--chips 4]
         [--out output/batch.png]
 
 The batch is one of the first epoch of the config's training set, built in this process;
@@ -23,10 +23,11 @@ import sys
 import cv2
 import numpy as np
 
-from lib.config import add_config_arguments, config_from_arguments
 from lib.data import ChipLoader
 from lib.data.chip_worker import ChipWorker
 from lib.dataset import load_roidb
+from lib.logger import report_user_errors
+from lib.run.folder import add_model_arguments, config_from_model_arguments
 from lib.scales import in_valid_range
 
 GREEN, RED, BLUE, YELLOW, WHITE = (0, 200, 0), (0, 0, 255), (255, 128, 0), (0, 230, 255), (255, 255, 255)
@@ -78,15 +79,16 @@ def batch_picture(batch, batch_index, loader, roidb, cfg, count):
     return np.concatenate(rows, axis=0)
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_arguments(parser, cfg_help="config YAML, e.g. configs/faster/sniper_synthetic_tiny.yml")
+    add_model_arguments(parser)  # --model RUN_FOLDER (its config.yaml) or --cfg FILE [--set ...]
     parser.add_argument("--batch", type=int, default=0, help="which batch of the first epoch")
     parser.add_argument("--chips", type=int, default=4)
     parser.add_argument("--rpn-only", action="store_true")
     parser.add_argument("--out", default="output/batch.png")
     args = parser.parse_args(argv)
-    cfg = config_from_arguments(args)
+    cfg = config_from_model_arguments(args)
     roidb, _ = load_roidb(cfg, cfg.dataset.image_set)
     with ChipLoader(roidb, cfg, cfg.TRAIN.BATCH_IMAGES, rpn_only=args.rpn_only, num_workers=0) as loader:
         for index, batch in enumerate(loader):

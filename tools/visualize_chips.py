@@ -1,6 +1,7 @@
 """Draw the chips SNIPER mines for one training image: one panel per training scale.
 
-    python tools/visualize_chips.py IMAGE_ID --cfg FILE [--set KEY VALUE ...] [--out PNG] [--flipped] [--stride N]
+    python tools/visualize_chips.py IMAGE_ID (--model RUN_FOLDER | --cfg FILE) [--set KEY VALUE ...] [--out PNG] \
+        [--flipped] [--stride N]
 
 Each panel is the image at that scale (shrunk for display) with its gt boxes, green when valid at
 the scale and red when not, the positive chips in blue and the negative chips in orange; a legend
@@ -15,14 +16,13 @@ import cv2
 import numpy as np
 
 from chip_generator.mining import MiningParams, draw_epoch_stride, mine_image_chips
-from lib.config import add_config_arguments, config_from_arguments
 from lib.dataset import load_roidb, read_image
-from lib.drawing import draw_boxes, legend
-from lib.logger import setup_logging
+from lib.drawing import draw_boxes, legend, line_width, pad_to_height, title
+from lib.logger import report_user_errors, setup_logging
+from lib.run.folder import add_model_arguments, config_from_model_arguments
 
 logger = logging.getLogger("visualize_chips")
 PANEL_HEIGHT = 540  # display height of every panel, in pixels
-TITLE_HEIGHT = 28
 VALID, INVALID, POSITIVE, NEGATIVE = (60, 200, 60), (40, 40, 230), (230, 120, 20), (0, 150, 255)  # BGR
 
 
@@ -40,27 +40,27 @@ def scale_panel(image, entry, scale, level):
     factor = PANEL_HEIGHT / height  # scaled-image pixels -> panel pixels
     panel = cv2.resize(image, (max(int(round(width * factor)), 1), PANEL_HEIGHT), interpolation=cv2.INTER_AREA)
     boxes = np.asarray(entry["boxes"], np.float32).reshape(-1, 4) * scale.im_scale
-    panel = draw_boxes(panel, boxes[~scale.valid], INVALID, 1, factor)
-    panel = draw_boxes(panel, boxes[scale.valid], VALID, 2, factor)
-    panel = draw_boxes(panel, scale.neg_chips, NEGATIVE, 2, factor)
-    panel = draw_boxes(panel, scale.pos_chips, POSITIVE, 3, factor)
-    title = np.full((TITLE_HEIGHT, panel.shape[1], 3), 255, np.uint8)
+    thin = line_width(panel)  # chips drawn thicker than boxes, all growing with the panel
+    panel = draw_boxes(panel, boxes[~scale.valid], INVALID, thin, factor)
+    panel = draw_boxes(panel, boxes[scale.valid], VALID, thin + 1, factor)
+    panel = draw_boxes(panel, scale.neg_chips, NEGATIVE, thin + 1, factor)
+    panel = draw_boxes(panel, scale.pos_chips, POSITIVE, thin + 2, factor)
     text = (f"scale {level}: x{scale.im_scale:.3f} -> {width}x{height}, valid {int(scale.valid.sum())}/"
             f"{len(scale.valid)}, pos {len(scale.pos_chips)}, neg {len(scale.neg_chips)}")
-    cv2.putText(title, text, (6, 19), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (0, 0, 0), 1, cv2.LINE_AA)
-    return np.concatenate([title, panel], axis=0)
+    return title(panel.shape[1], text), panel
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("image_id", type=int)
-    add_config_arguments(parser, cfg_help="config YAML, e.g. configs/faster/sniper_synthetic_tiny.yml")
+    add_model_arguments(parser)  # --model RUN_FOLDER (its config.yaml) or --cfg FILE [--set ...]
     parser.add_argument("--out", help="PNG path (default {output_path}/chips_{IMAGE_ID}.png)")
     parser.add_argument("--flipped", action="store_true", help="the mirrored training copy")
     parser.add_argument("--stride", type=int, help="chip stride (default: drawn from TRAIN.CHIP_STRIDE)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    cfg = config_from_arguments(args)
+    cfg = config_from_model_arguments(args)
     setup_logging()
     roidb, _ = load_roidb(cfg, cfg.dataset.image_set, training=True)
     entry = find_entry(roidb, args.image_id, args.flipped)
@@ -71,7 +71,9 @@ def main():
     image = read_image(entry["image"])
     if entry["flipped"]:
         image = cv2.flip(image, 1)
-    panels = [scale_panel(image, entry, scale, level) for level, scale in enumerate(chips.scales)]
+    parts = [scale_panel(image, entry, scale, level) for level, scale in enumerate(chips.scales)]
+    title_height = max(strip.shape[0] for strip, _ in parts)  # every title whole, wrapped where a panel is narrow
+    panels = [np.concatenate([pad_to_height(strip, title_height), panel], axis=0) for strip, panel in parts]
     gap = np.full((panels[0].shape[0], 8, 3), 255, np.uint8)
     canvas = np.concatenate([part for panel in panels for part in (panel, gap)][:-1], axis=1)
     key = legend(canvas.shape[1], [("gt valid at the scale", VALID), ("gt not valid", INVALID),

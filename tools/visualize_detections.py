@@ -1,16 +1,17 @@
 """Draw a COCO results JSON over the images it was computed on: ground truth and detections, a few
 images per PNG grid.
 
-    python tools/visualize_detections.py --results RESULTS.json --cfg FILE [--set KEY VALUE ...] \
+    python tools/visualize_detections.py --results RESULTS.json (--model RUN_FOLDER | --cfg FILE) [--set ...] \
         [--image-set SET] [--thresh 0.5] [--images 16] [--per-grid 4] [--out DIR]
     python tools/visualize_detections.py --results RESULTS.json --folder IMAGES/ [--annotations FILE.json] ...
 
-With ``--cfg`` the images, ground truth and class names are the config's test set
-(``dataset.test_image_set``, or ``--image-set``), as main_test.py wrote the results. With ``--folder``
+With ``--model RUN_FOLDER`` (the run's config.yaml) or ``--cfg`` the images, ground truth and class names
+are the config's test set (``dataset.test_image_set``, or ``--image-set``), as main_test.py wrote the results. With ``--folder``
 the image id of a file is the number in its name (COCO's convention: ``000000000139.jpg`` is image 139);
 ``--annotations`` (a COCO instances file) adds ground truth and category names, else categories are
-shown by id. Ground truth is drawn in green, detections scoring at least ``--thresh`` in their class
-colour with "name score" tags; a legend names the colours. Grids go to
+shown by id. Ground truth is drawn in white, detections scoring at least ``--thresh`` in their class
+colour with "name score" tags, and their instance masks tinted in the same colour when the results carry
+``segmentation`` RLEs (a mask network's main_test.py results); a legend names the colours. Grids go to
 ``{out}/detections_{n:03d}.png``.
 """
 import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
@@ -24,16 +25,18 @@ from collections import defaultdict
 import cv2
 import numpy as np
 
-from lib.config import add_config_arguments, config_from_arguments
 from lib.dataset import load_roidb, read_image
 from lib.drawing import class_palette, draw_boxes, draw_detections, grid, legend
+from lib.logger import report_user_errors
+from lib.run.folder import add_model_arguments, config_from_model_arguments
 
-GT_COLOUR = (60, 200, 60)  # BGR
+GT_COLOUR = (255, 255, 255)  # BGR: white, a colour no class has (lib.drawing.class_palette)
 CELL_WIDTH = 640  # each image is shown this wide
 
 
 def read_results(path):
-    """``{image id: float32 (N, 6) [x1, y1, x2, y2, score, category id]}`` from a COCO results file."""
+    """``{image id: float32 (N, 6) [x1, y1, x2, y2, score, category id]}`` and ``{image id: [RLE or None
+    per row]}`` from a COCO results file."""
     try:
         with open(path) as f:
             results = json.load(f)
@@ -41,20 +44,40 @@ def read_results(path):
         sys.exit(f"cannot read results {path}: {err}")
     if not isinstance(results, list):
         sys.exit(f"{path}: a COCO results file is a list of detections")
-    rows = defaultdict(list)
+    rows, segmentations = defaultdict(list), defaultdict(list)
     for index, item in enumerate(results):
         try:
             x, y, w, h = (float(v) for v in item["bbox"])
             rows[int(item["image_id"])].append([x, y, x + w - 1, y + h - 1, float(item["score"]),
                                                 int(item["category_id"])])
-        except (KeyError, TypeError, ValueError):
+            segmentations[int(item["image_id"])].append(item.get("segmentation"))
+        except (KeyError, TypeError, ValueError, AttributeError):
             sys.exit(f"{path}: entry {index} is not a detection (image_id, category_id, bbox [x, y, w, h], score)")
-    return {image_id: np.array(r, np.float32) for image_id, r in rows.items()}
+    return {image_id: np.array(r, np.float32) for image_id, r in rows.items()}, dict(segmentations)
+
+
+def decode_masks(rles, height, width, path):
+    """Boolean (N, height, width) masks of COCO RLEs (None: an empty mask), or None when no row has one."""
+    if not any(rles):
+        return None
+    from pycocotools import mask as mask_utils
+
+    masks = np.zeros((len(rles), height, width), bool)
+    for mask, rle in zip(masks, rles):
+        if rle:
+            try:
+                decoded = mask_utils.decode({"size": rle["size"], "counts": rle["counts"].encode("ascii")})
+            except (KeyError, TypeError, AttributeError, ValueError) as err:
+                sys.exit(f"{path}: a segmentation is not a COCO RLE with string counts ({err})")
+            if decoded.shape != (height, width):
+                sys.exit(f"{path}: a segmentation of size {list(decoded.shape)} for an image of {[height, width]}")
+            mask[:] = decoded.astype(bool)
+    return masks
 
 
 def from_config(args):
     """[(image id, path, gt boxes)], {category id: name} of the config's test set."""
-    cfg = config_from_arguments(args)
+    cfg = config_from_model_arguments(args)
     image_set = args.image_set or cfg.dataset.test_image_set
     roidb, dataset = load_roidb(cfg, image_set, training=False)
     names = {dataset.category_ids[label]: name for label, name in enumerate(dataset.classes) if label}
@@ -83,24 +106,30 @@ def from_folder(folder, annotations):
     return images, names
 
 
-def picture(path, gt_boxes, detections, names, palette, thresh):
-    """One image, shrunk to CELL_WIDTH, with its ground truth and detections."""
+def picture(path, gt_boxes, detections, names, palette, thresh, rles=(), results_path=""):
+    """One image, shrunk to CELL_WIDTH, with its ground truth and detections (and their masks)."""
     image = read_image(path)
     factor = CELL_WIDTH / image.shape[1]
     small = cv2.resize(image, (CELL_WIDTH, max(1, int(round(image.shape[0] * factor)))), interpolation=cv2.INTER_AREA)
-    small = draw_boxes(small, gt_boxes, GT_COLOUR, 2, factor)
+    masks = decode_masks(list(rles), image.shape[0], image.shape[1], results_path)
+    if masks is not None:
+        masks = np.array([cv2.resize(m.astype(np.uint8), small.shape[1::-1], interpolation=cv2.INTER_NEAREST)
+                          for m in masks], bool).reshape(-1, *small.shape[:2])
+    small = draw_boxes(small, gt_boxes, GT_COLOUR, factor=factor)
     scaled = detections.copy()
     scaled[:, :4] *= factor
     ids = sorted(names)
     labels = {category: label for label, category in enumerate(ids)}
     scaled[:, 5] = [labels[int(c)] for c in detections[:, 5]]
-    return draw_detections(small, scaled, [names[c] for c in ids], thresh, colours=[palette[c] for c in ids])
+    return draw_detections(small, scaled, [names[c] for c in ids], thresh, colours=[palette[c] for c in ids],
+                           masks=masks)
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results", required=True, help="COCO results JSON (main_test.py's detections_*.json)")
-    add_config_arguments(parser, cfg_help="config whose test set the results are of", required=False)
+    add_model_arguments(parser)  # --model RUN_FOLDER: the run's config; or --cfg FILE --set ...
     parser.add_argument("--image-set", help="image set of the config (default dataset.test_image_set)")
     parser.add_argument("--folder", help="a folder of images instead of a config (ids from the file names)")
     parser.add_argument("--annotations", help="with --folder: COCO instances JSON for gt boxes and names")
@@ -109,24 +138,27 @@ def main(argv=None):
     parser.add_argument("--per-grid", type=int, default=4, help="images per PNG")
     parser.add_argument("--out", default="output/detections", help="folder for the PNG grids")
     args = parser.parse_args(argv)
-    if bool(args.cfg) == bool(args.folder):
-        parser.error("give either --cfg (a config's test set) or --folder (a folder of images)")
+    configured = bool(args.cfg or args.model)
+    if configured == bool(args.folder):
+        parser.error("give either --model RUN_FOLDER or --cfg FILE (a config's test set), or --folder (images)")
     if args.per_grid < 1 or args.images < 1:
         parser.error("--images and --per-grid must be at least 1")
-    detections = read_results(args.results)
-    images, names = from_config(args) if args.cfg else from_folder(args.folder, args.annotations)
+    detections, segmentations = read_results(args.results)
+    images, names = from_config(args) if configured else from_folder(args.folder, args.annotations)
     names.update({int(c): str(int(c)) for dets in detections.values() for c in dets[:, 5] if int(c) not in names})
-    palette = dict(zip(sorted(names), class_palette(len(names))))
+    colours = class_palette(len(names) + 1)  # by label, as the demo and Detector.draw colour them
+    palette = {category: colours[label] for label, category in enumerate(sorted(names), start=1)}
     images.sort(key=lambda item: item[0] not in detections)  # images with detections first, else in order
     chosen = images[:args.images]
     if not chosen:
         sys.exit("no images to draw")
     os.makedirs(args.out, exist_ok=True)
-    key = [("ground truth", GT_COLOUR)] + [(f"{names[c]}", palette[c]) for c in sorted(names)][:8]
+    key = [("ground truth (white)", (200, 200, 200))] + [(f"{names[c]}", palette[c]) for c in sorted(names)]
     written = []
     for start in range(0, len(chosen), args.per_grid):
         cells = [picture(path, gt, detections.get(image_id, np.zeros((0, 6), np.float32)), names, palette,
-                         args.thresh) for image_id, path, gt in chosen[start:start + args.per_grid]]
+                         args.thresh, segmentations.get(image_id, ()), args.results)
+                 for image_id, path, gt in chosen[start:start + args.per_grid]]
         sheet = grid(cells, columns=min(2, len(cells)))
         sheet = np.concatenate([legend(sheet.shape[1], key), sheet], axis=0)
         path = os.path.join(args.out, f"detections_{start // args.per_grid:03d}.png")

@@ -21,11 +21,12 @@ from lib.config import add_config_arguments, config_from_arguments
 from lib.dataset import load_roidb
 from lib.drawing import draw_boxes, draw_detections, grid, legend
 from lib.inference.autofocus import AutoFocusStats, run_autofocus
-from lib.inference.detector import Detector
+from lib.inference.detector import Detector, checkpoint_file
 from lib.inference.focus_chips import focus_pixel_boxes
 from lib.inference.pipeline import RoidbImages
-from lib.logger import setup_logging
+from lib.logger import report_user_errors, setup_logging
 from lib.run.checkpoint import output_dir
+from symbols.backbones import feature_stride
 
 PANEL_HEIGHT = 540
 TITLE_HEIGHT = 28
@@ -45,6 +46,7 @@ def shade(panel, boxes, probs, factor, colour):
     return (panel * (1 - alpha) + overlay * alpha).astype(np.uint8)
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("image_id", type=int, help="an image id of dataset.test_image_set")
@@ -62,11 +64,11 @@ def main():
     entries = [entry for entry in roidb if entry["id"] == args.image_id]
     if not entries:
         sys.exit(f"image id {args.image_id} is not in {cfg.dataset.test_image_set} ({len(roidb)} images)")
-    detector = Detector.from_checkpoint(cfg, dataset.num_classes, path=args.checkpoint)
+    detector = Detector.from_config(cfg, args.checkpoint or checkpoint_file(cfg), dataset.classes)
     source = RoidbImages(entries[:1])
     image = source.read(0)
 
-    test, stride = cfg.TEST, cfg.network.RPN_FEAT_STRIDE
+    test, stride = cfg.TEST, feature_stride(cfg)
     thresholds = [params[1] if number + 1 < len(test.SCALES) and test.DO_PRUNING[number + 1] else 0.5
                   for number, params in enumerate(test.CHIP_HYPERPARAMS)]
     seen = [{"regions": [], "focus": [], "probs": [], "chips": []} for _ in test.SCALES]
@@ -89,8 +91,8 @@ def main():
     for number, (level, level_stats) in enumerate(zip(seen, stats.levels)):
         panel = shade(shrunk, np.concatenate(level["focus"] or [np.zeros((0, 4))]),
                       np.concatenate(level["probs"] or [np.zeros(0)]), factor, FOCUS)
-        panel = draw_boxes(panel, level["regions"], REGION, 2, factor)
-        panel = draw_boxes(panel, level["chips"], CHIP, 2, factor)
+        panel = draw_boxes(panel, level["regions"], REGION, factor=factor)
+        panel = draw_boxes(panel, level["chips"], CHIP, factor=factor)
         if number == len(seen) - 1:
             shown = found[0].copy()
             shown[:, :4] *= factor

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lib.boxes import base_anchors, bbox_overlaps, encode, grid_anchors, ignore_near_invalid, match, subsample
+from symbols.backbones import feature_stride
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class AnchorTargetParams:
         train, network = cfg.TRAIN, cfg.network
         return cls(
             chip_size=int(train.CHIP_SIZE),
-            feat_stride=int(network.RPN_FEAT_STRIDE),
+            feat_stride=int(feature_stride(cfg)),
             ratios=tuple(network.ANCHOR_RATIOS),
             scales=tuple(network.ANCHOR_SCALES),
             allowed_border=float(train.RPN_ALLOWED_BORDER),

@@ -11,10 +11,24 @@ built: the matching region of the original image is cropped and resized, as the 
 * ``round``: the source window is rounded to whole pixels and resized to exactly the chip's size;
   content shifts by under one scaled pixel.
 Either way the content fills the top-left corner of the network input and is cut where it is larger.
+
+A large image (lib.dataset.large_images) comes as a WindowedImage: only the chip's window is read, and at
+a scale below 1/2 it is read reduced by ``shrink_factor(s)`` (block average) and resized by the rest, so
+no chip ever holds the full resolution of a coarse scale.
 """
 import cv2
 
 from lib.data.pixels import network_pixels
+from lib.dataset.large_images import shrink_factor
+
+
+def _window(image, top, bottom, left, right, im_scale):
+    """(pixels of rows [top, bottom) and columns [left, right), the scale still to apply): a WindowedImage
+    reads them reduced at coarse scales, an array is sliced."""
+    shrink = shrink_factor(im_scale) if hasattr(image, "window") else 1
+    if shrink > 1:
+        return image.window(left, top, right, bottom, shrink), im_scale * shrink
+    return image[top:bottom, left:right], im_scale
 
 
 def source_region(chip, im_scale, image_width, flipped):
@@ -37,7 +51,7 @@ def _rounded_crop(image, chip, im_scale, flipped):
     x1, y1, x2, y2 = (int(round(float(v))) for v in chip)
     left, top, right, bottom = source_region(chip, im_scale, image.shape[1], flipped)
     left, top = min(max(left, 0), image.shape[1] - 1), min(max(top, 0), image.shape[0] - 1)
-    crop = image[top:max(bottom, top + 1), left:max(right, left + 1)]
+    crop, _ = _window(image, top, max(bottom, top + 1), left, max(right, left + 1), im_scale)
     resized = cv2.resize(crop, (x2 - x1 + 1, y2 - y1 + 1), interpolation=cv2.INTER_LINEAR)
     return cv2.flip(resized, 1) if flipped else resized
 
@@ -47,14 +61,15 @@ def _truncated_crop(image, chip, im_scale, flipped):
     left, top, right, bottom = (int(float(v) / im_scale) for v in chip)
     right, bottom = max(right, left + 1), max(bottom, top + 1)
     if flipped:  # columns [left, right) of the mirrored image
-        crop = cv2.flip(image[top:bottom, max(width - right, 0):width - left], 1)
+        crop, scale = _window(image, top, bottom, max(width - right, 0), width - left, im_scale)
+        crop = cv2.flip(crop, 1)
     else:
-        crop = image[top:bottom, left:right]
-    return cv2.resize(crop, None, None, fx=im_scale, fy=im_scale, interpolation=cv2.INTER_LINEAR)
+        crop, scale = _window(image, top, bottom, left, right, im_scale)
+    return cv2.resize(crop, None, None, fx=scale, fy=scale, interpolation=cv2.INTER_LINEAR)
 
 
 def render_chip(image, chip, im_scale, flipped, pixel_means, channel_order, crop, out):
-    """Write the chip of ``image`` (BGR uint8, original, unflipped) into ``out`` (3, H, W) float32 with
+    """Write the chip of ``image`` (BGR uint8, original, unflipped; an array or a WindowedImage) into ``out`` (3, H, W) float32 with
     the ``crop`` rule (module docstring); non-square inputs work as well as square ones.
 
     The content fills the top-left corner, at most ``out``'s height and width, in the network's

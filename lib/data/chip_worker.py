@@ -20,6 +20,7 @@ from lib.data.epoch_plan import mine_images
 from lib.data.focus_labels import FocusLabelParams, focus_labels
 from lib.data.image_cache import DecodedImageCache
 from lib.dataset.image_io import read_roidb_image
+from lib.dataset.large_images import open_windowed
 from lib.dataset.polygons import select_polygons
 from lib.scales import scaled_image_size
 
@@ -113,14 +114,16 @@ class ChipWorker:
         entry = self.roidb[chip.image_index]
         start = time.perf_counter()
         try:
-            image, decoded_now = self.images.get(entry["image"], lambda _: read_roidb_image(entry))
+            image, decoded_now = open_windowed(entry), False  # a large image: the chip's window only
+            if image is None:
+                image, decoded_now = self.images.get(entry["image"], lambda _: read_roidb_image(entry))
+            decoded = time.perf_counter()
+            # a large image's pixels are decoded here, where a file cut short shows
+            arrays = self.ring.slot(slot)
+            content = render_chip(image, chip.box, chip.im_scale, entry["flipped"], self.pixel_means,
+                                  self.channel_order, self.crop, arrays["data"][position])
         except IOError as err:
             return ("bad_image", tag, position, entry["image"], str(err))
-        decoded = time.perf_counter()
-
-        arrays = self.ring.slot(slot)
-        content = render_chip(image, chip.box, chip.im_scale, entry["flipped"], self.pixel_means,
-                              self.channel_order, self.crop, arrays["data"][position])
         rendered = time.perf_counter()
 
         rows, boxes, classes, valid = self.select_boxes(entry, chip)

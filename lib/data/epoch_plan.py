@@ -10,6 +10,7 @@ import numpy as np
 from tqdm import tqdm
 
 from chip_generator.mining import draw_epoch_stride, mine_image_chips, sample_epoch_chips
+from lib.errors import DataError
 
 # Purposes of the derived random streams.
 _STRIDE, _MINE, _SHUFFLE, _CHIP, _REPLACE = range(5)
@@ -131,8 +132,8 @@ class EpochPlan:
 
     def __init__(self, chips, stride, batch_size, seed, epoch, shuffle, num_shards=1, shard_index=0):
         if not len(chips):
-            raise ValueError(f"epoch {epoch}: no chips were mined; the roidb has no box valid at any training "
-                             f"scale (check TRAIN.SCALES and TRAIN.VALID_RANGES)")
+            raise DataError(f"epoch {epoch}: no chips were mined; the roidb has no box valid at any training "
+                            f"scale (check TRAIN.SCALES, TRAIN.VALID_RANGES and TRAIN.CHIP_SIZE)")
         if not 0 <= shard_index < num_shards:
             raise ValueError(f"EpochPlan: shard_index must be in [0, {num_shards}), got {shard_index}")
         count = len(chips)

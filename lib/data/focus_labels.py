@@ -23,20 +23,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from symbols.backbones import feature_stride
+
 
 @dataclass(frozen=True)
 class FocusLabelParams:
     small_thresh: float
     dontcare_low: float
     dontcare_high: float
-    stride: int  # of the features the branch reads (network.RPN_FEAT_STRIDE)
+    stride: int  # of the features the branch reads (the backbone's, symbols/backbones.py)
     chip_size: int
 
     @classmethod
     def from_config(cls, cfg):
         train = cfg.TRAIN
         return cls(small_thresh=float(train.AUTO_FOCUS_SMALL_THRESH), dontcare_low=float(train.AUTO_FOCUS_DC_LOW),
-                   dontcare_high=float(train.AUTO_FOCUS_DC_HIGH), stride=int(cfg.network.RPN_FEAT_STRIDE),
+                   dontcare_high=float(train.AUTO_FOCUS_DC_HIGH), stride=int(feature_stride(cfg)),
                    chip_size=int(train.CHIP_SIZE))
 
     @property

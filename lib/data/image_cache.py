@@ -6,7 +6,8 @@ an image file to the same worker (ChipLoader routes by file), so a worker that k
 decoded recently decodes each one about once per epoch when its share of the set fits the cache;
 when it does not, the hit rate falls towards (cache size / its share), never below decoding every
 chip. The cached arrays are read-only: a chip never changes the pixels another chip reads, so the
-batches are byte-identical whatever the cache size.
+batches are byte-identical whatever the cache size. Large images (lib.dataset.large_images) bypass the
+cache: their chips read windows from the file.
 """
 from collections import OrderedDict
 

@@ -23,6 +23,7 @@ from lib.data.batch_ring import BatchRing
 from lib.data.chip_worker import ChipWorker, batch_fields
 from lib.data.epoch_plan import EpochPlan, mine_epoch
 from lib.data.worker_pool import InlinePool, ProcessPool
+from lib.errors import DataError
 
 logger = logging.getLogger(__name__)
 
@@ -164,8 +165,9 @@ class _Scheduler:
             return
         batch.attempts[position] += 1
         if batch.attempts[position] > MAX_REPLACEMENTS:
-            raise RuntimeError(f"{MAX_REPLACEMENTS} replacement chips in a row came from unreadable images "
-                               f"(last: {path}: {error}); {len(self.stats.bad_images)} images failed so far")
+            raise DataError(f"{MAX_REPLACEMENTS} replacement chips in a row came from unreadable images "
+                            f"(last: {path}: {error}); {len(self.stats.bad_images)} images failed so far: check "
+                            f"the image folder")
         chip, seed = self.plan.replacement(index, position, batch.attempts[position], self.roidb, self.stats.bad_images)
         self._submit(batch, position, chip, seed)
 
@@ -332,7 +334,8 @@ class ChipLoader(mx.io.DataIter):
                 with ChipWorker.fork_guard():
                     self._resources.pool = ProcessPool(worker, num_workers, ChipWorker.process_start, "chip-loader",
                                                        cfg.TRAIN.LOADER_TIMEOUT, "TRAIN.LOADER_TIMEOUT",
-                                                       routed=cfg.TRAIN.IMAGE_CACHE_MB > 0)
+                                                       routed=cfg.TRAIN.IMAGE_CACHE_MB > 0,
+                                                       warn_after=cfg.TRAIN.STALL_WARN)
             else:
                 self._resources.pool = InlinePool(worker)
             self._resources.ring.unlink()  # the workers hold the mapping now

@@ -9,8 +9,10 @@ Ctrl-C (the parent handles it and closes the pool) and exit on their own if the 
 A worker that stops without dying (SIGSTOP, a deadlock, an NFS stall) would hang the caller forever:
 each worker stamps a shared clock when it takes a task and, while idle, every second or so; one that has
 shown no sign of life for ``timeout`` seconds is reported by ``get`` with its pid, what it was doing and
-its process state, and ``close`` kills it.
+its process state, and ``close`` kills it. Long before that (``warn_after`` seconds, TRAIN.STALL_WARN), one
+warning with the same facts says that it has gone quiet, once per silence.
 """
+import logging
 import multiprocessing
 import os
 import queue
@@ -20,13 +22,17 @@ import traceback
 from collections import deque
 from multiprocessing.sharedctypes import RawArray
 
+from lib.errors import MachineError
+
+logger = logging.getLogger(__name__)
+
 # How often the main process checks that its workers are alive (an idle worker checks its parent
 # every 5 times that), in seconds.
 _POLL_SECONDS = 0.2
 _JOIN_SECONDS = 3.0
 
 
-class WorkerDiedError(RuntimeError):
+class WorkerDiedError(MachineError):
     """A worker process ended without being asked to (killed, out of memory, crashed)."""
 
 
@@ -34,7 +40,7 @@ class WorkerError(RuntimeError):
     """A task raised an unexpected exception inside a worker; the message has its traceback."""
 
 
-class WorkerStalledError(RuntimeError):
+class WorkerStalledError(MachineError):
     """A worker showed no sign of life for longer than the pool's timeout (stopped, deadlocked, stalled I/O)."""
 
 
@@ -84,12 +90,13 @@ class ProcessPool:
     free, or with ``routed`` to one queue per worker: a task submitted with a ``key`` then always runs
     in worker ``key % num_workers`` (so a worker's cache sees every task of that key), the others in
     turn. A worker silent for more than ``timeout`` seconds (0: no limit; ``timeout_key`` is the config
-    key that set it, for the message) is a WorkerStalledError; ``handler.describe(task)``, when the
-    handler has it, says what it was doing.
+    key that set it, for the message) is a WorkerStalledError, and one silent for ``warn_after`` seconds
+    (0: no warning) is warned about once; ``handler.describe(task)``, when the handler has it, says what
+    it was doing.
     """
 
     def __init__(self, handler, num_workers, initializer=None, name="data-worker", timeout=0, timeout_key="timeout",
-                 routed=False):
+                 routed=False, warn_after=0):
         context = multiprocessing.get_context("fork")
         self._queues = [context.Queue() for _ in range(num_workers if routed else 1)]
         self._turn = 0
@@ -97,6 +104,8 @@ class ProcessPool:
         self._closed = False
         self._last_check = time.monotonic()
         self._timeout, self._timeout_key = timeout, timeout_key
+        self._warn_after = warn_after if not timeout or warn_after < timeout else 0
+        self._warned = set()  # workers warned about in their current silence
         self._describe = getattr(handler, "describe", repr)
         self._serial = 0
         self._running = {}  # serial -> task, until its message arrives
@@ -150,18 +159,28 @@ class ProcessPool:
                 raise WorkerDiedError(
                     f"data loader worker {process.name} (pid {process.pid}) {how}; its chips are lost, so the "
                     f"epoch cannot complete (out of memory? check dmesg). Close the loader and restart.")
-        if not self._timeout:
+        if not (self._timeout or self._warn_after):
             return
         now = time.monotonic()
         for index, process in enumerate(self.processes):
             silent = now - self._clock[2 * index]
-            if silent > self._timeout:
-                task = self._running.get(int(self._clock[2 * index + 1]))
-                doing = "waiting for a task" if task is None else self._describe(task)
-                raise WorkerStalledError(
-                    f"data loader worker {process.name} (pid {process.pid}) has shown no sign of life for "
-                    f"{silent:.0f} s ({self._timeout_key} is {self._timeout:g} s) while {doing}"
-                    f"{_process_state(process.pid)}; stopping rather than waiting forever")
+            if self._timeout and silent > self._timeout:
+                limit = f" ({self._timeout_key} is {self._timeout:g} s)"
+                raise WorkerStalledError(f"{self._silence(index, silent, limit)}; stopping rather than waiting forever")
+            if not self._warn_after or silent <= self._warn_after:
+                self._warned.discard(index)
+            elif index not in self._warned:
+                self._warned.add(index)
+                later = f"stopping at {self._timeout_key} ({self._timeout:g} s)" if self._timeout else "waiting"
+                logger.warning("%s; %s if it stays silent", self._silence(index, silent), later)
+
+    def _silence(self, index, silent, limit=""):
+        """What worker ``index``, silent for ``silent`` s, is and was doing."""
+        process = self.processes[index]
+        task = self._running.get(int(self._clock[2 * index + 1]))
+        doing = "waiting for a task" if task is None else self._describe(task)
+        return (f"data loader worker {process.name} (pid {process.pid}) has shown no sign of life for {silent:.0f} s"
+                f"{limit} while {doing}{_process_state(process.pid)}")
 
     def close(self):
         """Stop every worker: ask politely, then terminate, then kill. Safe to call twice."""

@@ -10,6 +10,8 @@ from collections import defaultdict
 
 import numpy as np
 
+from lib.errors import DataError
+
 
 logger = logging.getLogger(__name__)
 
@@ -112,5 +114,5 @@ def split_image_sets(image_set):
     """``"a+b"`` -> ``["a", "b"]``; an empty part is an error naming the whole string."""
     parts = [part.strip() for part in str(image_set).split("+")]
     if not all(parts):
-        raise ValueError(f"image set {image_set!r}: expected names joined with '+', found an empty name")
+        raise DataError(f"image set {image_set!r}: expected names joined with '+', found an empty name")
     return parts

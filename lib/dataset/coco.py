@@ -18,15 +18,22 @@ training boxes (they are ``crowd_boxes``), so no polygons either.
 import contextlib
 import io
 import json
+import logging
 import os
 import re
 
 import numpy as np
 from tqdm import tqdm
 
+from lib.atomic import write_json
 from lib.dataset.annotations import BoxReport, clean_boxes, escapes_folder, make_entry, split_image_sets
+from lib.dataset.base import Dataset
 from lib.dataset.polygons import pack_polygons
+from lib.dataset.synthetic import ensure_synthetic_dataset
+from lib.errors import DataError, DataFileError
 
+
+logger = logging.getLogger(__name__)
 
 def read_coco_json(path):
     """Load and structurally check one COCO annotation file; errors name the file."""
@@ -34,19 +41,19 @@ def read_coco_json(path):
         with open(path, "rb") as f:
             data = json.load(f)
     except OSError as err:
-        raise IOError(f"cannot read COCO annotation file {path}: {err.strerror or err}") from None
+        raise DataFileError(f"cannot read COCO annotation file {path}: {err.strerror or err}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"COCO annotation file {path} is not valid JSON: {err}") from None
+        raise DataError(f"COCO annotation file {path} is not valid JSON: {err}") from None
     if not isinstance(data, dict):
-        raise ValueError(f"COCO annotation file {path}: expected a JSON object, got {type(data).__name__}")
+        raise DataError(f"COCO annotation file {path}: expected a JSON object, got {type(data).__name__}")
     for key in ("images", "categories"):
         if not isinstance(data.get(key), list):
-            raise ValueError(f"COCO annotation file {path}: missing or malformed '{key}' list")
+            raise DataError(f"COCO annotation file {path}: missing or malformed '{key}' list")
     if not data["categories"]:
-        raise ValueError(f"COCO annotation file {path}: the 'categories' list is empty")
+        raise DataError(f"COCO annotation file {path}: the 'categories' list is empty")
     data.setdefault("annotations", [])  # image-info files (test-dev) have none
     if not isinstance(data["annotations"], list):
-        raise ValueError(f"COCO annotation file {path}: 'annotations' must be a list")
+        raise DataError(f"COCO annotation file {path}: 'annotations' must be a list")
     return data
 
 
@@ -72,44 +79,44 @@ def _categories(data, path):
     categories = []
     for cat in data["categories"]:
         if not (type(cat) is dict and _is_int(cat.get("id")) and type(cat.get("name")) is str):
-            raise ValueError(f"COCO annotation file {path}: category {cat!r} needs an integer 'id' and a 'name'")
+            raise DataError(f"COCO annotation file {path}: category {cat!r} needs an integer 'id' and a 'name'")
         categories.append((int(cat["id"]), cat["name"]))
     ids = [cat_id for cat_id, _ in categories]
     if len(set(ids)) != len(ids):
         duplicate = next(i for i in ids if ids.count(i) > 1)
-        raise ValueError(f"COCO annotation file {path}: category id {duplicate} appears twice")
+        raise DataError(f"COCO annotation file {path}: category id {duplicate} appears twice")
     return sorted(categories)
 
 
 def _check_image(image, path):
     if not (type(image) is dict and _is_int(image.get("id"))):
-        raise ValueError(f"COCO annotation file {path}: image record {str(image)[:200]} has no integer 'id'")
+        raise DataError(f"COCO annotation file {path}: image record {str(image)[:200]} has no integer 'id'")
     if type(image.get("file_name")) is not str:
-        raise ValueError(f"COCO annotation file {path}: image id {image['id']} has no 'file_name'")
+        raise DataError(f"COCO annotation file {path}: image id {image['id']} has no 'file_name'")
     if escapes_folder(image["file_name"]):
-        raise ValueError(f"COCO annotation file {path}: image id {image['id']} has file_name "
-                         f"{image['file_name']!r}, which leads outside the image folder (image paths must stay "
-                         f"inside it; a symlink placed inside it may point elsewhere)")
+        raise DataError(f"COCO annotation file {path}: image id {image['id']} has file_name "
+                        f"{image['file_name']!r}, which leads outside the image folder (image paths must stay "
+                        f"inside it; a symlink placed inside it may point elsewhere)")
     for key in ("width", "height"):
         value = _number(image.get(key))
         if value is None or not value >= 1:  # NaN fails too
-            raise ValueError(
+            raise DataError(
                 f"COCO annotation file {path}: image id {image['id']} has invalid {key} {image.get(key)!r}")
 
 
 def _check_annotation(ann, path, index_of, label_of, seen_annotations):
     """Every id an annotation refers to must exist; a dangling one is an error naming it."""
     if not (type(ann) is dict and _is_int(ann.get("id"))):
-        raise ValueError(f"COCO annotation file {path}: annotation {str(ann)[:200]} has no integer 'id'")
+        raise DataError(f"COCO annotation file {path}: annotation {str(ann)[:200]} has no integer 'id'")
     if ann["id"] in seen_annotations:
-        raise ValueError(f"COCO annotation file {path}: annotation id {ann['id']} appears twice")
+        raise DataError(f"COCO annotation file {path}: annotation id {ann['id']} appears twice")
     seen_annotations.add(ann["id"])
     if not _is_int(ann.get("image_id")) or ann["image_id"] not in index_of:
-        raise ValueError(f"COCO annotation file {path}: annotation {ann['id']} refers to image id "
-                         f"{ann.get('image_id')!r}, which is not in its 'images' list")
+        raise DataError(f"COCO annotation file {path}: annotation {ann['id']} refers to image id "
+                        f"{ann.get('image_id')!r}, which is not in its 'images' list")
     if not _is_int(ann.get("category_id")) or ann["category_id"] not in label_of:
-        raise ValueError(f"COCO annotation file {path}: annotation {ann['id']} has category_id "
-                         f"{ann.get('category_id')!r}, which is not in its 'categories' list")
+        raise DataError(f"COCO annotation file {path}: annotation {ann['id']} has category_id "
+                        f"{ann.get('category_id')!r}, which is not in its 'categories' list")
 
 
 def _polygons(ann, report):
@@ -157,7 +164,7 @@ def image_folder(dataset_path, image_set):
     return folder
 
 
-class CocoDataset:
+class CocoDataset(Dataset):
     """One or more COCO image sets; ``load_entries`` reads them, ``coco`` indexes them for COCOeval.
 
     ``classes[label]`` is the category name of contiguous label ``label`` (0 = background) and
@@ -167,19 +174,10 @@ class CocoDataset:
     kind = "coco"
 
     def __init__(self, dataset_path, image_set):
-        self.dataset_path = os.path.abspath(dataset_path)
-        self.image_set = image_set
+        super().__init__(dataset_path, image_set)
         self.image_sets = split_image_sets(image_set)
         self.annotation_files = [annotation_file(self.dataset_path, name) for name in self.image_sets]
-        self.classes = None
-        self.category_ids = None
-        self.image_ids = None
-        self.box_report = {}
         self._coco = None
-
-    @property
-    def num_classes(self):
-        return len(self.classes)
 
     def load_entries(self, masks=False):
         """Unflipped roidb entries of every image, in file order, with the boxes' polygons when ``masks``; also
@@ -193,7 +191,7 @@ class CocoDataset:
                 self.classes = ["__background__"] + [name for _, name in categories]
                 self.category_ids = [0] + [cat_id for cat_id, _ in categories]
             elif [0] + [cat_id for cat_id, _ in categories] != self.category_ids:
-                raise ValueError(
+                raise DataError(
                     f"COCO annotation file {path}: categories differ from {self.annotation_files[0]}; "
                     f"joined image sets must share them")
             label_of = {cat_id: label for label, cat_id in enumerate(self.category_ids) if label}
@@ -213,7 +211,7 @@ class CocoDataset:
         for image in images:
             _check_image(image, path)
             if image["id"] in first_file:
-                raise ValueError(
+                raise DataError(
                     f"image id {image['id']} appears twice: in {first_file[image['id']]} and in {path}")
             first_file[image["id"]] = path
             index_of[image["id"]] = len(index_of)
@@ -285,3 +283,35 @@ class CocoDataset:
     def __getstate__(self):
         # The roidb cache pickles the dataset; the COCO index is rebuilt from the files on demand.
         return {**self.__dict__, "_coco": None}
+
+    def evaluate(self, entries, detections, out_dir, segmentations=None, scoring=None):
+        """The results file (COCO format, original category ids: test-dev ready; masks as ``segmentation``),
+        then COCO bbox (and segm) AP through pycocotools when the set has annotations, at ``scoring``'s
+        TEST.EVAL_MAX_DETS (0: its MAX_PER_IMAGE) detections per image and size bands TEST.SIZE_BANDS."""
+        from lib.inference.coco_summary import COCO_BANDS, parse_bands
+        from lib.inference.evaluator import coco_results, evaluate_coco  # the scoring, with the other metrics
+
+        image_ids = [entry["id"] for entry in entries]
+        results = coco_results(detections, image_ids, self.category_ids, segmentations)
+        path = os.path.join(out_dir, f"detections_{self.image_set}_results.json")
+        write_json(results, path)
+        logger.info("wrote %d detections to %s", len(results), path)
+        if not self.coco.dataset.get("annotations"):
+            logger.info("%s has no annotations (e.g. test-dev): results written for submission, not evaluated",
+                        self.image_set)
+            return {"results": path}
+        max_dets = (scoring.EVAL_MAX_DETS or scoring.MAX_PER_IMAGE) if scoring is not None else 100
+        bands = parse_bands(scoring.SIZE_BANDS) if scoring is not None else COCO_BANDS
+        stats = evaluate_coco(self.coco, path, out_dir, image_ids=image_ids, max_dets=max_dets, bands=bands)
+        return {"results": path, "stats": stats}
+
+
+class SyntheticDataset(CocoDataset):
+    """The project's COCO-format shapes set (lib/dataset/synthetic.py), generated first when absent from
+    ``dataset.synthetic_train``, ``synthetic_val`` and ``synthetic_seed``, in its own folder per settings."""
+
+    @classmethod
+    def from_config(cls, cfg, image_set):
+        # its own folder per counts and seed (lib.dataset.synthetic.synthetic_folder): never replaced in place
+        return cls(ensure_synthetic_dataset(cfg.dataset.dataset_path, train=cfg.dataset.synthetic_train,
+                                            val=cfg.dataset.synthetic_val, seed=cfg.dataset.synthetic_seed), image_set)

@@ -15,6 +15,8 @@ import re
 import cv2
 import numpy as np
 
+from lib.errors import DataFileError
+
 # EXIF orientation is ignored: annotation files give boxes in the stored pixel frame (as PIL and
 # pycocotools see it), and rotating the pixels would move every object away from its box.
 _READ_FLAGS = cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION
@@ -101,23 +103,23 @@ def read_image(path, max_pixels=None, expected_size=None):
         with open(path, "rb") as f:
             data = f.read()
     except OSError as err:
-        raise IOError(f"cannot read image {path}: {err.strerror or err}") from None
+        raise DataFileError(f"cannot read image {path}: {err.strerror or err}") from None
     size = declared_size(data)
     if size is not None and max_pixels and size[0] * size[1] > max_pixels:
-        raise IOError(f"image {path} declares {size[1]}x{size[0]} pixels ({size[0] * size[1] / 1e6:.0f} Mpx), more "
-                      f"than dataset.MAX_IMAGE_PIXELS ({max_pixels / 1e6:.0f} Mpx); not decoded (a decompression "
-                      f"bomb, or raise the limit for a genuine large image)")
+        raise DataFileError(f"image {path} declares {size[1]}x{size[0]} pixels ({size[0] * size[1] / 1e6:.0f} Mpx), "
+                            f"more than dataset.MAX_IMAGE_PIXELS ({max_pixels / 1e6:.0f} Mpx); not decoded (a "
+                            f"decompression bomb, or raise the limit for a genuine large image)")
     if size is not None and expected_size is not None and size != tuple(expected_size):
-        raise IOError(size_mismatch(path, size, expected_size))
+        raise DataFileError(size_mismatch(path, size, expected_size))
     if data.startswith(_JPEG_START) and _jpeg_truncated(data) or \
             data.startswith(_PNG_SIGNATURE) and _png_truncated(data):
-        raise IOError(f"truncated image {path}: the file ends before its end-of-image marker ({len(data)} bytes; "
-                      f"an interrupted copy or download?)")
+        raise DataFileError(f"truncated image {path}: the file ends before its end-of-image marker "
+                            f"({len(data)} bytes; an interrupted copy or download?)")
     # imdecode on the bytes (rather than imread) works for any path encoding and separates
     # "cannot open" from "cannot decode".
     image = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), _READ_FLAGS) if data else None
     if image is None:
-        raise IOError(f"cannot decode image {path}: not a supported image file ({len(data)} bytes)")
+        raise DataFileError(f"cannot decode image {path}: not a supported image file ({len(data)} bytes)")
     return image
 
 
@@ -137,5 +139,5 @@ def check_annotated_size(entry, image):
     canvases are all planned from the annotated size); training's loader and the tester give the same
     message."""
     if image.shape[:2] != (entry["height"], entry["width"]):
-        raise IOError(size_mismatch(entry["image"], image.shape[:2], (entry["height"], entry["width"])))
+        raise DataFileError(size_mismatch(entry["image"], image.shape[:2], (entry["height"], entry["width"])))
     return image

@@ -23,6 +23,7 @@ import zipfile
 import numpy as np
 
 from lib.atomic import atomic_open
+from lib.errors import DataError, DataFileError
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ def write_proposals(proposals, path):
     arrays = [_box_array(proposals[image_id], image_id, path) for image_id in image_ids]
     widths = {a.shape[1] for a in arrays}
     if len(widths) > 1:
-        raise ValueError(f"proposals for {path}: some images have 4 columns and others 5")
+        raise DataError(f"proposals for {path}: some images have 4 columns and others 5")
     width = widths.pop() if widths else 5
     counts = [len(a) for a in arrays]
     with atomic_open(path, "wb") as f:  # a file object: np.savez would append '.npz' to a name
@@ -53,28 +54,28 @@ def read_proposals(path):
         with open(path, "rb") as f:
             head = f.read(4)
     except OSError as err:
-        raise IOError(f"cannot read proposal file {path} (dataset.proposal): {err.strerror or err}. Negative "
-                      "chips (TRAIN.USE_NEG_CHIPS) need proposals of the training images: make them with "
-                      "scripts/train_neg_props_and_sniper.sh, or set TRAIN.USE_NEG_CHIPS false") from None
+        raise DataFileError(f"cannot read proposal file {path} (dataset.proposal): {err.strerror or err}. Negative "
+                            "chips (TRAIN.USE_NEG_CHIPS) need proposals of the training images: make them with "
+                            "scripts/train_neg_props_and_sniper.sh, or set TRAIN.USE_NEG_CHIPS false") from None
     if head[:1] in _PICKLE_FIRST_BYTES:
-        raise ValueError(f"proposal file {path} is a pickle (the legacy format), which is not loaded because "
-                         f"unpickling runs code from the file; if you trust its source, convert it once with "
-                         f"tools/convert_proposals.py {path} {os.path.splitext(path)[0]}.npz")
+        raise DataError(f"proposal file {path} is a pickle (the legacy format), which is not loaded because "
+                        f"unpickling runs code from the file; if you trust its source, convert it once with "
+                        f"tools/convert_proposals.py {path} {os.path.splitext(path)[0]}.npz")
     try:
         npz = np.load(path, allow_pickle=False)
         if not isinstance(npz, np.lib.npyio.NpzFile):
-            raise ValueError("a single .npy array, not an .npz of arrays")
+            raise DataError("a single .npy array, not an .npz of arrays")
         with npz:
             missing = [key for key in KEYS if key not in npz.files]
             if missing:
-                raise ValueError(f"lacks array(s) {', '.join(missing)}")
+                raise DataError(f"lacks array(s) {', '.join(missing)}")
             version, image_ids, offsets, boxes = (npz[key] for key in KEYS)
     except (ValueError, OSError, zipfile.BadZipFile, EOFError) as err:
-        raise ValueError(f"proposal file {path} is not a readable proposal .npz ({str(err).splitlines()[0]}); "
-                         f"the format is described in lib/dataset/proposals.py") from None
+        raise DataError(f"proposal file {path} is not a readable proposal .npz ({str(err).splitlines()[0]}); "
+                        f"the format is described in lib/dataset/proposals.py") from None
     problem = _check(version, image_ids, offsets, boxes)
     if problem:
-        raise ValueError(f"proposal file {path}: {problem}")
+        raise DataError(f"proposal file {path}: {problem}")
     boxes = boxes.astype(np.float32, copy=False)
     return {int(image_id): boxes[start:end] for image_id, start, end in zip(image_ids, offsets[:-1], offsets[1:])}
 
@@ -97,7 +98,7 @@ def _check(version, image_ids, offsets, boxes):
 def _box_array(boxes, image_id, path):
     boxes = np.asarray(boxes, dtype=np.float32)
     if boxes.ndim != 2 or boxes.shape[1] not in (4, 5):
-        raise ValueError(f"{path}: image id {image_id} has proposals of shape {boxes.shape}, expected (P, 5)")
+        raise DataError(f"{path}: image id {image_id} has proposals of shape {boxes.shape}, expected (P, 5)")
     return boxes
 
 
@@ -110,7 +111,7 @@ def image_id_of(key):
         match = re.search(r"(\d+)$", os.path.splitext(os.path.basename(key))[0])
         if match:
             return int(match.group(1))
-    raise ValueError(f"key {key!r} is neither an image id nor an image file name ending in one")
+    raise DataError(f"key {key!r} is neither an image id nor an image file name ending in one")
 
 
 def convert_pickle(source, target):
@@ -122,12 +123,12 @@ def convert_pickle(source, target):
     with open(source, "rb") as f:
         legacy = pickle.load(f)  # the one deliberate unpickling, behind the converter's explicit opt-in
     if not isinstance(legacy, dict):
-        raise ValueError(f"{source}: expected a dict {{image id: (P, 5) array}}, got {type(legacy).__name__}")
+        raise DataError(f"{source}: expected a dict {{image id: (P, 5) array}}, got {type(legacy).__name__}")
     proposals = {}
     for key, boxes in legacy.items():
         image_id = image_id_of(key)
         if image_id in proposals:
-            raise ValueError(f"{source}: keys for image id {image_id} appear twice (e.g. {key!r})")
+            raise DataError(f"{source}: keys for image id {image_id} appear twice (e.g. {key!r})")
         proposals[image_id] = _box_array(boxes, key, source)
     write_proposals(proposals, target)
     return len(proposals)

@@ -1,46 +1,27 @@
-"""The roidb (one dict per image, format in ARCHITECTURE.md), built from a dataset and cached on disk.
-
-The cache lives in ``{cfg.dataset.root_path}/cache`` and its file name carries a hash of the
-annotation files' content and of every option that changes the roidb, so an edited annotation file
-or a changed option builds a new roidb instead of serving a stale one. Proposals are attached after
-the cache (they come from a separate, often regenerated file).
-
-The cache is a pickle (it holds the dataset object), so it is signed: each file starts with an
-HMAC-SHA256 of the rest, keyed by a random secret created in the cache folder (``.roidb_cache_key``,
-mode 0600, owned by the user). A cache that fails verification (copied from elsewhere, tampered with,
-truncated) is never unpickled: it is rebuilt with a warning. A key file others can read or write is not
-trusted: the cache is then bypassed, with a warning saying how to fix the permissions.
+"""The roidb (one dict per image, format in ARCHITECTURE.md), built from a dataset and cached on disk
+(lib/dataset/roidb_cache.py). Proposals are attached after the cache (they come from a separate, often
+regenerated file).
 """
-import hashlib
-import hmac
-import json
 import logging
 import os
-import pickle
-import re
-import secrets
 
 import numpy as np
-from tqdm import tqdm
 
-from lib.atomic import write_bytes
 from lib.boxes import flip_boxes
-from lib.dataset.coco import CocoDataset
+from lib.config import ConfigError
+from lib.dataset.coco import CocoDataset, SyntheticDataset
 from lib.dataset.pascal_voc import PascalVocDataset
 from lib.dataset.polygons import flip_polygons, select_polygons
 from lib.dataset.proposals import read_proposals
-from lib.dataset.reference_rules import suppress_pooled_proposals, truncate_to_whole_pixels
-from lib.dataset.synthetic import ensure_synthetic_dataset
+from lib.dataset.reference_rules import python2_dict_order, suppress_pooled_proposals, truncate_to_whole_pixels
+from lib.dataset.roidb_cache import cache_path, read_cache, write_cache
+from lib.errors import DataError
 
 logger = logging.getLogger(__name__)
 
-# Bump when the entry format or the reading rules change: old caches are then ignored.
-CACHE_VERSION = 2
-CACHE_KEY_FILE = ".roidb_cache_key"
-KEY_BYTES = 32
-TAG_BYTES = hashlib.sha256().digest_size
-# The synthetic set is a COCO-format folder that is generated when absent.
-DATASETS = {"coco": CocoDataset, "pascal_voc": PascalVocDataset, "synthetic": CocoDataset}
+# The dataset formats (lib.dataset.base.Dataset) by their dataset.dataset name: a new format is a file of
+# its own and a line here.
+DATASETS = {"coco": CocoDataset, "pascal_voc": PascalVocDataset, "synthetic": SyntheticDataset}
 # How many missing ids an error or log line lists.
 MAX_LISTED = 5
 
@@ -49,8 +30,8 @@ def make_dataset(cfg, image_set):
     """The dataset object named by ``cfg.dataset.dataset`` for ``image_set``."""
     kind = cfg.dataset.dataset
     if kind not in DATASETS:
-        raise ValueError(f"config key dataset.dataset: unknown dataset {kind!r}; expected one of {sorted(DATASETS)}")
-    return DATASETS[kind](cfg.dataset.dataset_path, image_set)
+        raise ConfigError(f"config key dataset.dataset: unknown dataset {kind!r}; expected one of {sorted(DATASETS)}")
+    return DATASETS[kind].from_config(cfg, image_set)
 
 
 def load_roidb(cfg, image_set, training=True):
@@ -65,28 +46,29 @@ def load_roidb(cfg, image_set, training=True):
     smaller dataset would change training and make AP incomparable. The project's synthetic
     dataset (``dataset.dataset: synthetic``) is generated first when absent.
     """
-    if cfg.dataset.dataset == "synthetic":
-        ensure_synthetic_dataset(cfg.dataset.dataset_path, train=cfg.dataset.synthetic_train,
-                                 val=cfg.dataset.synthetic_val, seed=cfg.dataset.synthetic_seed)
     dataset = make_dataset(cfg, image_set)
     flip = bool(training and cfg.TRAIN.FLIP)
     masks = bool(training and cfg.TRAIN.WITH_MASK)
     if masks and dataset.kind != "coco":
-        raise ValueError(f"config key TRAIN.WITH_MASK: instance masks need a COCO-format dataset (polygons), "
-                         f"but dataset.dataset is {cfg.dataset.dataset!r}")
-    cache_path = _cache_path(cfg.dataset.root_path, dataset, training, flip, masks)
-    cached = _read_cache(cache_path)
+        raise ConfigError(f"config key TRAIN.WITH_MASK: instance masks need a COCO-format dataset (polygons), "
+                          f"but dataset.dataset is {cfg.dataset.dataset!r}")
+    keep_empty = training and keeps_empty_images(cfg)
+    path = cache_path(cfg.dataset.root_path, dataset, training, flip, masks, keep_empty)
+    cached = read_cache(path)
     if cached is not None:
         dataset, roidb = cached
-        logger.info("roidb of %s %r: %d entries from cache %s", dataset.kind, image_set, len(roidb), cache_path)
+        logger.info("roidb of %s %r: %d entries from cache %s", dataset.kind, image_set, len(roidb), path)
     else:
         entries = dataset.load_entries(masks=True) if masks else dataset.load_entries()
-        roidb = training_roidb(entries, flip) if training else entries
-        _write_cache(cache_path, (dataset, roidb))
-        logger.info("roidb of %s %r: %d entries, cached to %s", dataset.kind, image_set, len(roidb), cache_path)
+        roidb = training_roidb(entries, flip, keep_empty) if training else entries
+        write_cache(path, (dataset, roidb))
+        logger.info("roidb of %s %r: %d entries, cached to %s", dataset.kind, image_set, len(roidb), path)
     check_num_classes(cfg, dataset)
     check_image_sizes(roidb, dataset, cfg.dataset.MAX_IMAGE_PIXELS)
     check_image_files(roidb)
+    if not training and dataset.kind == "coco" and len(dataset.image_sets) == 1 and \
+            cfg.dataset.TEST_IMAGE_ORDER == "reference":  # (the reference tests one set at a time)
+        roidb = [roidb[i] for i in python2_dict_order([entry["id"] for entry in roidb])]
     if training and cfg.dataset.INTEGER_BOXES:
         roidb = truncate_to_whole_pixels(roidb)
     if training and cfg.TRAIN.USE_NEG_CHIPS and cfg.dataset.proposal:
@@ -104,9 +86,22 @@ def flip_entry(entry):
     return flipped
 
 
-def training_roidb(entries, flip):
-    """Training entries: difficult boxes as ignore regions, images without boxes dropped, flips appended."""
-    usable, dropped = [], []
+def keeps_empty_images(cfg):
+    """Whether training keeps images without a usable box (TRAIN.EMPTY_IMAGES negative): only where they
+    can give negative chips, i.e. with negative chips on and a proposal file; said once otherwise."""
+    if cfg.TRAIN.EMPTY_IMAGES != "negative":
+        return False
+    if cfg.TRAIN.USE_NEG_CHIPS and cfg.dataset.proposal:
+        return True
+    logger.info("TRAIN.EMPTY_IMAGES negative: images without boxes are still dropped, negative chips are off "
+                "(TRAIN.USE_NEG_CHIPS with a dataset.proposal file turns them on)")
+    return False
+
+
+def training_roidb(entries, flip, keep_empty=False):
+    """Training entries: difficult boxes as ignore regions, images without boxes dropped (``keep_empty``:
+    kept in place, for their negative chips), flips appended."""
+    usable, empty = [], []
     for entry in entries:
         entry = dict(entry)
         difficult = entry.pop("difficult")
@@ -115,10 +110,19 @@ def training_roidb(entries, flip):
             entry.update(select_polygons(entry, ~difficult))
         entry["boxes"] = entry["boxes"][~difficult]
         entry["gt_classes"] = entry["gt_classes"][~difficult]
-        (usable if len(entry["boxes"]) else dropped).append(entry)
-    if dropped:
+        if not len(entry["boxes"]):
+            empty.append(entry)
+        if len(entry["boxes"]) or keep_empty:
+            usable.append(entry)
+    if empty and keep_empty:
+        logger.info("kept %d of %d training images without usable boxes as sources of negative chips",
+                    len(empty), len(entries))
+    elif empty:
         logger.warning("dropped %d of %d training images without usable boxes (e.g. image ids %s)",
-                       len(dropped), len(entries), ", ".join(str(e["id"]) for e in dropped[:MAX_LISTED]))
+                       len(empty), len(entries), ", ".join(str(e["id"]) for e in empty[:MAX_LISTED]))
+    if entries and len(empty) == len(entries):
+        raise DataError(f"none of the {len(entries)} training images has a usable box (every box is invalid, "
+                        f"difficult or of an unknown class: see the warnings above); check the annotations")
     return usable + [flip_entry(entry) for entry in usable] if flip else usable
 
 
@@ -128,17 +132,17 @@ def check_image_sizes(roidb, dataset, max_pixels):
     sizes = np.array([entry["height"] * entry["width"] for entry in roidb], dtype=np.float64)
     if len(sizes) and sizes.max() > max_pixels:
         entry = roidb[int(np.argmax(sizes))]
-        raise ValueError(f"{dataset.kind} image set {dataset.image_set!r}: image id {entry['id']} ({entry['image']}) "
-                         f"is annotated {entry['width']}x{entry['height']} pixels ({sizes.max() / 1e6:.0f} Mpx), "
-                         f"more than dataset.MAX_IMAGE_PIXELS ({max_pixels / 1e6:.0f} Mpx); {len({e['id'] for e, s in zip(roidb, sizes) if s > max_pixels})} "
-                         f"image(s) are over it: fix their annotated sizes, or raise the limit for genuine large images")
+        raise DataError(f"{dataset.kind} image set {dataset.image_set!r}: image id {entry['id']} ({entry['image']}) "
+                        f"is annotated {entry['width']}x{entry['height']} pixels ({sizes.max() / 1e6:.0f} Mpx), "
+                        f"more than dataset.MAX_IMAGE_PIXELS ({max_pixels / 1e6:.0f} Mpx); {len({e['id'] for e, s in zip(roidb, sizes) if s > max_pixels})} "
+                        f"image(s) are over it: fix their annotated sizes, or raise the limit for genuine large images")
 
 
 def check_num_classes(cfg, dataset):
     """``cfg.dataset.NUM_CLASSES`` must be 0 (derive from the data) or agree with the dataset."""
     expected = cfg.dataset.NUM_CLASSES
     if expected and expected != dataset.num_classes:
-        raise ValueError(
+        raise ConfigError(
             f"config key dataset.NUM_CLASSES is {expected}, but {dataset.kind} image set {dataset.image_set!r} "
             f"in {dataset.dataset_path} has {dataset.num_classes - 1} categories, i.e. {dataset.num_classes} "
             f"classes with background; set it to {dataset.num_classes} or to 0 to derive it")
@@ -214,104 +218,3 @@ def proposal_drop_reasons(boxes, width, height):
         upright = (x2 >= x1) & (y2 >= y1)
         inside = (x1 <= width - 1) & (y1 <= height - 1) & (x2 >= 0) & (y2 >= 0)
     return np.select([~finite, ~upright, ~inside], [1, 2, 3], 0)
-
-
-def _file_digest(path):
-    digest = hashlib.sha1()
-    try:
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-    except OSError as err:
-        raise type(err)(f"cannot read annotation file {path}: {err.strerror or err}") from None
-    return digest.hexdigest()
-
-
-def _cache_path(root_path, dataset, training, flip, masks):
-    """Cache file named after the dataset and a hash of its annotation files and the options."""
-    files = dataset.annotation_files
-    options = {"version": CACHE_VERSION, "kind": dataset.kind, "path": dataset.dataset_path,
-               "image_set": dataset.image_set, "training": training, "flip": flip}
-    if masks:  # only then, so that the caches of box-only training keep their names
-        options["masks"] = True
-    key = hashlib.sha1(json.dumps(options, sort_keys=True).encode())
-    for path in tqdm(files, desc="hashing annotations", leave=False, disable=len(files) < 100):
-        key.update(os.path.relpath(path, dataset.dataset_path).encode())
-        key.update(_file_digest(path).encode())
-    name = re.sub(r"[^\w+.-]", "_", f"{dataset.kind}_{dataset.image_set}_{'train' if training else 'test'}")
-    return os.path.join(root_path, "cache", f"{name}_{key.hexdigest()[:16]}.pkl")
-
-
-def _cache_secret(folder):
-    """The HMAC key of the caches in ``folder``, created on first use; None (with a warning) when the key
-    file could have been read or replaced by someone else."""
-    path = os.path.join(folder, CACHE_KEY_FILE)
-    try:
-        if not os.path.exists(path):
-            os.makedirs(folder, exist_ok=True)
-            tmp = f"{path}.new-{os.getpid()}"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            try:
-                os.write(fd, secrets.token_bytes(KEY_BYTES))
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            try:  # whole or not at all, and the first of concurrent runs wins
-                os.link(tmp, path)
-            except FileExistsError:
-                pass
-            finally:
-                os.remove(tmp)
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-        try:
-            info = os.fstat(fd)
-            secret = os.read(fd, KEY_BYTES + 1)
-        finally:
-            os.close(fd)
-    except OSError as err:
-        logger.warning("roidb cache key %s cannot be used (%s); the roidb is built without the cache", path, err)
-        return None
-    if info.st_uid != os.getuid() or info.st_mode & 0o077 or len(secret) != KEY_BYTES:
-        logger.warning("roidb cache key %s is not a %d-byte file private to this user (mode %o, owner %d): caches "
-                       "signed with it are not trusted and the roidb is built without the cache; remove the key "
-                       "file and the caches beside it to start afresh", path, KEY_BYTES, info.st_mode & 0o777,
-                       info.st_uid)
-        return None
-    return secret
-
-
-def _read_cache(path):
-    if not os.path.isfile(path):
-        return None
-    secret = _cache_secret(os.path.dirname(path))
-    if secret is None:
-        return None
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as err:
-        logger.warning("ignoring unreadable roidb cache %s (%s); rebuilding it", path, err)
-        return None
-    tag, payload = data[:TAG_BYTES], data[TAG_BYTES:]
-    if not hmac.compare_digest(tag, hmac.new(secret, payload, hashlib.sha256).digest()):
-        logger.warning("roidb cache %s fails verification against %s (truncated, altered or not written here); "
-                       "not loading it, rebuilding it", path, CACHE_KEY_FILE)
-        return None
-    try:
-        dataset, roidb = pickle.loads(payload)  # written by this user with this key: trusted
-        return dataset, roidb
-    except Exception as err:  # a cache is disposable: any failure means "rebuild"
-        logger.warning("ignoring unreadable roidb cache %s (%s); rebuilding it", path, err)
-        return None
-
-
-def _write_cache(path, content):
-    """Signed and written atomically (``lib.atomic``), so a killed run never leaves a truncated cache."""
-    secret = _cache_secret(os.path.dirname(path))
-    if secret is None:
-        return
-    payload = pickle.dumps(content, protocol=pickle.HIGHEST_PROTOCOL)
-    try:
-        write_bytes(hmac.new(secret, payload, hashlib.sha256).digest() + payload, path)
-    except OSError as err:  # the cache only saves time: warn and go on
-        logger.warning("cannot write roidb cache %s: %s", path, err)

@@ -256,6 +256,56 @@ def render_image(rng):
     return np.clip(noisy, 0, 255, out=noisy).astype(np.uint8), objects
 
 
+def render_large_image(rng, height, width, count, object_sizes=(8.0, 64.0)):
+    """A large, sparse image (aerial-like): the background texture and about ``count`` objects of
+    sqrt(box area) log-uniform in ``object_sizes``; ``(image, objects)`` as ``render_image``."""
+    image = _background(rng, height, width)
+    layout, objects = _Layout(), []
+    low, high = np.log(object_sizes[0]), np.log(object_sizes[1])
+    for size in sorted(np.exp(rng.uniform(low, high, size=count)), reverse=True):
+        label = int(rng.integers(len(CLASSES)))
+        placed = _place(rng, layout, _shape_of_size(rng, label, size), width, height, MAX_COVERED)
+        if placed is not None:
+            cv2.fillPoly(image, [_fixed(placed)], _class_colour(rng, label), cv2.LINE_AA, _SHIFT)
+            objects.append({"label": label, "points": placed, "iscrowd": 0})
+    for top in range(0, height, 1024):  # grain, a band of rows at a time
+        band = image[top:top + 1024].astype(np.int16)
+        band += rng.integers(-8, 9, size=(len(band), width, 1), dtype=np.int16)
+        image[top:top + 1024] = np.clip(band, 0, 255)
+    return image, objects
+
+
+def generate_large_synthetic_coco(out_dir, sizes, objects_per_megapixel, seed, split="large"):
+    """A COCO-format split of large images, one per (height, width) of ``sizes``, stored as tiled BigTIFF
+    (lib.dataset.large_images reads their windows); returns the annotation file's path."""
+    from lib.dataset.large_images import write_tiled_tiff
+
+    image_dir = os.path.join(out_dir, "images", split)
+    os.makedirs(image_dir, exist_ok=True)
+    images, annotations = [], []
+    for index, (height, width) in enumerate(sizes):
+        image_id = index + 1
+        count = max(1, int(round(objects_per_megapixel * height * width / 1e6)))
+        image, objects = render_large_image(np.random.default_rng([seed, index]), height, width, count)
+        file_name = f"{image_id:012d}.tif"
+        write_tiled_tiff(image, os.path.join(image_dir, file_name))
+        del image
+        images.append({"id": image_id, "file_name": file_name, "width": width, "height": height})
+        annotations += [_annotation(obj, image_id, k) for k, obj in enumerate(objects)]
+    for number, record in enumerate(annotations, 1):  # more than 99 objects an image: ids of their own
+        record["id"] = number
+    path = os.path.join(out_dir, "annotations", f"instances_{split}.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump({"info": {"description": f"SNIPER synthetic large images, seed {seed}"}, "images": images,
+                   "annotations": annotations, "categories": _categories()}, f)
+    return path
+
+
+def _categories():
+    return [{"id": label + 1, "name": name, "supercategory": "shape"} for label, name in enumerate(CLASSES)]
+
+
 # cv2's antialiased fill covers a polygon's outline and half a pixel beyond it (a vertex at pixel centre i
 # fills pixel i whole): the segmentation is the outline moved out by this much, so that it rasterises to
 # the pixels drawn (pycocotools.mask); the box and the area stay those of the outline.
@@ -313,7 +363,7 @@ def _write_split(root, split, count, seed, stream, first_id):
             f.write(encoded.tobytes())
         images.append({"id": image_id, "file_name": file_name, "width": image.shape[1], "height": image.shape[0]})
         annotations += [_annotation(obj, image_id, k) for k, obj in enumerate(objects)]
-    categories = [{"id": label + 1, "name": name, "supercategory": "shape"} for label, name in enumerate(CLASSES)]
+    categories = _categories()
     os.makedirs(os.path.join(root, "annotations"), exist_ok=True)
     with open(os.path.join(root, "annotations", f"instances_{split}.json"), "w") as f:
         json.dump({"info": {"description": f"SNIPER synthetic shapes, {split}, seed {seed}"},
@@ -350,15 +400,36 @@ def _is_complete(path, manifest):
         return False
 
 
+def _manifest_at(path):
+    try:
+        with open(os.path.join(path, MANIFEST)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def synthetic_folder(path, train=DEFAULT_TRAIN, val=DEFAULT_VAL, seed=DEFAULT_SEED):
+    """Where the synthetic dataset (train, val, seed) of ``dataset.dataset_path`` ``path`` lives: ``path``
+    itself, unless that holds the synthetic dataset of other settings: then ``{path}-{train}-{val}-s{seed}``
+    beside it. A dataset is never replaced in place, so a command with other counts never swaps the
+    images under a run, a viewer or a test that uses them (``make train``'s data/synthetic stays)."""
+    found = _manifest_at(path)
+    if found is None or found == _manifest(train, val, seed):
+        return path
+    return f"{os.path.normpath(path)}-{train}-{val}-s{seed}"
+
+
 def ensure_synthetic_dataset(path, train=DEFAULT_TRAIN, val=DEFAULT_VAL, seed=DEFAULT_SEED):
-    """Make sure ``path`` holds the synthetic dataset for (train, val, seed); return ``path``.
+    """Make sure the synthetic dataset for (train, val, seed) exists at ``synthetic_folder(path, ...)``;
+    return that folder.
 
     A no-op when it already does. Otherwise the dataset is generated into a temporary sibling folder
-    and renamed into place, so an interrupted run never leaves half a dataset. A synthetic dataset
-    made with other settings is replaced; any other folder at ``path`` is left alone (error). When
-    several processes generate at once, the first to finish installs its copy and the others keep it.
+    and renamed into place, so an interrupted run never leaves half a dataset. Any other folder at
+    ``path`` is left alone (error). When several processes generate at once, the first to finish
+    installs its copy and the others keep it.
     """
     manifest = _manifest(train, val, seed)
+    path = synthetic_folder(path, train, val, seed)
     if _is_complete(path, manifest):
         return path
     if os.path.exists(path) and not os.path.isfile(os.path.join(path, MANIFEST)):

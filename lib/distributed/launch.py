@@ -31,6 +31,8 @@ from lib.distributed import heartbeat
 LOOPBACK = "127.0.0.1"
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_HEARTBEAT_TIMEOUT = 300.0
+# A process silent this long (at most a fifth of the timeout) is warned about once, long before the job stops.
+DEFAULT_STALL_WARN = 60.0
 _POLL_SECONDS = 0.2
 _STOP_GRACE_SECONDS = 5.0  # SIGTERM, then SIGKILL
 _PR_SET_PDEATHSIG = 1
@@ -188,9 +190,11 @@ def _child_setup(launcher_pid):
 class Job:
     """The running processes of a job, their output, and stopping them all."""
 
-    def __init__(self, nodes, ssh=("ssh",), workdir=None, heartbeat_timeout=0):
+    def __init__(self, nodes, ssh=("ssh",), workdir=None, heartbeat_timeout=0, stall_warn=DEFAULT_STALL_WARN):
         self.nodes = nodes
         self.heartbeat_timeout = heartbeat_timeout
+        self.stall_warn = min(stall_warn, heartbeat_timeout / 5)
+        self._warned = set()  # nodes warned about in their current silence
         self.ssh = list(ssh)
         self.workdir = workdir or os.getcwd()
         self._lock = threading.RLock()  # a signal may interrupt the main thread while it holds it
@@ -248,6 +252,7 @@ class Job:
         others = [node for node in self.nodes if node.role != "worker"]
         ended = {}  # scheduler/server -> when it ended (with code 0)
         while True:
+            self._warn_quiet_nodes()
             silent = self._silent_node()
             if silent is not None:
                 node, seconds = silent
@@ -276,6 +281,20 @@ class Job:
         if late:
             self.say(f"all workers finished; {', '.join(late)} still running after {server_grace:.0f} s, stopping them")
         return 0
+
+    def _warn_quiet_nodes(self):
+        """One line for each running node that has gone quiet for ``stall_warn`` s, once per silence."""
+        if not self.heartbeat_timeout:
+            return
+        now = time.monotonic()
+        for node in self.nodes:
+            quiet = node.heard is not None and now - node.heard > self.stall_warn and node.process.poll() is None
+            if not quiet:
+                self._warned.discard(node.name)
+            elif node.name not in self._warned:
+                self._warned.add(node.name)
+                self.say(f"warning: {node.described} has sent no heartbeat for {now - node.heard:.0f} s (stopped, "
+                         f"hung or cut off?); the job stops at --heartbeat-timeout {self.heartbeat_timeout:g} s")
 
     def _silent_node(self):
         """(node, seconds) of a running node that has beaten and then been silent too long, or None."""
@@ -332,13 +351,14 @@ def _raise_signalled(signum, _frame):
 
 def launch(command, num_workers, num_servers, hostfile=None, scheduler_address=None, port=0, interface="",
            env_items=(), python=sys.executable, ssh="ssh -o BatchMode=yes", workdir=None,
-           heartbeat_timeout=DEFAULT_HEARTBEAT_TIMEOUT):
+           heartbeat_timeout=DEFAULT_HEARTBEAT_TIMEOUT, stall_warn=DEFAULT_STALL_WARN):
     """Run a job until its workers finish; returns its exit code (0 when every worker succeeded).
 
     Without ``hostfile`` every process runs on this machine over 127.0.0.1; with it, over ssh on the
     hosts it lists, the scheduler on this machine at ``scheduler_address``. ``env_items`` are
     ``NAME`` or ``NAME=VALUE`` items for every process. A process that has sent heartbeats and then none
-    for ``heartbeat_timeout`` seconds (0: never) stops the job. A bad hostfile, item or address raises
+    for ``heartbeat_timeout`` seconds (0: never) stops the job; one silent for ``stall_warn`` seconds (at most a
+    fifth of the timeout) is warned about once. A bad hostfile, item or address raises
     LaunchError before anything starts. Installs its own SIGINT/SIGTERM/SIGHUP handlers: it is the body
     of a program (tools/launch.py).
     """
@@ -352,7 +372,7 @@ def launch(command, num_workers, num_servers, hostfile=None, scheduler_address=N
         raise LaunchError(f"--heartbeat-timeout must be a number of seconds >= 0, got {heartbeat_timeout}")
     nodes = plan_nodes(command, num_workers, num_servers, port, python, hosts, address, interface,
                        parse_env(env_items, os.environ), heartbeat_timeout)
-    job = Job(nodes, shlex.split(ssh), workdir, heartbeat_timeout)
+    job = Job(nodes, shlex.split(ssh), workdir, heartbeat_timeout, stall_warn)
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # SIGINT too: it may come in ignored
         signal.signal(signum, _raise_signalled)
     code = 1

@@ -330,6 +330,7 @@ def section_inference(plan, workdir, precision):
     from lib.dataset import load_roidb
     from lib.inference.detector import DATA_NAMES, Detector
     from lib.inference.pipeline import ArrayImages
+    from lib.run.folder import numbered_classes
     from lib.train.pretrained import initial_params
     from symbols import inference_symbol
 
@@ -345,7 +346,8 @@ def section_inference(plan, workdir, precision):
     rows = []
     for batch_images in plan["inference_batches"]:
         cfg = with_overrides(base, {"TEST.BATCH_IMAGES": batch_images})
-        detector = Detector(cfg, num_classes, *weights, contexts=[context], source="random weights")
+        detector = Detector.from_params(cfg, numbered_classes(num_classes), *weights, contexts=[context],
+                                        source="random weights")
         for index, level in enumerate(detector.levels):
             detector.scale_results(images[:batch_images], [level])  # warm-up: memory, cuDNN's search
             end_to_end = best_time(lambda: detector.scale_results(images, [level]), plan["runs"])

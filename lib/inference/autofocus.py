@@ -9,60 +9,30 @@ is a test "image" of the Detector's pipeline (lib.inference.pipeline): ``RegionI
 reference does (whole pixels, ``int()`` of its corners) and it is resized by its image's factor at the
 level; regions are batched as the reference's AutoFocus iterator batches them (``batching.plan_level`` on
 their fractional extents: by area, landscape first, canvases of the largest ``ceil(extent * s)``, the
-resized crop cut to its canvas; no BATCH_PARTS).
+resized crop cut to its canvas), ``TEST.BATCH_IMAGES[i]`` per device, within each of the ``TEST.BATCH_PARTS``
+contiguous parts of the set its driver splits the images (and their chips) into (``level_batches``).
 
 Detections of a region are shifted by its (fractional) origin, those cut by an inner chip edge are
 dropped (``focus_chips.border_keep_mask``), and every level's are kept in the level's valid range above
 ``TEST.SCORE_THRESH`` (lib.inference.merge); an image's candidates of all levels are then suppressed
 and capped as for whole images (``merge.suppress``: soft-NMS or NMS, ``TEST.MAX_PER_IMAGE``).
+
+With ``TEST.TILE`` (lib.inference.tiling), every region larger than a tile at its level runs in tiles,
+under the same border rule: on a large image the coarsest scale is tiled (or, when it fits, read reduced
+from the file) and the finer scales process only the FocusChips' tiles.
 """
 import logging
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from lib.inference.batching import plan_level
-from lib.inference.focus_chips import FocusChipParams, border_keep_mask, focus_chips
-from lib.inference.merge import scale_candidates, suppress
-from lib.inference.pipeline import run_pipeline
+from lib.inference.batching import part_bounds
+from lib.inference.focus_chips import FocusChipParams, focus_chips
+from lib.inference.merge import suppress
+from lib.inference.regions import Region, run_regions
+from lib.inference.tiling import Tiling, plan_regions, region_candidates, whole_region
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Region:
-    """A part of image ``image`` processed at a level: ``box`` (x1, y1, x2, y2), half-open, original pixels."""
-
-    image: int
-    box: tuple
-
-    @property
-    def extent(self):
-        """(height, width) in original pixels, fractional for a FocusChip."""
-        return self.box[3] - self.box[1], self.box[2] - self.box[0]
-
-
-class RegionImages:
-    """The regions of a level as pipeline images: each read is the crop of its image (the reference's
-    ``int()`` of the corners, inside the image); ``sizes()`` are the fractional extents the canvases are
-    planned from, so a crop resized may overhang its canvas and is cut."""
-
-    cut_to_canvas = True
-
-    def __init__(self, source, regions):
-        self.source, self.regions = source, regions
-        self._last = (None, None)  # the image of the last read: an image's chips come one after another
-
-    def sizes(self):
-        return [region.extent for region in self.regions]
-
-    def read(self, index):
-        region = self.regions[index]
-        if self._last[0] != region.image:
-            self._last = (region.image, self.source.read(region.image))
-        image = self._last[1]
-        x1, y1, x2, y2 = region.box
-        return image[max(int(y1), 0):min(int(y2), image.shape[0]), max(int(x1), 0):min(int(x2), image.shape[1])]
 
 
 class _FocusNetwork:
@@ -121,13 +91,17 @@ def run_autofocus(detector, source, num_workers=0, stats=None, on_region=None):
     cfg, levels = detector.cfg, detector.levels
     test, network = cfg.TEST, cfg.network
     sizes = source.sizes()
+    tiling = Tiling.from_config(test)
     states = {index: _ImageState() for index in range(len(sizes))}
     for number, level in enumerate(levels):
         if number > 0 and test.DO_PRUNING[number]:
             regions = [Region(index, tuple(chip)) for index, state in states.items() for chip in state.chips]
         else:
-            regions = [Region(index, (0.0, 0.0, float(w), float(h))) for index, (h, w) in enumerate(sizes)
-                       if index in states]
+            regions = [whole_region(source, index, sizes[index], level.spec.image_scale(*sizes[index]))
+                       for index in states]
+        if tiling is not None:  # TEST.TILE: every region larger than a tile in tiles (lib.inference.tiling)
+            regions = [tile for region in regions
+                       for tile in tiling.split(region, level.spec.image_scale(*sizes[region.image]))]
         chip_params = (FocusChipParams.from_config(cfg, number)
                        if number + 1 < len(levels) and test.DO_PRUNING[number + 1] else None)
         scales = [level.spec.image_scale(*sizes[region.image]) for region in regions]
@@ -135,22 +109,15 @@ def run_autofocus(detector, source, num_workers=0, stats=None, on_region=None):
                                  sum(h * w * level.spec.image_scale(h, w) ** 2 for h, w in (sizes[i] for i in states)))
         for state in states.values():
             state.chips = []
-        batch_size = detector._batch_counts([level])[0]
-        # one pipeline run per level: its batches are the run's level 0
-        batches = [batch for batch in plan_level([r.extent for r in regions], level.spec, batch_size, 1, 0,
-                                                 network.IMAGE_STRIDE, scales=scales) if batch.images]
-        results = run_pipeline(_FocusNetwork(detector), RegionImages(source, regions), batches, 1, list,
-                               network.PIXEL_MEANS, network.CHANNEL_ORDER, num_workers,
-                               timeout=test.LOADER_TIMEOUT) if regions else ()
-        for position, result in results:
+        batches = level_batches(regions, scales, len(sizes), level.spec, detector._batch_counts([level])[0],
+                                test.BATCH_PARTS, network.IMAGE_STRIDE)
+        for position, result in run_regions(_FocusNetwork(detector), source, regions, batches, cfg, num_workers,
+                                            states):
             region = regions[position]
-            state = states.get(region.image)
-            if state is None:  # unreadable: already reported
-                continue
             if isinstance(result, Exception):
-                del states[region.image]
                 yield region.image, result
                 continue
+            state = states[region.image]
             chips = _region_outcome(region, result[0], sizes[region.image], level, chip_params, test, state)
             if on_region is not None:
                 on_region(number, region, result[0], chips)
@@ -163,14 +130,27 @@ def run_autofocus(detector, source, num_workers=0, stats=None, on_region=None):
         yield index, suppress(np.concatenate(state.candidates) if state.candidates else np.zeros((0, 6)), test)
 
 
+def level_batches(regions, scales, image_count, spec, batch_size, parts, canvas_multiple=0):
+    """The TestBatches of a level's ``regions`` (image by image, as run_autofocus makes them; positions into
+    the list) as the reference's driver makes them: the set's ``image_count`` images split into ``parts``
+    contiguous parts (its CONCURRENT_JOBS, an image with all its regions), each part's regions batched on
+    their own (one pipeline run per level: the batches are its level 0)."""
+    images = [region.image for region in regions]
+    if images != sorted(images):
+        raise ValueError("level_batches: regions must come image by image")
+    batches = []
+    for start, stop in part_bounds(image_count, parts):
+        first, last = np.searchsorted(images, [start, stop])
+        batches += plan_regions(regions[first:last], scales[first:last], spec, batch_size, 1, canvas_multiple,
+                                offset=int(first))
+    return batches
+
+
 def _region_outcome(region, result, size, level, chip_params, test, state):
     """Keep a region's detections (shifted to the image, not cut by an inner chip edge, in the level's range)
     in ``state`` and collect its FocusChips for the next level; returns those chips."""
-    boxes, scores, focus_map, scale = result
-    origin = np.array(region.box[:2] * 2, np.float64)
-    boxes = np.asarray(boxes, np.float64) + origin
-    keep = border_keep_mask(boxes, region.box, size[1], size[0])
-    state.candidates.append(scale_candidates(boxes[keep], scores[keep], level.valid_range, test.SCORE_THRESH))
+    focus_map, scale = result[2], result[3] / region.shrink  # the batch's scale is the read pixels'
+    state.candidates.append(region_candidates(region, result, size, level.valid_range, test.SCORE_THRESH))
     chips = np.zeros((0, 4))
     if chip_params is not None:
         chips = focus_chips(focus_map, region.box, scale, chip_params)

@@ -8,12 +8,14 @@ import numpy as np
 class Detections:
     """Detections of one image, best first: ``boxes`` float32 (N, 4) ``x1, y1, x2, y2`` in original
     pixels, ``scores`` float32 (N,), ``labels`` int (N,) contiguous class labels (0 is background, never
-    detected) and ``names`` their class names."""
+    detected) and ``names`` their class names; ``masks`` boolean (N, H, W) instance masks in the image
+    (networks trained with TRAIN.WITH_MASK, lib.inference.masks), else None."""
 
     boxes: np.ndarray
     scores: np.ndarray
     labels: np.ndarray
     names: tuple
+    masks: np.ndarray = None
 
     @classmethod
     def from_array(cls, detections, class_names):
@@ -30,7 +32,8 @@ class Detections:
         """The detections scoring at least ``thresh``."""
         keep = self.scores >= thresh
         return Detections(self.boxes[keep], self.scores[keep], self.labels[keep],
-                          tuple(name for name, kept in zip(self.names, keep) if kept))
+                          tuple(name for name, kept in zip(self.names, keep) if kept),
+                          None if self.masks is None else self.masks[keep])
 
     def to_array(self):
         """Float32 (N, 6) ``[x1, y1, x2, y2, score, label]`` rows (lib.drawing, the evaluators)."""

@@ -9,9 +9,9 @@ decoded in the scaled image, clipped to it, then divided by the scale. The Modul
 whenever a batch's canvas differs from the previous one. Preparing images and merging run in worker
 processes around the network (lib.inference.pipeline) when ``num_workers`` > 0.
 """
+import dataclasses
 import functools
 import logging
-import os
 
 import mxnet as mx
 import numpy as np
@@ -22,12 +22,15 @@ from lib.drawing import draw_detections
 from lib.inference.autofocus import run_autofocus
 from lib.inference.batching import images_per_device, plan
 from lib.inference.detections import Detections
+from lib.inference.masks import MaskHead
 from lib.inference.merge import merge_scales
 from lib.inference.pipeline import ArrayImages, run_pipeline
-from lib.run.folder import classes_of, load_run
-from lib.scales import pyramid
+from lib.inference.tiling import run_tiled
 from lib.run.checkpoint import CheckpointError, checkpoint_prefix, load_params, params_path
+from lib.run.folder import load_run
+from lib.scales import pyramid
 from symbols import inference_symbol, use_compiled_deformable
+from symbols.backbones import feature_stride
 
 logger = logging.getLogger(__name__)
 
@@ -86,70 +89,71 @@ def check_params(symbol, arg_params, aux_params, source, stride):
                                   f"network of this config needs {tuple(shape)} (symbol, dataset.NUM_CLASSES?)")
 
 
-def numbered_classes(num_classes):
-    """Class names when only the count is known: background, then "class 1", ..."""
-    return ["__background__"] + [f"class {label}" for label in range(1, num_classes)]
-
-
 class Detector:
-    """The test (or RPN-only) symbol of ``cfg`` with trained parameters, on the configured contexts.
+    """The test (or RPN-only) network of ``cfg`` with trained parameters, on the configured contexts.
 
-    ``num_classes`` (background included) is the dataset's; the RPN-only network does not need it.
-    ``classes``: the names of the labels (default: numbered). The Python API::
+    ``classes`` (background first) names the labels of the detection network; the class count is its
+    length (the RPN-only network has none). One constructor per source of the parameters:
+    ``from_checkpoint(MODEL)`` (a described run), ``from_config(cfg, params, classes)`` (a checkpoint file
+    with a config) and ``from_params(cfg, classes, arg_params, aux_params)`` (arrays). The constructor
+    itself takes the bound network ``module``; a stand-in network (tests, benchmarks) is a subclass that
+    passes None and gives ``forward``. The Python API::
 
         det = Detector.from_checkpoint("output/sniper_synthetic_tiny/SNIPER-0004.params")
-        dets = det(image_bgr)                      # Detections: boxes, scores, labels, names
+        dets = det(image_bgr)                      # Detections: boxes, scores, labels, names (, masks)
         cv2.imwrite("out.png", det.draw(image_bgr, dets))
     """
 
-    def __init__(self, cfg, num_classes, arg_params, aux_params, contexts=None, rpn_only=False,
-                 source="parameters", classes=None):
-        self._configure(cfg, contexts, rpn_only, source)
-        if rpn_only and cfg.TEST.NUM_PROPOSALS > cfg.TEST.RPN_POST_NMS_TOP_N:
-            logger.warning("TEST.NUM_PROPOSALS %d > TEST.RPN_POST_NMS_TOP_N %d: at most %d proposals per scale",
-                           cfg.TEST.NUM_PROPOSALS, cfg.TEST.RPN_POST_NMS_TOP_N, cfg.TEST.RPN_POST_NMS_TOP_N)
-        self.classes = None if rpn_only else list(classes or numbered_classes(num_classes))
-        symbol = inference_symbol(cfg, num_classes, rpn_only=rpn_only,
-                                  compiled_deformable=use_compiled_deformable(cfg, self.contexts))
-        stride = cfg.network.RPN_FEAT_STRIDE
-        check_params(symbol, arg_params, aux_params, source, stride)
-        self.module = mx.mod.Module(symbol, data_names=DATA_NAMES, label_names=None, context=self.contexts)
-        self.module.bind(data_shapes(len(self.contexts), stride, stride), for_training=False)
-        self.module.set_params(arg_params, aux_params, allow_missing=False, allow_extra=True)
-
-    def _configure(self, cfg, contexts, rpn_only, source):
-        """Everything but the network (a stand-in network, e.g. for tests or benchmarks, calls only this)."""
+    def __init__(self, cfg, classes, module=None, contexts=None, rpn_only=False, source="parameters"):
         self.cfg = cfg
         self.rpn_only = rpn_only
         self.source = source
+        self.classes = None if rpn_only else list(classes)
         self.levels = pyramid(cfg.TEST, "TEST")
         self.images_per_device = images_per_device(cfg.TEST, len(self.levels))
         self.contexts = contexts if contexts is not None else parse_contexts(cfg.gpus)
         self.fp16 = fp16_enabled(cfg, "TEST", self.contexts)  # the body only: inputs and outputs stay float32
+        if rpn_only and cfg.TEST.NUM_PROPOSALS > cfg.TEST.RPN_POST_NMS_TOP_N:
+            logger.warning("TEST.NUM_PROPOSALS %d > TEST.RPN_POST_NMS_TOP_N %d: at most %d proposals per scale",
+                           cfg.TEST.NUM_PROPOSALS, cfg.TEST.RPN_POST_NMS_TOP_N, cfg.TEST.RPN_POST_NMS_TOP_N)
+        self.module = module
+        self.mask_head = None  # lib.inference.masks on the final detections (TRAIN.WITH_MASK networks)
 
     @classmethod
-    def from_checkpoint(cls, model, num_classes=None, path=None, contexts=None, rpn_only=False, overrides=()):
-        """A Detector from a checkpoint, in one of two forms:
+    def from_params(cls, cfg, classes, arg_params, aux_params, contexts=None, rpn_only=False, source="parameters"):
+        """The network of ``cfg`` for ``classes`` (None for ``rpn_only``) bound with the given parameters;
+        a CheckpointError names a missing or ill-shaped one."""
+        detector = cls(cfg, classes, contexts=contexts, rpn_only=rpn_only, source=source)
+        symbol = inference_symbol(cfg, None if rpn_only else len(detector.classes), rpn_only=rpn_only,
+                                  compiled_deformable=use_compiled_deformable(cfg, detector.contexts))
+        stride = feature_stride(cfg)
+        check_params(symbol, arg_params, aux_params, source, stride)
+        detector.module = mx.mod.Module(symbol, data_names=DATA_NAMES, label_names=None, context=detector.contexts)
+        detector.module.bind(data_shapes(len(detector.contexts), stride, stride), for_training=False)
+        detector.module.set_params(arg_params, aux_params, allow_missing=False, allow_extra=True)
+        if cfg.TRAIN.WITH_MASK and not rpn_only:
+            detector.mask_head = MaskHead(cfg, len(detector.classes), arg_params, aux_params, detector.contexts[0],
+                                          detector.levels, use_compiled_deformable(cfg, detector.contexts))
+        return detector
 
-        - ``from_checkpoint(MODEL, overrides=...)``: MODEL a run folder (its newest checkpoint) or a
-          ``.params`` file of one; the config (the run's config.yaml, then ``overrides``, e.g.
-          ``{"gpus": "cpu"}``), class names and count, RPN-only or not come from the run folder.
-        - ``from_checkpoint(cfg, num_classes, path=None)``: ``path`` (default ``TEST.MODEL`` or epoch
-          ``TEST.TEST_EPOCH`` of the config's run) with the network of ``cfg``; ``num_classes`` None
-          takes the checkpoint's metadata, else ``dataset.NUM_CLASSES``.
-        """
-        if isinstance(model, (str, os.PathLike)):
-            cfg, path, info = load_run(model, overrides)
-            rpn_only = rpn_only or bool(info.get("rpn_only"))
-        else:
-            cfg, path = model, path or checkpoint_file(model)
-        arg_params, aux_params = load_params(path)
-        logger.info("loaded %s", path)
-        classes = None
-        if not rpn_only:
-            num_classes, classes = classes_of(path, cfg, num_classes)
-        return cls(cfg, num_classes, arg_params, aux_params, contexts=contexts, rpn_only=rpn_only, source=path,
-                   classes=classes)
+    @classmethod
+    def from_config(cls, cfg, params, classes=None, contexts=None, rpn_only=False):
+        """Checkpoint file ``params`` with the network of ``cfg``; ``classes`` (the caller resolves them:
+        the dataset's, or ``lib.run.folder.checkpoint_classes``) unless ``rpn_only``."""
+        arg_params, aux_params = load_params(params)
+        logger.info("loaded %s", params)
+        return cls.from_params(cfg, classes, arg_params, aux_params, contexts=contexts, rpn_only=rpn_only,
+                               source=params)
+
+    @classmethod
+    def from_checkpoint(cls, model, overrides=(), contexts=None):
+        """A run folder (its newest checkpoint) or a ``.params`` file of one: the config (the run's
+        config.yaml, then ``overrides``, e.g. ``{"gpus": "cpu"}``), class names and RPN-only or not come
+        from the run record (lib.run.folder.load_run)."""
+        run = load_run(model, overrides)
+        rpn_only = bool(run.info.get("rpn_only"))
+        return cls.from_config(run.cfg, run.params, None if rpn_only else run.info["classes"], contexts=contexts,
+                               rpn_only=rpn_only)
 
     def __call__(self, images):
         """Detections (lib.inference.detections) of one BGR uint8 (H, W, 3) image, or a list of them
@@ -161,12 +165,16 @@ class Detector:
                 raise ValueError(f"expected a BGR image array (H, W, 3), got "
                                  f"{getattr(image, 'shape', type(image).__name__)}")
         found = [Detections.from_array(d, self.classes) for d in self.detect(batch)]
+        if self.mask_head is not None:
+            found = [dataclasses.replace(dets, masks=self.mask_head.masks(image, dets.boxes, dets.labels))
+                     for dets, image in zip(found, batch)]
         return found[0] if single else found
 
     def draw(self, image, detections, thresh=0.5):
         """Copy of ``image`` with ``detections`` (Detections or (N, 6) rows) scoring at least ``thresh``."""
-        rows = detections.to_array() if isinstance(detections, Detections) else detections
-        return draw_detections(image, rows, self.classes, thresh)
+        if isinstance(detections, Detections):
+            return draw_detections(image, detections.to_array(), self.classes, thresh, masks=detections.masks)
+        return draw_detections(image, detections, self.classes, thresh)
 
     def _batch_counts(self, levels):
         """Images per device of each of ``levels``: the config's count of the same scale, else 1."""
@@ -235,15 +243,19 @@ class Detector:
         ArrayImages) as it completes, or ``(index, IOError)`` for an unreadable one; results are
         detections (see ``detect``) or, for the RPN-only network, proposals (see ``propose``), or what
         ``combine`` makes of an image's per-level results. With TEST.AUTO_FOCUS, detections on the
-        config's pyramid come from lib.inference.autofocus (whole images at the coarsest level only)."""
+        config's pyramid come from lib.inference.autofocus (whole images at the coarsest level only); with
+        TEST.TILE, from lib.inference.tiling (every scale in tiles)."""
         if self.autofocus and levels is None and combine is None:
             yield from run_autofocus(self, source, num_workers)
+            return
+        if self.cfg.TEST.TILE and not self.rpn_only and levels is None and combine is None:
+            yield from run_tiled(self, source, num_workers)  # lib.inference.tiling
             return
         levels = self.levels if levels is None else levels
         network = self.cfg.network
         yield from run_pipeline(self, source, self.plan(source.sizes(), levels), len(levels),
                                 combine or self.combiner(levels), network.PIXEL_MEANS, network.CHANNEL_ORDER,
-                                num_workers, timeout=self.cfg.TEST.LOADER_TIMEOUT)
+                                num_workers, timeout=self.cfg.TEST.LOADER_TIMEOUT, warn_after=self.cfg.TEST.STALL_WARN)
 
     def _results(self, images, levels=None, combine=None):
         found = dict(self.run(ArrayImages(images), levels, combine=combine))

@@ -1,4 +1,5 @@
-"""Detection metrics: COCO AP through pycocotools and Pascal VOC AP.
+"""Detection metrics: COCO AP (boxes, and instance masks when the results carry them) through
+pycocotools, and Pascal VOC AP.
 
 Detections reach this module as one float32 array per image with rows
 ``[x1, y1, x2, y2, score, label]``: inclusive pixel boxes in original image coordinates and
@@ -9,30 +10,49 @@ import io
 import json
 import logging
 import os
+from decimal import ROUND_HALF_UP, Decimal
 
 import numpy as np
 
 from lib.atomic import write_json
 from lib.boxes import bbox_overlaps
+from lib.inference.coco_summary import COCO_BANDS, band_stat, configure, max_dets_for, per_class_size_ap, \
+    stat_names, summary_stats, summary_text
 
 logger = logging.getLogger(__name__)
 
-COCO_STAT_NAMES = (
-    "AP", "AP50", "AP75", "APs", "APm", "APl",
-    "AR1", "AR10", "AR100", "ARs", "ARm", "ARl",
-)
+COCO_STAT_NAMES = tuple(stat_names())  # the default setting's: AP, AP50, AP75, APs, APm, APl, AR1, ..., ARl
 
 
-def coco_results(detections, image_ids, category_ids):
+# Decimals of the results file, the reference's: scores with 8 (5 would tie many of the 1e-3 soft-NMS
+# scores, and COCOeval's ranking of ties is not the detector's), boxes with 1.
+SCORE_DECIMALS, BOX_DECIMALS = 8, 1
+
+
+def reference_round(values, digits):
+    """``values`` rounded to ``digits`` decimals as the reference's Python 2 ``round`` does: correctly
+    rounded, exact ties away from zero (Python 3's ``round`` sends them to the even digit). A float64 is an
+    exact tie exactly when it times 2^(digits + 1) is an odd integer, so only those take the Decimal path."""
+    values = np.asarray(values, np.float64)
+    doubled = values * 2.0 ** (digits + 1)  # exact: a power of two
+    ties = (doubled == np.floor(doubled)) & (np.fmod(doubled, 2.0) != 0)
+    quantum = Decimal(1).scaleb(-digits)
+    return [float(Decimal(v).quantize(quantum, ROUND_HALF_UP)) if tie else round(v, digits)
+            for v, tie in zip(values.tolist(), ties.tolist())]
+
+
+def coco_results(detections, image_ids, category_ids, segmentations=None):
     """COCO results entries (test-dev format) for per-image detections.
 
     ``category_ids[label]`` is the original COCO category id of contiguous label ``label``
     (index 0, background, is unused). Inclusive boxes become ``[x, y, w, h]`` with w = x2 - x1 + 1.
+    ``segmentations``: per image, one COCO RLE per detection row (lib.inference.masks.encode_masks),
+    written as each entry's ``segmentation``.
     """
     if len(detections) != len(image_ids):
         raise ValueError(f"{len(detections)} detection arrays for {len(image_ids)} image ids")
     results = []
-    for image_id, dets in zip(image_ids, detections):
+    for index, (image_id, dets) in enumerate(zip(image_ids, detections)):
         dets = np.asarray(dets, dtype=np.float64).reshape(-1, 6)
         labels = dets[:, 5].astype(np.int64)
         if len(labels) and (labels.min() < 1 or labels.max() >= len(category_ids)):
@@ -40,15 +60,18 @@ def coco_results(detections, image_ids, category_ids):
                 f"image {image_id}: label {labels.min() if labels.min() < 1 else labels.max()} "
                 f"outside 1..{len(category_ids) - 1}"
             )
-        widths = dets[:, 2] - dets[:, 0] + 1
-        heights = dets[:, 3] - dets[:, 1] + 1
-        for (x1, y1), w, h, score, label in zip(dets[:, :2], widths, heights, dets[:, 4], labels):
-            results.append({
-                "image_id": int(image_id),
-                "category_id": int(category_ids[label]),
-                "bbox": [round(float(x1), 2), round(float(y1), 2), round(float(w), 2), round(float(h), 2)],
-                "score": round(float(score), 5),
-            })
+        xywh = np.stack([dets[:, 0], dets[:, 1], dets[:, 2] - dets[:, 0] + 1, dets[:, 3] - dets[:, 1] + 1], 1)
+        boxes = np.reshape(reference_round(xywh.ravel(), BOX_DECIMALS), (-1, 4)).tolist()
+        first = len(results)
+        for box, score, label in zip(boxes, reference_round(dets[:, 4], SCORE_DECIMALS), labels):
+            results.append({"image_id": int(image_id), "category_id": int(category_ids[label]), "bbox": box,
+                            "score": score})
+        if segmentations is not None:
+            if len(segmentations[index]) != len(dets):
+                raise ValueError(f"image {image_id}: {len(segmentations[index])} segmentations for {len(dets)} "
+                                 f"detections")
+            for entry, rle in zip(results[first:], segmentations[index]):
+                entry["segmentation"] = rle
     return results
 
 
@@ -69,53 +92,87 @@ def per_category_ap(coco_eval):
     return table
 
 
-def log_per_class_table(table, output_dir, title):
-    """Log ``{name: {metric: value}}`` as a table and write it to ``per_class_ap.json``."""
+def log_per_class_table(table, output_dir, title, filename="per_class_ap.json"):
+    """Log ``{name: {metric: value}}`` as a table and write it to ``filename``."""
     metrics = list(next(iter(table.values()))) if table else []
     width = max([len(name) for name in table] + [8])
     lines = [f"{'class':>{width}s}  " + "  ".join(f"{m:>6s}" for m in metrics)]
     lines += [f"{name:>{width}s}  " + "  ".join(f"{values[m]:6.3f}" for m in metrics) for name, values in table.items()]
     logger.info("%s\n%s", title, "\n".join(lines))
-    write_json(table, os.path.join(output_dir, "per_class_ap.json"))
+    write_json(table, os.path.join(output_dir, filename))
 
 
-def evaluate_coco(coco_gt, results_path, output_dir, image_ids=None):
-    """Run COCOeval (bbox) on a results file; log the 12-line summary and the per-category AP table and
-    write them with the stats.
-
-    Only ``image_ids`` are scored when given (a subset run must not count the rest as misses).
-    Writes ``coco_summary.txt``, ``coco_stats.json`` and ``per_class_ap.json`` to ``output_dir``; returns
-    the stats dict.
-    """
+def _cocoeval(coco_gt, results, iou_type, image_ids, max_dets, bands):
+    """(stats, summary text, per-category table, per-category x per-size table) of COCOeval ``iou_type``
+    ("bbox" or "segm") on ``results``, at ``max_dets`` detections per image and the size ``bands``
+    (lib/inference/coco_summary.py)."""
     from pycocotools.cocoeval import COCOeval
 
+    if not results:
+        categories = coco_gt.loadCats(coco_gt.getCatIds())
+        per_class = {c["name"]: {"AP": 0.0, "AP50": 0.0} for c in categories}
+        per_size = {c["name"]: {"AP": 0.0, **{band_stat("AP", b[0]): 0.0 for b in bands}} for c in categories}
+        return dict.fromkeys(stat_names(bands, max_dets_for(max_dets)[-1]), 0.0), "no detections\n", per_class, \
+            per_size
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco_dt = coco_gt.loadRes(results)
+    coco_eval = COCOeval(coco_gt, coco_dt, iou_type)
+    if image_ids is not None:
+        coco_eval.params.imgIds = sorted(int(i) for i in image_ids)
+    configure(coco_eval, max_dets, bands)
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco_eval.evaluate()
+        coco_eval.accumulate()
+    return summary_stats(coco_eval), summary_text(coco_eval), per_category_ap(coco_eval), per_class_size_ap(coco_eval)
+
+
+def _gt_has_masks(coco_gt, image_ids):
+    """Whether every annotation of the scored images has a ``segmentation`` (polygons or RLE)."""
+    annotations = coco_gt.loadAnns(coco_gt.getAnnIds(imgIds=sorted(int(i) for i in image_ids) if image_ids
+                                                      is not None else []))
+    return bool(annotations) and all(a.get("segmentation") for a in annotations)
+
+
+def evaluate_coco(coco_gt, results_path, output_dir, image_ids=None, max_dets=100, bands=COCO_BANDS):
+    """Run COCOeval on a results file: bbox, and segm too when its entries carry ``segmentation`` and the
+    ground truth has masks; log each 12-line summary and per-category AP table and write them with the
+    stats.
+
+    Only ``image_ids`` are scored when given (a subset run must not count the rest as misses); up to
+    ``max_dets`` detections per image, in the size ``bands`` (TEST.EVAL_MAX_DETS, TEST.SIZE_BANDS).
+    Writes ``coco_summary.txt``, ``coco_stats.json``, ``per_class_ap.json`` and ``per_class_size_ap.json``
+    (segm: ``per_class_segm_ap.json``, ``per_class_size_segm_ap.json``) to ``output_dir``; returns the bbox
+    stats dict, with the segm stats under the key ``segm`` when evaluated (coco_stats.json holds the same).
+    """
     with open(results_path) as f:
         results = json.load(f)
     if not results:
         logger.warning("%s holds no detections: every COCO metric is 0", results_path)
-        stats = dict.fromkeys(COCO_STAT_NAMES, 0.0)
-        summary = "no detections\n"
-        per_class = {c["name"]: {"AP": 0.0, "AP50": 0.0} for c in coco_gt.loadCats(coco_gt.getCatIds())}
-    else:
-        with contextlib.redirect_stdout(io.StringIO()):
-            coco_dt = coco_gt.loadRes(results)
-        coco_eval = COCOeval(coco_gt, coco_dt, "bbox")
-        if image_ids is not None:
-            coco_eval.params.imgIds = sorted(int(i) for i in image_ids)
-        with contextlib.redirect_stdout(io.StringIO()):
-            coco_eval.evaluate()
-            coco_eval.accumulate()
-        buffer = io.StringIO()
-        with contextlib.redirect_stdout(buffer):
-            coco_eval.summarize()
-        summary = buffer.getvalue()
-        stats = {name: float(value) for name, value in zip(COCO_STAT_NAMES, coco_eval.stats)}
-        per_class = per_category_ap(coco_eval)
-    logger.info("COCO bbox evaluation of %s\n%s", results_path, summary.rstrip())
+    iou_types = ["bbox"]
+    if results and all("segmentation" in r for r in results):
+        if _gt_has_masks(coco_gt, image_ids):
+            iou_types.append("segm")
+        else:
+            logger.warning("%s has masks but the ground truth of the scored images has annotations without "
+                           "segmentation: masks not evaluated", results_path)
     os.makedirs(output_dir, exist_ok=True)
-    log_per_class_table(per_class, output_dir, "COCO bbox AP per category (IoU 0.50:0.95 and 0.50, all areas)")
+    summaries, all_stats = [], {}
+    for iou_type in iou_types:
+        stats, summary, per_class, per_size = _cocoeval(coco_gt, results, iou_type, image_ids, max_dets, bands)
+        logger.info("COCO %s evaluation of %s\n%s", iou_type, results_path, summary.rstrip())
+        suffix = "" if iou_type == "bbox" else f"_{iou_type}"
+        log_per_class_table(per_class, output_dir,
+                            f"COCO {iou_type} AP per category (IoU 0.50:0.95 and 0.50, all areas)",
+                            f"per_class{suffix}_ap.json")
+        log_per_class_table(per_size, output_dir, f"COCO {iou_type} AP per category and size (IoU 0.50:0.95)",
+                            f"per_class_size{suffix}_ap.json")
+        summaries.append(summary if iou_type == "bbox" else f"\n{iou_type}:\n{summary}")
+        all_stats[iou_type] = stats
     with open(os.path.join(output_dir, "coco_summary.txt"), "w") as f:
-        f.write(summary)
+        f.write("".join(summaries))
+    stats = dict(all_stats["bbox"])
+    if "segm" in all_stats:
+        stats["segm"] = all_stats["segm"]
     write_json(stats, os.path.join(output_dir, "coco_stats.json"))
     return stats
 
@@ -179,34 +236,70 @@ def voc_class_ap(det_images, det_scores, det_boxes, gt_boxes, gt_difficult, iou_
 
 
 def evaluate_voc(detections, gt_boxes, gt_classes, gt_difficult, classes, output_dir, use_07_metric,
-                 iou_thresh=0.5):
-    """Per-class VOC AP and mAP for per-image detections; logs the table and writes ``voc_ap.json``.
+                 iou_thresh=0.5, extra_thresholds=(0.7,)):
+    """Per-class VOC AP and mAP for per-image detections at ``iou_thresh`` ("AP", "mAP") and at each of
+    ``extra_thresholds`` ("AP@0.70", "mAP@0.70": the reference reports 0.5 and 0.7); logs the table and
+    writes ``voc_ap.json``.
 
     ``gt_boxes``/``gt_classes``/``gt_difficult`` are per-image lists aligned with ``detections``;
     ``classes[label]`` names contiguous label ``label`` (0 is background).
     """
     detections = [np.asarray(d, dtype=np.float32).reshape(-1, 6) for d in detections]
-    aps = {}
-    for label in range(1, len(classes)):
-        masks = [np.asarray(c) == label for c in gt_classes]
-        det_images, det_scores, det_boxes = [], [], []
-        for image, dets in enumerate(detections):
-            dets = dets[dets[:, 5] == label]
-            det_images.append(np.full(len(dets), image))
-            det_scores.append(dets[:, 4])
-            det_boxes.append(dets[:, :4])
-        _, _, ap = voc_class_ap(
-            np.concatenate(det_images), np.concatenate(det_scores), np.concatenate(det_boxes),
-            [np.asarray(b).reshape(-1, 4)[m] for b, m in zip(gt_boxes, masks)],
-            [np.asarray(d, dtype=bool)[m] for d, m in zip(gt_difficult, masks)],
-            iou_thresh, use_07_metric,
-        )
-        aps[classes[label]] = ap
-    scored = [ap for ap in aps.values() if not np.isnan(ap)]
-    result = {"mAP": float(np.mean(scored)) if scored else float("nan"), "AP": aps,
-              "metric": "VOC07 11-point" if use_07_metric else "VOC area"}
+
+    def class_aps(thresh):
+        aps = {}
+        for label in range(1, len(classes)):
+            masks = [np.asarray(c) == label for c in gt_classes]
+            kept = [dets[dets[:, 5] == label] for dets in detections]
+            _, _, aps[classes[label]] = voc_class_ap(
+                np.concatenate([np.full(len(d), image) for image, d in enumerate(kept)]),
+                np.concatenate([d[:, 4] for d in kept]), np.concatenate([d[:, :4] for d in kept]),
+                [np.asarray(b).reshape(-1, 4)[m] for b, m in zip(gt_boxes, masks)],
+                [np.asarray(d, dtype=bool)[m] for d, m in zip(gt_difficult, masks)],
+                thresh, use_07_metric,
+            )
+        scored = [ap for ap in aps.values() if not np.isnan(ap)]
+        return aps, float(np.mean(scored)) if scored else float("nan")
+
+    aps, mean = class_aps(iou_thresh)
+    result = {"mAP": mean, "AP": aps, "metric": "VOC07 11-point" if use_07_metric else "VOC area"}
+    per_class = {name: {"AP": ap} for name, ap in aps.items()}
+    title = f"Pascal VOC AP@{iou_thresh:.2f} per class ({result['metric']}), mAP {mean:.4f}"
+    for thresh in extra_thresholds:
+        extra, extra_mean = class_aps(thresh)
+        result[f"AP@{thresh:.2f}"], result[f"mAP@{thresh:.2f}"] = extra, extra_mean
+        for name, ap in extra.items():
+            per_class[name][f"AP@{thresh:.2f}"] = ap
+        title += f"; mAP@{thresh:.2f} {extra_mean:.4f}"
     os.makedirs(output_dir, exist_ok=True)
-    log_per_class_table({name: {"AP": ap} for name, ap in aps.items()}, output_dir,
-                        f"Pascal VOC AP@{iou_thresh:.2f} per class ({result['metric']}), mAP {result['mAP']:.4f}")
+    log_per_class_table(per_class, output_dir, title)
     write_json(result, os.path.join(output_dir, "voc_ap.json"))
     return result
+
+
+def proposal_recall(gt_boxes, proposals, size_ranges, thresholds=(0.5, 0.7)):
+    """Recall of ground-truth boxes by proposals, to judge a proposal file before negative chips are mined
+    from it: ``{range name: {"gts": count, threshold: fraction of those gts with a proposal of IoU >= it}}``.
+
+    ``gt_boxes`` and ``proposals`` are per-image lists of inclusive boxes (proposals may carry a score
+    column); ``size_ranges`` maps names to ``(lo, hi)`` bounds on a gt's ``sqrt(w h)`` (+1 sizes, original
+    pixels; -1 leaves a side open), e.g. the COCO size classes and each training scale's valid range."""
+    best, sizes = [], []
+    for gts, props in zip(gt_boxes, proposals):
+        gts = np.asarray(gts, np.float64).reshape(-1, 4)
+        props = np.asarray(props, np.float64)
+        props = props[:, :4] if props.ndim == 2 else props.reshape(-1, 4)
+        if not len(gts):
+            continue
+        overlaps = bbox_overlaps(gts, props) if len(props) else np.zeros((len(gts), 0))
+        best.append(overlaps.max(axis=1) if len(props) else np.zeros(len(gts)))
+        sizes.append(np.sqrt((gts[:, 2] - gts[:, 0] + 1) * (gts[:, 3] - gts[:, 1] + 1)))
+    best = np.concatenate(best) if best else np.zeros(0)
+    sizes = np.concatenate(sizes) if sizes else np.zeros(0)
+    table = {}
+    for name, (lo, hi) in size_ranges.items():
+        inside = ((sizes >= lo) | (lo < 0)) & ((sizes < hi) | (hi < 0))
+        count = int(inside.sum())
+        table[name] = {"gts": count, **{thresh: float((best[inside] >= thresh).mean()) if count else float("nan")
+                                        for thresh in thresholds}}
+    return table

@@ -6,16 +6,20 @@ CustomOp, ``TEST.PROPOSAL_LAYER: reference``) and, on CPU contexts, lib/ops' com
 operators (``network.CPU_DEFORMABLE_OPS: compiled``). The export builds the graph with MXNet's own
 operators instead: MultiProposal (``TEST.PROPOSAL_LAYER: stock``, whose proposals differ slightly from
 the reference's: docs/reference_differences.md) and the stock deformable convolution and PS-ROI pooling
-(same parameters, same results). ``PREFIX-model.json`` describes the inputs and the classes.
+(same parameters, same results). ``PREFIX-model.json`` describes the inputs and the classes. A network
+trained with masks (TRAIN.WITH_MASK) also gets its mask graph (symbols.sniper.mask_inference_symbol, the
+masks of given boxes): ``PREFIX-mask-symbol.json`` + ``PREFIX-mask-0000.params``.
 """
 import mxnet as mx
 
 from lib.atomic import atomic_path, write_json
 from lib.config import with_overrides
-from lib.inference.detector import DATA_NAMES, check_params, checkpoint_file, numbered_classes
-from lib.run.folder import classes_of, read_model_info
+from lib.inference.detector import DATA_NAMES, check_params, checkpoint_file
+from lib.run.folder import checkpoint_classes, read_model_info
 from lib.run.checkpoint import load_params
 from symbols import inference_symbol
+from symbols.backbones import feature_stride
+from symbols.sniper import mask_inference_symbol
 
 EXPORT_EPOCH = 0
 # The keys the exported graph is built with: stock MXNet operators only.
@@ -30,23 +34,45 @@ def export_test_graph(cfg, prefix):
     arg_params, aux_params = load_params(params)
     info = read_model_info(params) or {}
     rpn_only = bool(info.get("rpn_only", cfg.TRAIN.ONLY_PROPOSAL))
-    num_classes, classes = (None, None) if rpn_only else classes_of(params, cfg)
+    classes = None if rpn_only else checkpoint_classes(params, cfg)
     cfg = with_overrides(cfg, STOCK_OPERATORS)
-    symbol = inference_symbol(cfg, num_classes, rpn_only=rpn_only, compiled_deformable=False)
-    check_params(symbol, arg_params, aux_params, params, cfg.network.RPN_FEAT_STRIDE)
-    # only what the graph uses: no training-only values, in MXNet's own arg:/aux: layout
+    symbol = inference_symbol(cfg, None if rpn_only else len(classes), rpn_only=rpn_only, compiled_deformable=False)
+    check_params(symbol, arg_params, aux_params, params, feature_stride(cfg))
+    paths = _save_graph(symbol, arg_params, aux_params, prefix)
+    description = {"source": params, "epoch": EXPORT_EPOCH, "symbol": cfg.symbol, "rpn_only": rpn_only,
+                   "classes": classes, "category_ids": info.get("category_ids"), **describe(cfg, symbol)}
+    if cfg.TRAIN.WITH_MASK and not rpn_only:
+        mask_symbol = mask_inference_symbol(cfg, len(classes), compiled_deformable=False)
+        paths += _save_graph(mask_symbol, arg_params, aux_params, f"{prefix}-mask")
+        description["masks"] = describe_masks(mask_symbol)
+    paths += (f"{prefix}-model.json",)
+    write_json(description, paths[-1])
+    return paths
+
+
+def _save_graph(symbol, arg_params, aux_params, prefix):
+    """``prefix``-symbol.json and -0000.params holding only what ``symbol`` uses (no training-only values),
+    in MXNet's own arg:/aux: layout; returns their paths."""
     blob = {f"arg:{name}": arg_params[name] for name in symbol.list_arguments() if name in arg_params}
     blob.update({f"aux:{name}": aux_params[name] for name in symbol.list_auxiliary_states()})
-    paths = (f"{prefix}-symbol.json", f"{prefix}-{EXPORT_EPOCH:04d}.params", f"{prefix}-model.json")
+    paths = (f"{prefix}-symbol.json", f"{prefix}-{EXPORT_EPOCH:04d}.params")
     with atomic_path(paths[0]) as tmp:
         symbol.save(tmp)
     with atomic_path(paths[1]) as tmp:
         mx.nd.save(tmp, blob)
-    description = {"source": params, "epoch": EXPORT_EPOCH, "symbol": cfg.symbol, "rpn_only": rpn_only,
-                   "classes": None if rpn_only else classes or numbered_classes(num_classes),
-                   "category_ids": info.get("category_ids"), **describe(cfg, symbol)}
-    write_json(description, paths[2])
     return paths
+
+
+def describe_masks(symbol):
+    """How the exported mask graph is fed and read (lib/inference/masks.py does it in the repository)."""
+    return {
+        "graph": "PREFIX-mask (mx.model.load_checkpoint(PREFIX + '-mask', 0)), data names data, mask_rois",
+        "data": "as the test graph's data: the image at the test scale chosen for the boxes",
+        "mask_rois": "float32 (R, 5): [0, x1, y1, x2, y2] final detection boxes multiplied by that scale",
+        "outputs": symbol.list_outputs(),
+        "mask_prob": "(R, C, 28, 28): per foreground class (label - 1) the object probability on a 28x28 grid "
+                     "spanning x1..x2, y1..y2; pasted into the image and thresholded at 0.5",
+    }
 
 
 def describe(cfg, symbol):

@@ -20,12 +20,14 @@ scale, a FocusChip later) at image scale ``scale``:
 * Merging (``border_keep_mask``): a detection of a FocusChip, in original pixels, is dropped when one of
   its edges lies within 10 px of an edge of the chip that is not on the image border.
 
-Generalised: the reference hard-codes the stride 16 of its ResNet; here it is network.RPN_FEAT_STRIDE.
+Generalised: the reference hard-codes the stride 16 of its ResNet; here it is the backbone's (symbols/backbones.py).
 """
 from dataclasses import dataclass
 
 import cv2
 import numpy as np
+
+from symbols.backbones import feature_stride
 
 BORDER_MARGIN = 10.0  # original pixels: a detection edge this close to an inner chip edge was cut by it
 BORDER_TOLERANCE = 0.5  # a chip edge within half a pixel of the image border is on it
@@ -44,7 +46,7 @@ class FocusChipParams:
         (TEST.CHIP_HYPERPARAMS[scale_index]; lib/config.py checks them where the next scale is pruned)."""
         dilation, threshold, min_size = cfg.TEST.CHIP_HYPERPARAMS[scale_index]
         return cls(dilation=int(dilation), threshold=float(threshold), min_size=int(min_size),
-                   stride=int(cfg.network.RPN_FEAT_STRIDE))
+                   stride=int(feature_stride(cfg)))
 
 
 def focus_chips(focus_map, region, scale, params):

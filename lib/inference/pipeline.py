@@ -6,10 +6,12 @@ scale factor and write it, mean subtracted, into its place on a batch canvas in 
 plan's order (lib.inference.batching), and hands each image's per-scale results back to the workers, which
 combine them (valid ranges, suppression, cap) while the network runs on. So the network never waits for
 decoding, and merging is off its path. With ``num_workers`` 0 everything runs in the calling thread, with
-the same results.
+the same results. Inside ``metered()`` every run counts its network passes (planned and done) and the
+seconds spent in the network, for progress bars that count the work and for images/s.
 """
 import contextlib
 import gc
+import time
 from collections import OrderedDict, deque
 
 import cv2
@@ -21,6 +23,37 @@ from lib.data.chip_worker import ChipWorker
 from lib.data.pixels import network_pixels
 from lib.data.worker_pool import InlinePool, ProcessPool
 from lib.dataset.image_io import read_roidb_image
+from lib.dataset.large_images import open_windowed
+
+
+class PipelineMeter:
+    """The network work of the pipeline runs inside ``metered()``: passes planned (growing as runs start,
+    e.g. AutoFocus's later scales) and done, and seconds in the network (forward and outputs to NumPy)."""
+
+    def __init__(self, on_pass=None):
+        self.planned = self.done = 0
+        self.network_seconds = 0.0
+        self.on_pass = on_pass  # called with the meter after every pass
+
+    def _passed(self, seconds):
+        self.done += 1
+        self.network_seconds += seconds
+        if self.on_pass is not None:
+            self.on_pass(self)
+
+
+_METERS = []
+
+
+@contextlib.contextmanager
+def metered(on_pass=None):
+    """A PipelineMeter of the pipeline runs made inside the block (calling thread)."""
+    meter = PipelineMeter(on_pass)
+    _METERS.append(meter)
+    try:
+        yield meter
+    finally:
+        _METERS.remove(meter)
 
 
 class RoidbImages:
@@ -37,6 +70,10 @@ class RoidbImages:
 
     def read(self, index):
         return read_roidb_image(self.roidb[index])
+
+    def windowed(self, index):
+        """The entry's file opened for window reads when it is a large image (lib.dataset.large_images)."""
+        return open_windowed(self.roidb[index])
 
     def describe(self, index):
         return f"image {self.roidb[index]['image']}"
@@ -165,16 +202,19 @@ class _Building:
 
 
 def run_pipeline(network, source, batches, num_levels, combine, pixel_means, channel_order, num_workers,
-                 prefetch=2, timeout=0):
+                 prefetch=2, timeout=0, warn_after=0):
     """Yield ``(index, result)`` per image of ``source`` as it completes: ``combine([per-level result,
     ...])``, or the IOError that made the image unreadable (then the image has no result).
 
     ``batches`` (TestBatch) run in their order on ``network``, which has ``forward_shape(batch)`` ->
     (B, h, w), ``forward(data, im_info) -> outputs`` and ``image_result(outputs, batch_size, slot, scale,
     resized, size) -> per-level result``. A worker silent for ``timeout`` s (TEST.LOADER_TIMEOUT; 0: no
-    limit) stops the run with a WorkerStalledError naming it and its image.
+    limit) stops the run with a WorkerStalledError naming it and its image; one silent for ``warn_after``
+    s (TEST.STALL_WARN) is warned about once before that.
     """
     shapes = [network.forward_shape(batch) for batch in batches]
+    for meter in _METERS:
+        meter.planned += len(batches)
     largest = max((b * 3 * h * w for b, h, w in shapes), default=1)
     slots = prefetch + 2 if num_workers else 1
     try:
@@ -188,7 +228,7 @@ def run_pipeline(network, source, batches, num_levels, combine, pixel_means, cha
         if num_workers:
             with settled_engine(), ChipWorker.fork_guard():
                 pool = ProcessPool(worker, num_workers, ChipWorker.process_start, "test-pipeline", timeout,
-                                   "TEST.LOADER_TIMEOUT")
+                                   "TEST.LOADER_TIMEOUT", warn_after=warn_after)
         else:
             pool = InlinePool(worker)
         ring.unlink()  # the workers hold the mapping now
@@ -268,7 +308,11 @@ class _Scheduler:
         for position, resized in enumerate(building.resized):
             if resized is not None:
                 im_info[position, :2] = resized
+        started = time.perf_counter()
         outputs = self.network.forward(canvas_view(self.ring, building.slot, building.shape), im_info)
+        seconds = time.perf_counter() - started
+        for meter in _METERS:
+            meter._passed(seconds)
         self.free.append(building.slot)
         for position, (image, scale) in enumerate(zip(batch.images, batch.scales)):
             if image in self.unreadable:

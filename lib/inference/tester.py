@@ -12,6 +12,7 @@ skipped.
 """
 import logging
 import os
+import time
 
 import numpy as np
 from tqdm import tqdm
@@ -19,9 +20,9 @@ from tqdm import tqdm
 from lib.atomic import write_json
 from lib.dataset import load_roidb
 from lib.dataset.proposals import write_proposals
-from lib.inference.detector import Detector
-from lib.inference.pipeline import RoidbImages
-from lib.inference.evaluator import coco_results, evaluate_coco, evaluate_voc
+from lib.inference.detector import Detector, checkpoint_file
+from lib.inference.masks import image_segmentations
+from lib.inference.pipeline import RoidbImages, metered
 from lib.run.checkpoint import output_dir
 
 logger = logging.getLogger(__name__)
@@ -41,42 +42,68 @@ def proposal_file(cfg):
     return path
 
 
-def run_images(roidb, detector, num_workers, desc):
+def run_images(roidb, detector, num_workers, desc, speed=None):
     """``detector`` over every roidb entry (lib.inference.pipeline, ``num_workers`` processes); returns
-    (results by roidb index, skipped entries). Unreadable images are logged with their path and skipped;
-    the bar counts every image."""
+    (results by roidb index, skipped entries). Unreadable images are logged with their path and skipped.
+    The bar counts network passes (a batch at one scale), the work an ETA must extrapolate, not images
+    started. ``speed`` (a dict), when given, gets the seconds end to end and in the network."""
     outputs, skipped = {}, []
-    with tqdm(total=len(roidb), desc=desc, unit="img") as bar:
-        for index, result in detector.run(RoidbImages(roidb), num_workers=num_workers):
-            if isinstance(result, Exception):
-                logger.error("skipping image id %s: %s", roidb[index]["id"], result)
-                skipped.append(roidb[index])
-            else:
-                outputs[index] = result
+    started = time.perf_counter()
+    with tqdm(total=0, desc=desc, unit="pass") as bar:
+        def on_pass(meter):
+            bar.total = meter.planned
             bar.update(1)
+
+        with metered(on_pass) as meter:
+            for index, result in detector.run(RoidbImages(roidb), num_workers=num_workers):
+                if isinstance(result, Exception):
+                    logger.error("skipping image id %s: %s", roidb[index]["id"], result)
+                    skipped.append(roidb[index])
+                else:
+                    outputs[index] = result
+                bar.set_postfix(images=f"{len(outputs) + len(skipped)}/{len(roidb)}", refresh=False)
+    if speed is not None:
+        speed.update(images_per_second(len(outputs), time.perf_counter() - started, meter.network_seconds))
     return outputs, skipped
 
 
-def test(cfg, detector=None, checkpoint=None):
+def images_per_second(images, seconds, network_seconds):
+    """The speed entry of test_summary.json: images/s end to end (reading, resizing, network, merging)
+    and network-only (forward passes alone)."""
+    return {"images_per_s": images / seconds if seconds > 0 else None,
+            "network_images_per_s": images / network_seconds if network_seconds > 0 else None,
+            "seconds": round(seconds, 3), "network_seconds": round(network_seconds, 3)}
+
+
+def test(cfg, detector=None, checkpoint=None, out_dir=None, max_images=0):
     """Detect on ``dataset.test_image_set`` with ``detector``, or one loaded from ``checkpoint`` (default:
     ``TEST.MODEL`` or epoch ``TEST.TEST_EPOCH`` of the config's run), write the results and evaluate
     them; returns a summary dict (COCO stats or VOC APs, image counts, skipped images), also written as
-    ``test_summary.json``."""
+    ``test_summary.json``. ``out_dir`` replaces ``results_dir(cfg)``; ``max_images`` > 0 tests (and scores)
+    the set's first that many images only (evaluation while training)."""
     image_set = cfg.dataset.test_image_set
     roidb, dataset = load_roidb(cfg, image_set, training=False)
-    detector = detector or Detector.from_checkpoint(cfg, dataset.num_classes, path=checkpoint)
+    if max_images:
+        roidb = roidb[:max_images]
+    detector = detector or Detector.from_config(cfg, checkpoint or checkpoint_file(cfg), dataset.classes)
     logger.info("testing %d images of %s at scales %s on %s", len(roidb), image_set, cfg.TEST.SCALES,
                 detector.contexts)
-    found, skipped = run_images(roidb, detector, cfg.TEST.NUM_PROCESS, "testing")
+    speed = {}
+    found, skipped = run_images(roidb, detector, cfg.TEST.NUM_PROCESS, "testing", speed)
     tested = sorted(found)
-    out_dir = results_dir(cfg)
+    out_dir = out_dir or results_dir(cfg)
     summary = {"image_set": image_set, "checkpoint": detector.source,
                "images": len(roidb), "tested": len(tested), "skipped": len(skipped),
-               "skipped_images": [entry["image"] for entry in skipped]}
-    if dataset.kind == "coco":
-        summary.update(_coco(dataset, roidb, found, tested, out_dir, image_set))
-    else:
-        summary.update(_voc(dataset, roidb, found, tested, out_dir))
+               "skipped_images": [entry["image"] for entry in skipped], "speed": speed}
+    logger.info("speed: %s images/s end to end, %s images/s in the network alone (%.1f s, of which %.1f s in the "
+                "network)", _rate(speed["images_per_s"]), _rate(speed["network_images_per_s"]), speed["seconds"],
+                speed["network_seconds"])
+    segmentations = None
+    if detector.mask_head is not None:  # instance masks of the final detections (lib.inference.masks)
+        by_index = image_segmentations(detector.mask_head, RoidbImages(roidb), {i: found[i] for i in tested})
+        segmentations = [by_index[i] for i in tested]
+    summary.update(dataset.evaluate([roidb[i] for i in tested], [found[i] for i in tested], out_dir,
+                                    segmentations=segmentations, scoring=cfg.TEST))
     if skipped:
         logger.warning("%d of %d images could not be read and were skipped (listed in %s)", len(skipped),
                        len(roidb), os.path.join(out_dir, "test_summary.json"))
@@ -85,25 +112,8 @@ def test(cfg, detector=None, checkpoint=None):
     return summary
 
 
-def _coco(dataset, roidb, found, tested, out_dir, image_set):
-    image_ids = [roidb[i]["id"] for i in tested]
-    results = coco_results([found[i] for i in tested], image_ids, dataset.category_ids)
-    path = os.path.join(out_dir, f"detections_{image_set}_results.json")
-    write_json(results, path)
-    logger.info("wrote %d detections to %s", len(results), path)
-    if not dataset.coco.dataset.get("annotations"):
-        logger.info("%s has no annotations (e.g. test-dev): results written for submission, not evaluated",
-                    image_set)
-        return {"results": path}
-    return {"results": path, "stats": evaluate_coco(dataset.coco, path, out_dir, image_ids=image_ids)}
-
-
-def _voc(dataset, roidb, found, tested, out_dir):
-    entries = [roidb[i] for i in tested]
-    result = evaluate_voc([found[i] for i in tested], [e["boxes"] for e in entries],
-                          [e["gt_classes"] for e in entries], [e["difficult"] for e in entries],
-                          list(dataset.classes), out_dir, dataset.use_07_metric)
-    return {"stats": result}
+def _rate(value):
+    return "-" if value is None else f"{value:.2f}"
 
 
 def extract_proposals(cfg, detector=None):
@@ -112,7 +122,7 @@ def extract_proposals(cfg, detector=None):
     unflipped pixels to ``proposal_file(cfg)`` (lib.dataset.proposals); returns the path."""
     image_set = cfg.dataset.image_set
     roidb, _ = load_roidb(cfg, image_set, training=False)
-    detector = detector or Detector.from_checkpoint(cfg, None, rpn_only=True)
+    detector = detector or Detector.from_config(cfg, checkpoint_file(cfg), rpn_only=True)
     found, skipped = run_images(roidb, detector, cfg.TEST.NUM_PROCESS, "proposals")
     proposals = {roidb[i]["id"]: found[i] for i in sorted(found)}
     path = proposal_file(cfg)

@@ -166,6 +166,8 @@ def proposal_target_attrs(cfg):
     if any(cfg.TRAIN.BBOX_MEANS):
         raise ValueError(f"config key TRAIN.BBOX_MEANS = {list(cfg.TRAIN.BBOX_MEANS)}: the MultiProposalTarget "
                          f"operator encodes box targets with zero means; set it to [0, 0, 0, 0]")
+    from symbols.backbones import feature_stride  # the backbone record (symbols imports lib.ops lazily too)
+
     rules = cfg.TRAIN.PROPOSAL_TARGET_RULES
     if rules not in PROPOSAL_TARGET_RULES:
         raise ValueError(f"config key TRAIN.PROPOSAL_TARGET_RULES = {rules!r}: must be one of "
@@ -175,7 +177,7 @@ def proposal_target_attrs(cfg):
                          f"(0: every proposal enters NMS)")
     return {
         "rules": rules,
-        "feature_stride": cfg.network.RPN_FEAT_STRIDE,
+        "feature_stride": feature_stride(cfg),
         "scales": tuple(cfg.network.ANCHOR_SCALES),
         "ratios": tuple(cfg.network.ANCHOR_RATIOS),
         "rpn_pre_nms_top_n": cfg.TRAIN.RPN_PRE_NMS_TOP_N,

@@ -15,8 +15,8 @@ Stages, every one a set of config overrides of a config file + overrides (``{out
 A stage whose output exists is skipped (a warning says so when the output is older than its input:
 delete it to redo the stage), so a run that was stopped continues where it was; an unfinished training
 stage resumes from its last complete epoch. ``rpn_overrides`` apply to stages 1 and 2 only. The RPN
-keeps the main run's TRAIN.lr_step, as the reference's script does (its 5.33-epoch step is never reached
-in 2 epochs: no decay) unless ``rpn_overrides`` set one. The command line is tools/train_neg_chips.py
+keeps the main run's TRAIN.lr_step steps that fall within its epochs, as the reference's script keeps the
+main schedule (its 5.33-epoch step is never reached in 2 epochs: no decay), unless ``rpn_overrides`` set one. The command line is tools/train_neg_chips.py
 (scripts/train_neg_props_and_sniper.sh); tools/ablation_synthetic.py runs the stages too.
 """
 import json
@@ -25,6 +25,7 @@ import os
 
 from lib.config import load_config
 from lib.run.checkpoint import checkpoint_prefix, output_dir, params_path
+from lib.train.optimizer import lr_step_epochs
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +104,8 @@ class NegChipPipeline:
         overrides, rpn_overrides = list(overrides), list(rpn_overrides)
         base = load_config(cfg_file, overrides)
         rpn_prefix = base.TRAIN.model_prefix + RPN_PREFIX_SUFFIX
-        self.rpn_cfg = load_config(cfg_file, overrides + rpn_overrides + [
+        inside = [str(epoch) for epoch in lr_step_epochs(base.TRAIN) if epoch < rpn_epochs]
+        self.rpn_cfg = load_config(cfg_file, overrides + [("TRAIN.lr_step", ",".join(inside))] + rpn_overrides + [
             ("TRAIN.ONLY_PROPOSAL", "true"), ("TRAIN.USE_NEG_CHIPS", "false"), ("dataset.proposal", ""),
             ("TRAIN.model_prefix", rpn_prefix), ("TRAIN.begin_epoch", "0"), ("TRAIN.end_epoch", str(rpn_epochs))])
         self.rpn_checkpoint = params_path(checkpoint_prefix(self.rpn_cfg), rpn_epochs)

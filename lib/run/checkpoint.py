@@ -27,6 +27,7 @@ import mxnet as mx
 import numpy as np
 
 from lib.atomic import atomic_path, write_json
+from lib.errors import UserError, reason
 from lib.run.optimizer_states import read_optimizer_states
 
 logger = logging.getLogger(__name__)
@@ -36,7 +37,7 @@ BBOX_PRED_BIAS = "bbox_pred_bias"
 TRAIN_KIND = "train"  # key prefix of the regressor's exact training values
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError, ValueError):
     """A checkpoint that cannot be read or does not fit the network asked of it."""
 
 
@@ -117,6 +118,24 @@ def save_checkpoint(prefix, epoch, symbol, arg_params, aux_params, stds, means, 
     logger.info("saved checkpoint %s", params_path(prefix, epoch))
 
 
+def prune_checkpoints(prefix, keep, also=()):
+    """Delete the epoch files (params first, so a half-deleted epoch is never taken as complete) of every
+    epoch but the newest ``keep`` and those in ``also``; ``keep`` 0 keeps everything. Returns the epochs
+    removed."""
+    if keep <= 0:
+        return []
+    epochs = params_epochs(prefix)
+    removed = [epoch for epoch in epochs[:-keep] if epoch not in set(also)]
+    for epoch in removed:
+        for path in (params_path(prefix, epoch), states_path(prefix, epoch), progress_path(prefix, epoch)):
+            if os.path.exists(path):
+                os.remove(path)
+    if removed:
+        logger.info("TRAIN.KEEP_CHECKPOINTS %d: removed the checkpoints of epochs %s", keep,
+                    ", ".join(map(str, removed)))
+    return removed
+
+
 def load_params(path, with_training_values=False, plain_names=True):
     """Load ``arg:``/``aux:`` dicts from a ``.params`` file, with a clear error for a bad file.
 
@@ -125,12 +144,12 @@ def load_params(path, with_training_values=False, plain_names=True):
     key when ``plain_names`` is false.
     """
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"checkpoint not found: {path}")
+        raise FileNotFoundError(f"checkpoint not found: {path}{_what_exists(path)}")
     try:
         blob = mx.nd.load(path)
     except mx.base.MXNetError as err:
         raise CheckpointError(f"checkpoint {path} cannot be read (truncated or not an MXNet .params file): "
-                         f"{str(err).splitlines()[0]}") from None
+                              f"{reason(err)}") from None
     if not isinstance(blob, dict):
         raise CheckpointError(f"checkpoint {path} holds a list, not named parameters")
     arg_params, aux_params, training_values = {}, {}, {}
@@ -149,6 +168,17 @@ def load_params(path, with_training_values=False, plain_names=True):
     if with_training_values:
         return arg_params, aux_params, training_values
     return arg_params, aux_params
+
+
+def _what_exists(path):
+    """For a missing ``PREFIX-NNNN.params``: the epochs of PREFIX that exist, and how to pick one."""
+    match = re.fullmatch(r"(.+)-\d{4}\.params", path)
+    epochs = params_epochs(match.group(1)) if match else []
+    if not epochs:
+        return "; no checkpoint of that run exists (trained yet? another output_path or name?)"
+    folder = os.path.dirname(path) or "."
+    return (f"; the run has epochs {', '.join(map(str, epochs))}: --set TEST.TEST_EPOCH {epochs[-1]}, or "
+            f"--model {folder} (its newest checkpoint)")
 
 
 def load_training_checkpoint(prefix, epoch, stds, means):
@@ -206,7 +236,8 @@ def last_readable_epoch(prefix):
             return epoch
         damaged.extend(problems)
     if damaged:
-        raise ValueError(f"no readable checkpoint of {prefix} to resume from: {'; '.join(damaged)}")
+        raise CheckpointError(f"no readable checkpoint of {prefix} to resume from: {'; '.join(damaged)}; start "
+                              f"over with --overwrite")
     return 0
 
 
@@ -218,5 +249,5 @@ def _unreadable_files(prefix, epoch):
         try:
             read(path)
         except (OSError, ValueError) as err:  # json.JSONDecodeError is a ValueError
-            problems.append(f"{path} ({str(err).splitlines()[0]})")
+            problems.append(f"{path} ({reason(err)})")
     return problems

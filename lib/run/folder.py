@@ -9,8 +9,9 @@ training's working directory lies relative to the run folder (``workdir``).
 ``load_run(model)`` turns a run folder (its newest checkpoint of ``TRAIN.model_prefix``) or a
 ``.params`` file into ``Run(cfg, params, info)``: the saved config, its relative paths resolved against
 the run folder (through ``workdir``) rather than the current directory, ``output_path``/``name`` pointing
-at the run folder itself (results land in it), ``TEST.MODEL`` the checkpoint and ``dataset.NUM_CLASSES``
-the checkpoint's; then the caller's overrides (test-time keys, relative to the current directory).
+at the run folder itself (results land in it) and ``TEST.MODEL`` the checkpoint; then the caller's
+overrides (test-time keys, relative to the current directory). The class names are the metadata's, handed
+to the Detector as they are (the config is not rewritten with them).
 """
 import json
 import os
@@ -24,10 +25,11 @@ from lib.config import ConfigError, add_config_arguments, dump_config, load_conf
 from lib.run.checkpoint import CheckpointError, output_dir, params_epochs, params_path, progress_path
 
 CONFIG_FILE = "config.yaml"
+BEST_FILE = "best.json"  # the best epoch of evaluation while training (lib/train/evaluation.py)
 MODEL_KEY = "model"  # the entry of a checkpoint's progress.json
 # Keys holding file system paths: resolved against the run folder when a run's config is loaded.
 PATH_KEYS = ("dataset.root_path", "dataset.dataset_path", "dataset.proposal", "network.pretrained",
-             "TEST.PROPOSAL_SAVE_PATH")
+             "TEST.PROPOSAL_SAVE_PATH", "dataset.CLASSES_FILE")
 _PARAMS_NAME = re.compile(r"(?P<prefix>.+)-(?P<epoch>\d{4})\.params")
 
 Run = namedtuple("Run", "cfg params info")
@@ -51,7 +53,7 @@ def write_run_config(cfg):
 def model_info(cfg, dataset, rpn_only):
     """The ``model`` entry of a checkpoint's companion JSON: what inference needs without the dataset."""
     classes = list(dataset.classes)
-    category_ids = getattr(dataset, "category_ids", None) or list(range(len(classes)))
+    category_ids = dataset.category_ids
     return {"symbol": cfg.symbol, "rpn_only": bool(rpn_only), "NUM_CLASSES": len(classes), "classes": classes,
             "category_ids": [int(c) for c in category_ids],
             "TEST.SCALES": list(cfg.TEST.SCALES), "TEST.VALID_RANGES": [list(r) for r in cfg.TEST.VALID_RANGES],
@@ -86,21 +88,26 @@ def read_model_info(params):
     return info
 
 
-def classes_of(params, cfg, num_classes=None):
-    """(class count, class names or None) of checkpoint ``params`` for the detection network of ``cfg``:
-    ``num_classes`` when given, else the checkpoint's metadata, else ``dataset.NUM_CLASSES``, else the
-    classes of the config's test set when its annotations are on disk (a checkpoint from before
-    checkpoints carried metadata)."""
-    info = read_model_info(params) or {}
-    if num_classes is None:
-        num_classes = info.get("NUM_CLASSES") or cfg.dataset.NUM_CLASSES
-        if not num_classes:
-            classes = _test_set_classes(cfg)
-            if classes is None:
-                raise ModelError(f"{params} has no metadata naming its classes and the test set's annotations "
-                                 f"are not on disk: set dataset.NUM_CLASSES (background included) to use it")
-            return len(classes), classes
-    return num_classes, (info.get("classes") if info.get("NUM_CLASSES") == num_classes else None)
+def numbered_classes(num_classes):
+    """Class names when only the count is known: background, then "class 1", ..."""
+    return ["__background__"] + [f"class {label}" for label in range(1, num_classes)]
+
+
+def checkpoint_classes(params, cfg):
+    """The class names (background first) of detection checkpoint ``params`` used with the config ``cfg``:
+    its metadata's, else, for a checkpoint from before checkpoints carried metadata, what the config says
+    of its data: numbered ``dataset.NUM_CLASSES`` names, else the classes of its test set when the
+    annotations are on disk."""
+    info = read_model_info(params)
+    if info is not None:
+        return list(info["classes"])
+    if cfg.dataset.NUM_CLASSES:
+        return numbered_classes(cfg.dataset.NUM_CLASSES)
+    classes = _test_set_classes(cfg)
+    if classes is None:
+        raise ModelError(f"{params} has no metadata naming its classes and the test set's annotations "
+                         f"are not on disk: set dataset.NUM_CLASSES (background included) to use it")
+    return classes
 
 
 def _test_set_classes(cfg):
@@ -119,8 +126,24 @@ def newest_checkpoint(folder, prefix):
     return params_path(os.path.join(folder, prefix), epochs[-1]) if epochs else None
 
 
+def best_checkpoint(folder):
+    """The checkpoint ``{folder}/best.json`` names (evaluation while training), or None without one (or
+    when it names a file no longer there)."""
+    path = os.path.join(folder, BEST_FILE)
+    try:
+        with open(path) as f:
+            name = json.load(f)["best"]["params"]
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ModelError(f"{path} cannot be read as the run's best epoch: {err}") from None
+    params = os.path.join(folder, os.path.basename(str(name)))
+    return params if os.path.isfile(params) else None
+
+
 def find_checkpoint(model, prefix=None):
-    """``model`` (a run folder, meaning its newest checkpoint, or a ``.params`` file) -> (params path,
+    """``model`` (a run folder, meaning its best epoch when training evaluated, else its newest checkpoint,
+    or a ``.params`` file) -> (params path,
     run folder); a folder's checkpoints are ``prefix`` (default: ``TRAIN.model_prefix`` of its config.yaml)."""
     if os.path.isdir(model):
         config = os.path.join(model, CONFIG_FILE)
@@ -128,7 +151,7 @@ def find_checkpoint(model, prefix=None):
             raise ModelError(f"{model} has no {CONFIG_FILE} (not a run folder, or a run from before they "
                              f"described themselves): pass --cfg FILE with it")
         prefix = prefix or load_config(config).TRAIN.model_prefix
-        params = newest_checkpoint(model, prefix)
+        params = best_checkpoint(model) or newest_checkpoint(model, prefix)
         if params is None:
             raise ModelError(f"{model} holds no checkpoint {prefix}-NNNN.params yet")
         return params, model
@@ -140,11 +163,12 @@ def find_checkpoint(model, prefix=None):
 def _missing_info(params, what):
     return ModelError(f"{params} has no {what} (checkpoint written before run folders described themselves): "
                       f"pass --cfg FILE with the config it was trained with (from Python: "
-                      f"Detector.from_checkpoint(cfg, num_classes, path))")
+                      f"Detector.from_config(cfg, path, classes))")
 
 
 def load_run(model, overrides=()):
-    """``Run(cfg, params, info)`` of a run folder or ``.params`` file (see the module docstring);
+    """``Run(cfg, params, info)`` of a run folder or ``.params`` file (see the module docstring; the class
+    names are ``info["classes"]``, of the detection network unless ``info["rpn_only"]``);
     ``overrides``: ``[(key, value), ...]`` or ``{key: value}`` applied last."""
     params, folder = find_checkpoint(os.fspath(model))
     folder = os.path.abspath(folder)
@@ -163,8 +187,6 @@ def load_run(model, overrides=()):
         if value and not os.path.isabs(value):
             fixed.append((key, os.path.join(base, value)))
     fixed += [("output_path", os.path.dirname(folder)), ("TEST.MODEL", os.path.abspath(params))]
-    if not info.get("rpn_only"):
-        fixed.append(("dataset.NUM_CLASSES", info["NUM_CLASSES"]))
     items = list(overrides.items() if isinstance(overrides, dict) else overrides)
     return Run(with_overrides(cfg, fixed + items, name=os.path.basename(folder)), os.path.abspath(params), info)
 
@@ -176,8 +198,9 @@ def add_model_arguments(parser):
                          cfg_help="YAML config (not needed with --model RUN_FOLDER or a checkpoint of one: its "
                                   "config.yaml is used; with --model an older checkpoint's config)")
     parser.add_argument("--model", default=None,
-                        help="a run folder (its newest checkpoint) or a .params file of one; without --cfg its "
-                             "config.yaml, classes and class count are used, --set overrides test-time keys")
+                        help="a run folder (its best epoch when training evaluated, else its newest checkpoint) or "
+                             "a .params file of one; without --cfg its config.yaml, classes and class count are "
+                             "used, --set overrides test-time keys")
 
 
 def config_from_model_arguments(args):

@@ -14,13 +14,15 @@ import logging
 import os
 import time
 
+from lib.errors import UserError
+
 logger = logging.getLogger(__name__)
 
 LOCK_NAME = "train.lock"
 METRICS_NAME = "metrics.jsonl"
 
 
-class RunFolderError(RuntimeError):
+class RunFolderError(UserError, RuntimeError):
     """The run folder is in use by another run, or holds epochs a fresh start would overwrite."""
 
 

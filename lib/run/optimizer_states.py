@@ -17,6 +17,8 @@ import json
 import mxnet as mx
 import numpy as np
 
+from lib.errors import reason
+
 FORMAT = "sniper-optimizer-states"
 VERSION = 1
 META = "meta"
@@ -73,7 +75,7 @@ def read_optimizer_states(path):
         for _, counts in meta["index_update_count"]:
             dict(counts)
     except (mx.base.MXNetError, ValueError, KeyError, TypeError, UnicodeDecodeError) as err:
-        detail = str(err).splitlines()[0] if str(err) else type(err).__name__
+        detail = reason(err)
         raise ValueError(f"optimizer states {path} cannot be read (truncated, or not a pickle-free states file of "
                          f"this project: {detail})") from None
     return states, meta

@@ -15,6 +15,7 @@ import sys
 import mxnet as mx
 import numpy as np
 
+from lib.config import ConfigError
 from lib.distributed import heartbeat
 
 logger = logging.getLogger(__name__)
@@ -37,18 +38,18 @@ def create_kvstore(cfg):
     role = os.environ.get("DMLC_ROLE")
     if not kind.startswith("dist"):
         if role == "worker":
-            raise ValueError(f"this process is a worker of a distributed job (DMLC_ROLE=worker) but "
-                             f"default.kvstore is {kind!r}: add --set default.kvstore dist_sync")
+            raise ConfigError(f"this process is a worker of a distributed job (DMLC_ROLE=worker) but "
+                              f"default.kvstore is {kind!r}: add --set default.kvstore dist_sync")
         return kind
     if kind not in SYNC_KVSTORES:
-        raise ValueError(f"default.kvstore: {kind!r} is not supported; use one of {', '.join(SYNC_KVSTORES)} "
-                         f"(asynchronous updates would let the workers drift apart)")
+        raise ConfigError(f"default.kvstore: {kind!r} is not supported; use one of {', '.join(SYNC_KVSTORES)} "
+                          f"(asynchronous updates would let the workers drift apart)")
     missing = [name for name in DMLC_VARIABLES if not os.environ.get(name)]
     if missing:
-        raise ValueError(f"default.kvstore is {kind!r} but {', '.join(missing)} not set: start the workers "
-                         f"with tools/launch.py (see docs/distributed.md)")
+        raise ConfigError(f"default.kvstore is {kind!r} but {', '.join(missing)} not set: start the workers "
+                          f"with tools/launch.py (see docs/distributed.md)")
     if role != "worker":
-        raise ValueError(f"default.kvstore is {kind!r} but DMLC_ROLE is {role!r}; training runs as a worker")
+        raise ConfigError(f"default.kvstore is {kind!r} but DMLC_ROLE is {role!r}; training runs as a worker")
     heartbeat.start_heartbeat()  # when tools/launch.py watches for stalled processes
     kvstore = mx.kv.create(kind)
     heartbeat.set_rank(kvstore.rank)

@@ -3,7 +3,9 @@
 The RPN metrics compare ``rpn_cls_prob`` with the iterator's anchor labels; the R-CNN metrics compare
 ``cls_prob`` with the labels the proposal-target operator produced inside the graph (exposed as a
 blocked-gradient output). With AutoFocus the FocusPixel metrics compare ``scale_prob`` with the
-iterator's ``scale_label``. Anchors, rois and cells labelled -1 are ignored everywhere.
+iterator's ``scale_label``. With masks (TRAIN.WITH_MASK) MaskLogLoss compares ``mask_prob`` with the
+28x28 targets MaskRcnnTarget produced in the graph (``mask_targets``). Anchors, rois, cells and mask
+pixels labelled -1 are ignored everywhere.
 """
 import mxnet as mx
 import numpy as np
@@ -120,17 +122,34 @@ class FocusLogLoss(_NamedMetric):
         return float(-np.log(prob[np.arange(len(label)), label] + EPS).sum()), len(label)
 
 
+class MaskLogLoss(_NamedMetric):
+    """The mask loss the network minimises: mean -log p(target) over the labelled pixels of the mask rois
+    (the reference's MaskLogLossMetric)."""
+
+    def __init__(self, output_names, label_names):
+        super().__init__("MaskLogLoss", output_names, label_names, ["mask_prob_output", "mask_targets_output"])
+
+    def compute(self, prob, target):
+        # prob (R, 2, 28, 28), target (R, 28, 28) of 1 / 0 / -1
+        keep = target != -1
+        picked = np.take_along_axis(prob, np.where(keep, target, 0).astype(np.int64)[:, None], axis=1)[:, 0]
+        return float(-np.log(picked[keep] + EPS).sum()), int(keep.sum())
+
+
 RPN_METRICS = (RPNAccuracy, RPNLogLoss, RPNL1Loss)
 RCNN_METRICS = (RCNNAccuracy, RCNNLogLoss, RCNNL1Loss)
 FOCUS_METRICS = (FocusAccuracy, FocusLogLoss)
+MASK_METRICS = (MaskLogLoss,)
 
 
 def make_metrics(output_names, label_names, rpn_only=False):
     """A CompositeEvalMetric with the RPN metrics, plus the R-CNN ones unless ``rpn_only``, plus the
-    FocusPixel ones when the network has the AutoFocus branch (output ``scale_prob_output``)."""
+    FocusPixel ones when the network has the AutoFocus branch (output ``scale_prob_output``), plus
+    MaskLogLoss when it has the mask branch (output ``mask_prob_output``)."""
     composite = mx.metric.CompositeEvalMetric()
     focus = FOCUS_METRICS if "scale_prob_output" in output_names else ()
-    for metric in RPN_METRICS + (() if rpn_only else RCNN_METRICS) + focus:
+    masks = MASK_METRICS if "mask_prob_output" in output_names else ()
+    for metric in RPN_METRICS + (() if rpn_only else RCNN_METRICS) + focus + masks:
         composite.add(metric(list(output_names), list(label_names)))
     return composite
 

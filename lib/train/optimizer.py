@@ -8,21 +8,31 @@ import mxnet as mx
 import numpy as np
 
 
-def parse_lr_steps(text, iters_per_epoch, key="TRAIN.lr_step"):
-    """Epoch list "5.33" or "8,11" -> increasing iteration numbers (at least 1)."""
+def lr_step_epochs(train):
+    """``TRAIN.lr_step`` "5.33" or "8,11" (or "" for none) -> the epochs at which the lr drops, each inside
+    the run (0 < epoch < TRAIN.end_epoch: a later step would never be taken)."""
+    text = train.lr_step
     try:
         epochs = [float(part) for part in str(text).split(",") if part.strip()]
     except ValueError:
-        raise ValueError(f"{key}: expected comma-separated epochs, got {text!r}") from None
-    steps = sorted({max(1, int(round(epoch * iters_per_epoch))) for epoch in epochs})
-    return steps
+        raise ValueError(f"config key TRAIN.lr_step: expected comma-separated epochs, got {text!r}") from None
+    outside = [epoch for epoch in epochs if not 0 < epoch < train.end_epoch]
+    if outside:
+        raise ValueError(f"config key TRAIN.lr_step = {text!r}: step {outside[0]:g} is not inside the run "
+                         f"(0 < step < TRAIN.end_epoch {train.end_epoch}); '' for no step")
+    return epochs
+
+
+def lr_steps(train, iters_per_epoch):
+    """The ``TRAIN.lr_step`` epochs as increasing iteration numbers (at least 1)."""
+    return sorted({max(1, int(round(epoch * iters_per_epoch))) for epoch in lr_step_epochs(train)})
 
 
 def make_optimizer_params(cfg, iters_per_epoch, num_update, fp16):
     """optimizer_params for Module.init_optimizer(optimizer='sgd'), ``num_update`` iterations in."""
     scale = cfg.TRAIN.fp16_loss_scale if fp16 else 1.0
     lr = cfg.TRAIN.lr / scale
-    steps = parse_lr_steps(cfg.TRAIN.lr_step, iters_per_epoch)
+    steps = lr_steps(cfg.TRAIN, iters_per_epoch)
     warmup_steps = cfg.TRAIN.warmup_step if cfg.TRAIN.warmup else 0
     scheduler = mx.lr_scheduler.MultiFactorScheduler(
         step=steps or [10 ** 12], factor=cfg.TRAIN.lr_factor, base_lr=lr,
@@ -32,7 +42,7 @@ def make_optimizer_params(cfg, iters_per_epoch, num_update, fp16):
         "momentum": cfg.TRAIN.momentum,
         "wd": cfg.TRAIN.wd * scale,
         "lr_scheduler": scheduler,
-        "rescale_grad": 1.0,
+        "rescale_grad": 1.0 / cfg.TRAIN.GRAD_ACCUM_STEPS,  # the mean of the accumulated batches' gradients
         "clip_gradient": None,
         "multi_precision": fp16,
         "begin_num_update": num_update,

@@ -9,7 +9,7 @@ New layers (everything the checkpoint does not provide), TRAIN.NEW_LAYER_INIT:
 
 * deformable offsets (``*offset*``): zeros, so deformable layers start as their regular counterparts;
 * ``reference`` (as the reference): every other new layer (RPN, R-CNN reduction, FC layers, classifier,
-  box regressor) has weights N(0, 0.01);
+  box regressor, the mask branch's convolutions and deconvolution) has weights N(0, 0.01);
 * ``msra``: RPN layers, R-CNN reduction and classifier N(0, 0.01), the box regressor N(0, 0.001)
   (targets are divided by stds 0.1/0.2, so small outputs), the R-CNN FC layers MSRA/He Gaussian;
 * anything else (the whole backbone with TRAIN.FROM_SCRATCH): MSRA/He Gaussian (Xavier, fan-in,
@@ -21,6 +21,7 @@ import os
 
 import mxnet as mx
 
+from lib.errors import UserError
 from lib.run.checkpoint import load_params, params_path
 from symbols import is_imagenet_parameter
 
@@ -28,14 +29,14 @@ logger = logging.getLogger(__name__)
 
 _MSRA = mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2)
 NEW_LAYER_INITS = {
-    "reference": mx.init.Mixed([r".*offset", r"rpn_|conv_new_1_|fc_new_|cls_score_|bbox_pred_", r".*"],
+    "reference": mx.init.Mixed([r".*offset", r"rpn_|conv_new_1_|fc_new_|cls_score_|bbox_pred_|mask_", r".*"],
                                [mx.init.Zero(), mx.init.Normal(0.01), _MSRA]),
     "msra": mx.init.Mixed([r".*offset", r"rpn_|conv_new_1_|cls_score_", r"bbox_pred_", r".*"],
                           [mx.init.Zero(), mx.init.Normal(0.01), mx.init.Normal(0.001), _MSRA]),
 }
 
 
-class PretrainedError(RuntimeError):
+class PretrainedError(UserError, RuntimeError):
     """The pretrained checkpoint is missing or does not fit the network."""
 
 

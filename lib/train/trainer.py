@@ -4,6 +4,7 @@ A hand-written loop over Module's forward_backward/update (rather than Module.fi
 non-finite loss stops the run at the iteration where it appears, before the update, and so that
 checkpoints are written atomically with their optimizer state.
 """
+import contextlib
 import logging
 import os
 import time
@@ -16,21 +17,25 @@ from lib.atomic import remove_stale_temporaries
 from lib.contexts import fp16_enabled, parse_contexts
 from lib.data import ChipLoader
 from lib.dataset import load_roidb
+from lib.errors import Interrupted, UserError
 from lib.run.folder import MODEL_KEY, model_info, write_run_config
 from lib.run import checkpoint
+from lib.train.accumulation import GradientAccumulation, grad_req, updates_per_epoch
 from lib.train.distributed import Workers, create_kvstore
+from lib.train.evaluation import TrainingEvaluation
 from lib.train.metrics import loss_values, make_metrics
 from lib.train.optimizer import make_optimizer_params, master_params
 from lib.run.optimizer_states import load_optimizer_states, state_arrays
 from lib.train.pretrained import initial_params
-from lib.train.progress import RunProgress
+from lib.train.progress import RunProgress, record_every, schedule_warnings
+from lib.train.tensorboard import TensorBoardLog
 from lib.run.lock import clear_later_epochs, run_lock
 from symbols import PROPOSAL_TARGET_GROUP, get_fixed_param_names, training_symbol, use_compiled_deformable
 
 logger = logging.getLogger(__name__)
 
 
-class TrainingDiverged(RuntimeError):
+class TrainingDiverged(UserError, RuntimeError):
     """A loss became NaN or infinite; the last good checkpoint is left in place."""
 
 
@@ -80,12 +85,14 @@ def _train(cfg, resume, kvstore, workers):
     compiled_deformable = use_compiled_deformable(cfg, contexts)
     _seed(cfg)
     rpn_only = cfg.TRAIN.ONLY_PROPOSAL
-    roidb, dataset = load_roidb(cfg, cfg.dataset.image_set, training=True)
     prefix = checkpoint.checkpoint_prefix(cfg)
     if workers.rank == 0:  # the writer of the run's files clears what a killed write left behind
         for folder in sorted({checkpoint.output_dir(cfg), os.path.dirname(prefix)}):
             remove_stale_temporaries(folder)
     begin_epoch = _begin_epoch(cfg, prefix, resume)
+    evaluation = TrainingEvaluation(cfg, begin_epoch, workers.count,  # TRAIN.EVAL_EVERY: its keys checked first
+                                    writer=workers.rank == 0)
+    roidb, dataset = load_roidb(cfg, cfg.dataset.image_set, training=True)
     chips_per_device = cfg.TRAIN.BATCH_IMAGES  # the one read: the loader and the loss normalisation share it
     loader = ChipLoader(roidb, cfg, chips_per_device, num_ctx=len(contexts), rpn_only=rpn_only,
                         seed=cfg.default.seed, begin_epoch=begin_epoch, num_shards=workers.count,
@@ -102,9 +109,14 @@ def _train(cfg, resume, kvstore, workers):
         progress = {}
     module.init_params(arg_params=arg_params, aux_params=aux_params, allow_missing=False)
     # Chips are re-mined every epoch, so batches per epoch vary a little: the schedule (warm-up, lr
-    # steps in epochs) counts in batches of the first epoch, remembered across resumes.
-    iters_per_epoch = progress.get("iters_per_epoch", loader.num_batches)
+    # steps in epochs) counts in updates of the first epoch (one per TRAIN.GRAD_ACCUM_STEPS batches),
+    # remembered across resumes.
+    iters_per_epoch = progress.get("iters_per_epoch",
+                                   updates_per_epoch(loader.num_batches, cfg.TRAIN.GRAD_ACCUM_STEPS))
     num_update = progress.get("num_update", begin_epoch * iters_per_epoch)
+    if workers.rank == 0:
+        for warning in schedule_warnings(cfg, iters_per_epoch, num_update):
+            logger.warning("%s", warning)
     with workers.optimizer_on_workers():
         module.init_optimizer(kvstore=kvstore, optimizer="sgd",
                               optimizer_params=make_optimizer_params(cfg, iters_per_epoch, num_update, fp16))
@@ -122,8 +134,10 @@ def _train(cfg, resume, kvstore, workers):
     model = model_info(cfg, dataset, rpn_only)
     history = []
     metrics_log = os.path.join(checkpoint.output_dir(cfg), "metrics.jsonl") if workers.rank == 0 else None
-    progress = RunProgress(metrics_log, begin_epoch, cfg.TRAIN.end_epoch, num_update)
-    with loader:
+    events = TensorBoardLog(os.path.join(checkpoint.output_dir(cfg), "tensorboard"),
+                            enabled=workers.rank == 0 and cfg.TRAIN.TENSORBOARD)
+    progress = RunProgress(metrics_log, begin_epoch, cfg.TRAIN.end_epoch, num_update, events=events)
+    with loader, contextlib.closing(events), _interruption_said(prefix, progress):
         for epoch in range(begin_epoch, cfg.TRAIN.end_epoch):
             if epoch > begin_epoch:
                 loader.reset()
@@ -145,7 +159,25 @@ def _train(cfg, resume, kvstore, workers):
                                            states=state_arrays(module),
                                            progress={"iters_per_epoch": iters_per_epoch, "num_update": num_update,
                                                      "metrics": history[-1], MODEL_KEY: model})
+                stop = evaluation.after_epoch(epoch + 1, checkpoint.params_path(prefix, epoch + 1), progress)
+                best = evaluation.best()  # kept with the newest TRAIN.KEEP_CHECKPOINTS epochs, as TEST_EPOCH's
+                checkpoint.prune_checkpoints(prefix, cfg.TRAIN.KEEP_CHECKPOINTS,
+                                             also=(cfg.TEST.TEST_EPOCH,) + ((best["epoch"],) if best else ()))
+                if stop:
+                    break
     return prefix, history
+
+
+@contextlib.contextmanager
+def _interruption_said(prefix, progress):
+    """Ctrl-C in the epoch loop: one line saying where the run stopped and how to continue it."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        done = checkpoint.last_complete_epoch(prefix)
+        where = f"in epoch {progress.epoch + 1}" if progress.epoch is not None else "before the first epoch"
+        raise Interrupted(f"training interrupted (Ctrl-C) {where}; the last complete checkpoint is epoch {done}: "
+                          f"the same command with --resume continues from epoch {done + 1}") from None
 
 
 def bind_module(cfg, symbol, loader, contexts):
@@ -159,7 +191,8 @@ def bind_module(cfg, symbol, loader, contexts):
                            label_names=[d.name for d in loader.provide_label], context=contexts,
                            fixed_param_names=get_fixed_param_names(symbol, cfg), group2ctxs=group2ctxs,
                            logger=logger)
-    module.bind(data_shapes=loader.provide_data, label_shapes=loader.provide_label, for_training=True)
+    module.bind(data_shapes=loader.provide_data, label_shapes=loader.provide_label, for_training=True,
+                grad_req=grad_req(cfg))
     return module
 
 
@@ -172,24 +205,27 @@ def _train_epoch(cfg, module, loader, metric, epoch, num_workers, progress):
     num_batches = loader.num_batches
     bar = tqdm(total=num_batches, desc=f"epoch {epoch + 1}/{cfg.TRAIN.end_epoch}", unit="batch", leave=False,
                disable=None)  # no bar when stderr is not a terminal: the log lines carry the progress
-    iteration = -1
+    accumulation = GradientAccumulation(module, cfg.TRAIN.GRAD_ACCUM_STEPS)
+    updates = 0
+    every = record_every(cfg.default.frequent, num_batches)
     for iteration, batch in enumerate(loader):
         module.forward_backward(batch)
         module.update_metric(metric, batch.label)
         _check_finite(metric, epoch + 1, iteration)
-        module.update()
+        updates += accumulation.after_backward()
         window_samples += loader.batch_size - batch.pad
         bar.update(1)
-        if (iteration + 1) % cfg.default.frequent == 0 or iteration + 1 == num_batches:
+        if (iteration + 1) % every == 0 or iteration + 1 == num_batches:
             now = time.time()
             speed = window_samples * num_workers / max(now - window_tic, 1e-9)
             values = loss_values(metric)
             lr = module._optimizer.learning_rate
-            eta = progress.record(iteration + 1, lr, values, speed)
+            eta = progress.record(iteration + 1, lr, values, speed, updates_done=updates)
             bar.set_postfix({k: f"{v:.3f}" for k, v in values.items()})
             logger.info("epoch[%d] batch[%d/%d] speed %.2f chips/s lr %.2e %s %s", epoch + 1, iteration + 1,
                         num_batches, speed, lr, " ".join(f"{k}={v:.4f}" for k, v in values.items()), eta)
             window_tic, window_samples = now, 0
+    updates += accumulation.flush()
     bar.close()
     logger.info("epoch[%d] done in %.1f s", epoch + 1, time.time() - tic)
-    return iteration + 1
+    return updates

@@ -191,7 +191,7 @@ inline bool CheckInputShape(const char* op_name, const char* input_name, const s
   return ok;
 }
 
-// The inputs of the proposal-target operators, named `names`: cls_prob (B, 2A, H, W), bbox_pred (B, 4A,
+// The inputs of the proposal-target operators, named `names`: cls_prob (B, 2A, H, W) or its (B, 2, A*H, W) view, bbox_pred (B, 4A,
 // H, W), im_info (B, 3), gt_boxes (B, gt_rows, 5) (gt_rows 0: any, described by `gt_layout`),
 // valid_ranges (B, 2). Sets the batch size (0 while unknown) and the map size; false with the reason.
 inline bool CheckProposalInputs(const char* op_name, const char* const* names,
@@ -202,15 +202,20 @@ inline bool CheckProposalInputs(const char* op_name, const char* const* names,
   for (const auto& shape : shapes) {
     if (*batch == 0 && !shape.empty()) *batch = shape[0];
   }
-  for (int i : {0, 1}) {
+  for (int i : {1, 0}) {  // bbox_pred first: its (H, W) are the feature map's in either score layout
     if (shapes[i].size() == 4) {
       *height = *height ? *height : shapes[i][2];
       *width = *width ? *width : shapes[i][3];
     }
   }
   const unsigned int b = *batch, h = *height, w = *width;
-  const std::string score_layout = "(B, 2A, H, W) with A = len(scales) * len(ratios) = " + std::to_string(anchors);
-  return CheckInputShape(op_name, names[0], shapes[0], {b, 2 * anchors, h, w}, score_layout) &&
+  const std::string score_layout = "(B, 2A, H, W) or (B, 2, A*H, W) with A = len(scales) * len(ratios) = " +
+                                   std::to_string(anchors);
+  // The reference's mask symbol feeds the softmax's (B, 2, A*H, W) view of the same memory.
+  const bool two_channels = anchors > 1 && shapes[0].size() == 4 && shapes[0][1] == 2 && h && shapes[0][2] == anchors * h;
+  const std::vector<unsigned int> score = two_channels ? std::vector<unsigned int>{b, 2, anchors * h, w}
+                                                       : std::vector<unsigned int>{b, 2 * anchors, h, w};
+  return CheckInputShape(op_name, names[0], shapes[0], score, score_layout) &&
          CheckInputShape(op_name, names[1], shapes[1], {b, 4 * anchors, h, w}, "(B, 4A, H, W) like cls_prob") &&
          CheckInputShape(op_name, names[2], shapes[2], {b, 3}, "(B, 3)") &&
          CheckInputShape(op_name, names[3], shapes[3], {b, gt_rows, 5}, gt_layout) &&
@@ -218,5 +223,24 @@ inline bool CheckProposalInputs(const char* op_name, const char* const* names,
 }
 
 }  // namespace sniper
+
+// Registers the float32 host operator `name` of the including file, whose anonymous namespace defines
+// kOpName, kInputNames, kNumInputs, kNumOutputs, ParseParams (into a `params_type`), inferShape and
+// ComputeOnHost: the host forward, zero gradients, and with SNIPER_WITH_CUDA the same on GPU contexts
+// (inputs copied to the host and back).
+#ifdef SNIPER_WITH_CUDA
+#define SNIPER_GPU_VARIANT                                              \
+  .setForward(sniper::DeviceForward<kOpName, ComputeOnHost>, "gpu")     \
+      .setBackward(sniper::DeviceZeroBackward<kOpName>, "gpu")
+#else
+#define SNIPER_GPU_VARIANT
+#endif
+#define SNIPER_REGISTER_HOST_OP(name, params_type)                                                         \
+  REGISTER_OP(name)                                                                                         \
+      .setParseAttrs(sniper::ParseAttrsCallback<params_type, ParseParams, kNumInputs, kNumOutputs>)       \
+      .setInferType(sniper::Float32Types<kOpName, kInputNames>)                                            \
+      .setInferShape(inferShape)                                                                           \
+      .setForward(sniper::HostForward<ComputeOnHost>, "cpu")                                               \
+      .setBackward(sniper::HostZeroBackward, "cpu") SNIPER_GPU_VARIANT
 
 #endif  // SNIPER_OPS_HOST_FORWARD_H_

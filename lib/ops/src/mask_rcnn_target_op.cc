@@ -148,14 +148,4 @@ MXReturnValue ComputeOnHost(const OpAttrs& attrs, const std::vector<MXTensor>& t
 
 }  // namespace
 
-REGISTER_OP(MaskRcnnTarget)
-    .setParseAttrs(sniper::ParseAttrsCallback<MaskTargetParams, ParseParams, kNumInputs, kNumOutputs>)
-    .setInferType(sniper::Float32Types<kOpName, kInputNames>)
-    .setInferShape(inferShape)
-    .setForward(sniper::HostForward<ComputeOnHost>, "cpu")
-    .setBackward(sniper::HostZeroBackward, "cpu")
-#ifdef SNIPER_WITH_CUDA
-    .setForward(sniper::DeviceForward<kOpName, ComputeOnHost>, "gpu")
-    .setBackward(sniper::DeviceZeroBackward<kOpName>, "gpu")
-#endif
-    ;
+SNIPER_REGISTER_HOST_OP(MaskRcnnTarget, MaskTargetParams);

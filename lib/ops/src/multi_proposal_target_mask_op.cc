@@ -113,10 +113,11 @@ MXReturnValue ComputeOnHost(const OpAttrs& attrs, const std::vector<MXTensor>& t
   sniper::MaskProposalParams params{};
   if (!ParseParams(attrs, &params)) return MX_FAIL;
   const std::vector<sniper::Box> anchors = sniper::ForkAnchors(params.feature_stride, params.ratios, params.scales);
-  const std::vector<int64_t>& score_shape = tensors_in[0].shape;
-  const int batch = static_cast<int>(score_shape[0]);
-  const int feat_height = static_cast<int>(score_shape[2]);
-  const int feat_width = static_cast<int>(score_shape[3]);
+  // the feature map's size from bbox_pred (B, 4A, H, W): cls_prob may come as (B, 2, A*H, W), same memory
+  const std::vector<int64_t>& box_shape = tensors_in[1].shape;
+  const int batch = static_cast<int>(box_shape[0]);
+  const int feat_height = static_cast<int>(box_shape[2]);
+  const int feat_width = static_cast<int>(box_shape[3]);
   const int64_t plane = static_cast<int64_t>(feat_height) * feat_width;
   const int64_t num_anchors = static_cast<int64_t>(anchors.size());
   const int64_t rois = params.post_nms_top_n;
@@ -146,14 +147,4 @@ MXReturnValue ComputeOnHost(const OpAttrs& attrs, const std::vector<MXTensor>& t
 
 }  // namespace
 
-REGISTER_OP(MultiProposalTargetMask)
-    .setParseAttrs(sniper::ParseAttrsCallback<sniper::MaskProposalParams, ParseParams, kNumInputs, kNumOutputs>)
-    .setInferType(sniper::Float32Types<kOpName, kInputNames>)
-    .setInferShape(inferShape)
-    .setForward(sniper::HostForward<ComputeOnHost>, "cpu")
-    .setBackward(sniper::HostZeroBackward, "cpu")
-#ifdef SNIPER_WITH_CUDA
-    .setForward(sniper::DeviceForward<kOpName, ComputeOnHost>, "gpu")
-    .setBackward(sniper::DeviceZeroBackward<kOpName>, "gpu")
-#endif
-    ;
+SNIPER_REGISTER_HOST_OP(MultiProposalTargetMask, sniper::MaskProposalParams);

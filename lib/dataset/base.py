@@ -1,0 +1,48 @@
+"""What every dataset format gives the roidb, the run record and the tester.
+
+A format is a subclass of ``Dataset`` in a file of its own, registered under its config name
+(``dataset.dataset``) in ``lib.dataset.roidb.DATASETS``; nothing else names a format. It reads its
+annotations into unflipped roidb entries (``load_entries``), says which files those are
+(``annotation_files``: the roidb cache is keyed on their content), names its classes (``classes[label]``,
+0 = ``__background__``) and the ids results are written with (``category_ids[label]``), and scores a test
+set's detections the way that dataset is scored (``evaluate``). Instances are pickled into the roidb
+cache, so they hold plain data.
+"""
+import os
+
+
+class Dataset:
+    """One image set of a dataset format; ``classes`` and ``image_ids`` are known once entries are loaded,
+    ``annotation_files`` (a list, or a property) from the start."""
+
+    kind = None  # the format's name in log lines and cache file names
+    classes = None
+    category_ids = None  # per label; a format without ids of its own gives the labels themselves
+
+    def __init__(self, dataset_path, image_set):
+        self.dataset_path = os.path.abspath(dataset_path)
+        self.image_set = image_set
+        self.image_ids = None
+        self.box_report = {}
+
+    @classmethod
+    def from_config(cls, cfg, image_set):
+        """The dataset of ``image_set`` under ``dataset.dataset_path`` (a format that prepares its files
+        first, e.g. generates them, does it here)."""
+        return cls(cfg.dataset.dataset_path, image_set)
+
+    @property
+    def num_classes(self):
+        """The class count, background included."""
+        return len(self.classes)
+
+    def load_entries(self):
+        """Unflipped roidb entries of every image, in the dataset's order (sets ``classes`` and ``image_ids``)."""
+        raise NotImplementedError
+
+    def evaluate(self, entries, detections, out_dir, segmentations=None, scoring=None):
+        """Score ``detections`` (per entry, (N, 6) ``[x1, y1, x2, y2, score, label]``) of the tested
+        ``entries`` into ``out_dir``, with ``segmentations`` (per entry, one COCO RLE per detection row:
+        a mask network's) where the format scores masks, and the test section ``scoring`` (TEST.EVAL_MAX_DETS,
+        SIZE_BANDS, ...) where the format reads it; returns what goes into the test summary."""
+        raise NotImplementedError

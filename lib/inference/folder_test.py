@@ -1,0 +1,117 @@
+"""The multi-scale test on images without annotations: a folder, or a text file listing image paths.
+
+``main_test.py --images FOLDER|LIST [--draw]`` runs the checkpoint over every image (the tester's
+pipeline and progress bar), logs images/s, and writes into ``{run folder}/results/images_{NAME}/`` (or
+``--out``): ``detections_results.json`` (COCO results format) and ``image_info.json`` (a COCO
+``image_info`` file: ids, file names, sizes), and with ``--draw`` one ``drawn/{file name}.jpg`` per image.
+Image ids are the file names' digits when all are distinct numbers (COCO's ``000000000139.jpg``), else
+1..N in sorted order. Sizes come from the file headers (Pillow, without decoding); a file that cannot be
+read is logged and skipped, as in the tester.
+"""
+import logging
+import os
+import re
+import time
+
+import cv2
+from PIL import Image, UnidentifiedImageError
+
+from lib.atomic import write_bytes, write_json
+from lib.dataset.image_io import read_image
+from lib.inference.evaluator import coco_results
+from lib.run.folder import read_model_info
+
+logger = logging.getLogger(__name__)
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
+
+
+def list_images(source):
+    """Image paths of a folder (its files with an image extension, sorted, not recursive) or of a text file
+    (one path per line, relative ones to the file's folder; blank lines and ``#`` comments skipped)."""
+    if os.path.isdir(source):
+        names = sorted(n for n in os.listdir(source) if n.lower().endswith(IMAGE_EXTENSIONS))
+        paths = [os.path.join(source, n) for n in names if os.path.isfile(os.path.join(source, n))]
+    elif os.path.isfile(source):
+        base = os.path.dirname(os.path.abspath(source))
+        try:
+            with open(source) as f:
+                lines = [line.strip() for line in f]
+        except (OSError, UnicodeDecodeError) as err:
+            raise FileNotFoundError(f"--images {source}: cannot read the image list: {err}") from None
+        paths = [os.path.join(base, line) for line in lines if line and not line.startswith("#")]
+    else:
+        raise FileNotFoundError(f"--images {source}: neither a folder nor an image list file")
+    if not paths:
+        raise FileNotFoundError(f"--images {source}: no images ({', '.join(IMAGE_EXTENSIONS)})")
+    return paths
+
+
+def image_ids(paths):
+    """Ids from the file names' digits when they are distinct numbers, else 1..N."""
+    stems = [os.path.splitext(os.path.basename(p))[0] for p in paths]
+    if all(re.fullmatch(r"\d{1,18}", s) for s in stems) and len({int(s) for s in stems}) == len(stems):
+        return [int(s) for s in stems]
+    return list(range(1, len(paths) + 1))
+
+
+def image_entries(paths):
+    """(test entries without boxes, unreadable paths with their reason): what the tester's pipeline reads."""
+    entries, unreadable = [], []
+    for image_id, path in zip(image_ids(paths), paths):
+        try:
+            with Image.open(path) as image:
+                width, height = image.size
+        except (OSError, UnidentifiedImageError) as err:
+            unreadable.append((path, str(err)))
+            continue
+        entries.append({"image": path, "id": image_id, "height": height, "width": width, "flipped": False})
+    for path, reason in unreadable:
+        logger.error("skipping %s: %s", path, reason)
+    return entries, unreadable
+
+
+def output_folder(cfg, source):
+    from lib.run.checkpoint import output_dir
+
+    name = os.path.basename(os.path.normpath(source))
+    return os.path.join(output_dir(cfg), "results", f"images_{os.path.splitext(name)[0] or 'images'}")
+
+
+def detect_images(cfg, source, out_dir=None, draw=False, thresh=0.5, detector=None):
+    """Detect on every image of ``source`` (module docstring); returns a summary dict."""
+    from lib.inference.detector import Detector, checkpoint_file
+    from lib.inference.tester import run_images
+    from lib.run.folder import checkpoint_classes
+
+    paths = list_images(source)
+    entries, unreadable = image_entries(paths)
+    if detector is None:
+        params = checkpoint_file(cfg)
+        detector = Detector.from_config(cfg, params, checkpoint_classes(params, cfg))
+    out_dir = out_dir or output_folder(cfg, source)
+    start = time.perf_counter()
+    found, skipped = run_images(entries, detector, cfg.TEST.NUM_PROCESS, "testing images")
+    seconds = time.perf_counter() - start
+    tested = sorted(found)
+    info = read_model_info(detector.source) if isinstance(detector.source, str) else None
+    category_ids = (info or {}).get("category_ids") or list(range(len(detector.classes)))
+    results = coco_results([found[i] for i in tested], [entries[i]["id"] for i in tested], category_ids)
+    write_json(results, os.path.join(out_dir, "detections_results.json"))
+    write_json({"images": [{"id": e["id"], "file_name": os.path.basename(e["image"]), "width": e["width"],
+                            "height": e["height"]} for e in entries],
+                "categories": [{"id": int(c), "name": n} for c, n in zip(category_ids[1:], detector.classes[1:])]},
+               os.path.join(out_dir, "image_info.json"))
+    if draw:
+        for i in tested:
+            _, encoded = cv2.imencode(".jpg", detector.draw(read_image(entries[i]["image"]), found[i], thresh))
+            name = os.path.splitext(os.path.basename(entries[i]["image"]))[0] + ".jpg"
+            write_bytes(encoded.tobytes(), os.path.join(out_dir, "drawn", name))
+    speed = len(tested) / max(seconds, 1e-9)
+    logger.info("tested %d of %d images of %s in %.1f s (%.2f images/s); %d detections written to %s",
+                len(tested), len(paths), source, seconds, speed, len(results), out_dir)
+    summary = {"source": source, "images": len(paths), "tested": len(tested),
+               "skipped": len(unreadable) + len(skipped), "seconds": seconds, "images_per_s": speed,
+               "results": os.path.join(out_dir, "detections_results.json"), "checkpoint": detector.source}
+    write_json(summary, os.path.join(out_dir, "test_summary.json"))
+    return summary

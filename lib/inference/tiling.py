@@ -1,0 +1,180 @@
+"""The tiled test (TEST.TILE = [size, overlap], network pixels): large images at every scale in tiles.
+
+A scaled image (or AutoFocus chip) larger than ``size`` on a side is cut into tiles of at most ``size`` x
+``size`` network pixels that overlap by at least ``overlap``; one that fits stays whole. Tiles are whole
+original pixels: ``floor(size / s)`` a side at scale ``s``, stepping by that minus ``ceil(overlap / s)``,
+the last one ending at the image's edge. Each tile is a region (lib.inference.regions) batched on shared
+canvases like whole images (``TEST.BATCH_IMAGES`` tiles per device, canvases of the largest), an image's
+tiles one after the other, while the images that fit keep the reference's batches (``batching.plan_level``);
+so the network never sees a canvas larger than ``size``.
+
+A tile's detections are shifted back to the image; a detection with an edge within
+``focus_chips.BORDER_MARGIN`` (10 original pixels) of an inner tile edge was cut by it and is dropped,
+in favour of the tile that holds it whole, the rule AutoFocus applies at chip borders
+(``focus_chips.border_keep_mask``; image borders are not inner edges). An object whole in two
+overlapping tiles would be found twice: each tile keeps only the detections centred in its core (the
+tile less half of each overlap with a neighbour), so every object is found once, by the tile that owns
+its centre, and it is whole there, away from the edges, when its side is at most
+``overlap / s - 2 * BORDER_MARGIN``: ``overlap >= s * (hi + 2 * BORDER_MARGIN)`` covers the scale's valid
+range (``check_overlap`` warns otherwise). Then, per scale, the valid range and score threshold, and per
+image the usual suppression and cap (lib.inference.merge), as for whole images.
+
+Where every image fits in one tile the plan, the canvases and the detections are those of the whole-image
+test. A tile's pixels are only the tile's (windows of a large file, lib.dataset.large_images), so memory
+is bounded by the tile size and the batch, not by the image.
+"""
+import logging
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from lib.inference.batching import plan_level
+from lib.inference.focus_chips import BORDER_MARGIN, border_keep_mask
+from lib.inference.merge import scale_candidates, suppress
+from lib.inference.regions import Region, run_regions
+from lib.dataset.large_images import is_large, shrink_factor
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Tiling:
+    size: int  # network pixels a side, at most
+    overlap: int  # network pixels, at least
+
+    @classmethod
+    def from_config(cls, test_cfg):
+        """TEST.TILE as a Tiling, or None when it is empty (whole images; lib/config.py checks it)."""
+        return cls(int(test_cfg.TILE[0]), int(test_cfg.TILE[1])) if test_cfg.TILE else None
+
+    def spans(self, start, stop, scale):
+        """[(a, b), ...] original-pixel spans covering [start, stop) at ``scale``: one when it fits."""
+        if (stop - start) * scale <= self.size:
+            return [(start, stop)]
+        width = math.floor(self.size / scale)
+        step = max(width - math.ceil(self.overlap / scale), 1)
+        count = math.ceil((stop - start - width) / step) + 1
+        starts = [start + i * step for i in range(count - 1)] + [stop - width]
+        return [(a, a + width) for a in starts]
+
+    def split(self, region, scale):
+        """The tiles (Regions, same image and shrink, with their cores) of ``region`` at ``scale``, row
+        after row; a region that fits is returned as it is."""
+        x1, y1, x2, y2 = region.box
+        rows, cols = self.spans(y1, y2, scale), self.spans(x1, x2, scale)
+        if len(rows) == len(cols) == 1:
+            return [region]
+        row_cores, col_cores = _cores(rows), _cores(cols)
+        return [Region(region.image, (a, b, c, d), region.shrink, (ca, cb, cc, cd))
+                for (b, d), (cb, cd) in zip(rows, row_cores) for (a, c), (ca, cc) in zip(cols, col_cores)]
+
+    def check_overlap(self, levels):
+        """Warn for each level whose valid objects may be cut in every tile that holds them."""
+        for number, level in enumerate(levels):
+            hi = level.valid_range[1]
+            scale = level.spec.factor
+            if scale > 0 and hi > 0 and self.overlap < scale * (hi + 2 * BORDER_MARGIN):
+                logger.warning("TEST.TILE overlap %d < %.0f network pixels at scale %s: objects near the upper end "
+                               "of its valid range (%s px) may be dropped at tile borders", self.overlap,
+                               scale * (hi + 2 * BORDER_MARGIN), scale, hi)
+
+
+def _cores(spans):
+    """Each span's share of the axis: from the middle of its overlap with the previous span to the middle
+    of its overlap with the next, unbounded at the ends."""
+    middles = [(spans[i + 1][0] + spans[i][1]) / 2 for i in range(len(spans) - 1)]
+    return list(zip([-math.inf] + middles, middles + [math.inf]))
+
+
+def whole_region(source, index, size, scale):
+    """The region of a whole image at ``scale``: reduced while read when it is a large file (a source with
+    window reads, lib.inference.regions) and the scale is below 1/2."""
+    height, width = size  # decided without opening the file: the pipeline's workers open it, not their parent
+    shrink = shrink_factor(scale) if is_large(height, width) and hasattr(source, "windowed") else 1
+    return Region(index, (0.0, 0.0, float(width), float(height)), shrink)
+
+
+def plan_regions(regions, scales, spec, batch_size, parts, canvas_multiple, offset=0):
+    """TestBatches (pipeline level 0) of ``regions`` at their images' ``scales`` (multiplied by each
+    region's shrink), indices shifted by ``offset``."""
+    batches = plan_level([r.read_extent for r in regions], spec, batch_size, parts, 0, canvas_multiple,
+                         scales=[s * r.shrink for r, s in zip(regions, scales)])
+    return [replace(b, images=tuple(i + offset for i in b.images)) for b in batches if b.images]
+
+
+def plan_tiles(tiles, scales, spec, batch_size, canvas_multiple, offset=0):
+    """TestBatches of ``tiles`` (an image's tiles after another's) at ``scales``: consecutive tiles share a
+    canvas, so that an image's tiles are read one after the other (the reference's ordering by area, kept
+    for whole images, would scatter them over the set and decode each image once per tile)."""
+    return [batch for start in range(0, len(tiles), batch_size)
+            for batch in plan_regions(tiles[start:start + batch_size], scales[start:start + batch_size], spec,
+                                      min(batch_size, len(tiles) - start), 1, canvas_multiple, offset + start)]
+
+
+def region_candidates(region, result, image_size, valid_range, score_thresh):
+    """A region's (boxes in read pixels, scores) -> candidate rows ``[x1, y1, x2, y2, score, label]`` in
+    the image: shifted back, those cut by an inner region edge dropped, those of a tile centred outside
+    its core left to the tile that owns them, in the level's range."""
+    boxes, scores = result[:2]
+    boxes = region.to_image(boxes)
+    keep = border_keep_mask(boxes, region.box, image_size[1], image_size[0])
+    if region.core is not None:
+        keep &= in_core(boxes, region.core)
+    return scale_candidates(boxes[keep], np.asarray(scores)[keep], valid_range, score_thresh)
+
+
+def in_core(boxes, core):
+    """(N,) bool: the boxes (N, 4) whose centre lies in ``core`` (x1, y1, x2, y2), lower edges included."""
+    centre_x, centre_y = (boxes[:, 0] + boxes[:, 2]) / 2, (boxes[:, 1] + boxes[:, 3]) / 2
+    return (centre_x >= core[0]) & (centre_x < core[2]) & (centre_y >= core[1]) & (centre_y < core[3])
+
+
+def run_tiled(detector, source, num_workers=0, stats=None):
+    """Yield ``(index, detections (N, 6) or IOError)`` per image of ``source`` with ``detector``'s test
+    pyramid, every level in tiles of TEST.TILE (module docstring). ``stats``, a list, receives per level
+    ``(regions, network pixels)``."""
+    cfg = detector.cfg
+    test, network = cfg.TEST, cfg.network
+    tiling = Tiling.from_config(test)
+    tiling.check_overlap(detector.levels)
+    sizes = source.sizes()
+    regions, region_levels, batches = [], [], []
+    for number, level in enumerate(detector.levels):
+        wholes, tiles = ([], []), ([], [])  # (regions, scales) of the images that fit, of the tiles of the others
+        for index, size in enumerate(sizes):
+            scale = level.spec.image_scale(*size)
+            parts = tiling.split(whole_region(source, index, size, scale), scale)
+            kind = wholes if parts[0].core is None else tiles
+            kind[0].extend(parts)
+            kind[1].extend([scale] * len(parts))
+        batch_size = detector._batch_counts([level])[0]
+        level_batches = plan_regions(*wholes, level.spec, batch_size, test.BATCH_PARTS, network.IMAGE_STRIDE,
+                                     len(regions))
+        level_batches += plan_tiles(*tiles, level.spec, batch_size, network.IMAGE_STRIDE, len(regions) + len(wholes[0]))
+        batches += [(number, batch) for batch in level_batches]
+        level_regions, scales = wholes[0] + tiles[0], wholes[1] + tiles[1]
+        if stats is not None:
+            stats.append((len(level_regions), sum(r.extent[0] * r.extent[1] * s * s
+                                                  for r, s in zip(level_regions, scales))))
+        regions += level_regions
+        region_levels += [number] * len(level_regions)
+    # images complete early: batches by the last image they serve, then by level
+    batches = [batch for _, batch in sorted(batches, key=lambda lb: (max(regions[i].image for i in lb[1].images),
+                                                                      lb[0]))]
+    remaining = np.bincount([r.image for r in regions], minlength=len(sizes))
+    candidates = {index: [] for index in range(len(sizes))}
+    for position, result in run_regions(detector, source, regions, batches, cfg, num_workers, candidates):
+        region = regions[position]
+        if isinstance(result, Exception):
+            yield region.image, result
+            continue
+        found = candidates[region.image]
+        level = detector.levels[region_levels[position]]
+        found.append((position, region_candidates(region, result[0], sizes[region.image], level.valid_range,
+                                                  test.SCORE_THRESH)))
+        remaining[region.image] -= 1
+        if not remaining[region.image]:
+            # in region order (level after level, tiles in order): the whole-image test's candidate order
+            rows = [rows for _, rows in sorted(candidates.pop(region.image), key=lambda pr: pr[0])]
+            yield region.image, suppress(np.concatenate(rows), test)

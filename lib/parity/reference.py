@@ -1,0 +1,237 @@
+"""A checkout of the reference (or a bare clone of it): its files, its Python 2 modules through the shim,
+and its C++ chip generator compiled with a wrapper of ours."""
+import ctypes
+import glob
+import importlib.util
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from lib.parity.shim import load_python2_module, stub_module
+
+# The wrapper around the reference's lib/chips/cchips.cpp: its cgenerate shuffles the candidate windows with
+# random_shuffle(ids.begin(), ids.end()) while its candidate list ``chips`` is in scope; the macro below
+# records the shuffled candidates there (the project replays that order), srand(seed) fixes the shuffle,
+# and harness_keep_order skips it (candidates in enumeration order, which the project reproduces without a
+# recording: the miner's comparison).
+CHIPS_WRAPPER = r"""
+#include <algorithm>
+#include <iostream>
+#include <iterator>
+#include <set>
+#include <stdlib.h>
+#include <vector>
+
+static std::vector<std::vector<float> > harness_candidates;
+static int harness_keep_order = 0;
+
+template <class It> static void harness_shuffle(It first, It last) {
+  if (!harness_keep_order) std::random_shuffle(first, last);
+}
+
+extern "C" void harness_set_keep_order(int keep) { harness_keep_order = keep; }
+
+static void harness_record(const std::vector<std::vector<float> >& chips, const std::vector<int>& ids) {
+  harness_candidates.clear();
+  for (size_t i = 0; i < ids.size(); i++) harness_candidates.push_back(chips[ids[i]]);
+}
+
+#define random_shuffle(first, last) (harness_shuffle(first, last), harness_record(chips, ids))
+#include "cchips.cpp"
+#undef random_shuffle
+
+extern "C" int harness_generate(int width, int height, int chip_size, const float* boxes, int num_boxes,
+                                int stride, unsigned seed, float* chips_out, int max_chips,
+                                float* candidates_out, int max_candidates, int* num_candidates) {
+  std::vector<std::vector<float> > box_rows(num_boxes, std::vector<float>(4));
+  for (int i = 0; i < num_boxes; i++)
+    for (int k = 0; k < 4; k++) box_rows[i][k] = boxes[4 * i + k];
+  srand(seed);
+  harness_candidates.clear();
+  std::vector<std::vector<float> > picked = chips::cgenerate(width, height, chip_size, box_rows, num_boxes, stride);
+  *num_candidates = (int)harness_candidates.size();
+  for (int i = 0; i < (int)harness_candidates.size() && i < max_candidates; i++)
+    for (int k = 0; k < 4; k++) candidates_out[4 * i + k] = harness_candidates[i][k];
+  for (int i = 0; i < (int)picked.size() && i < max_chips; i++)
+    for (int k = 0; k < 4; k++) chips_out[4 * i + k] = picked[i][k];
+  return (int)picked.size();
+}
+"""
+
+
+class ReferenceCheckout:
+    """The reference at ``path``: a working tree, or a git directory (its HEAD is read)."""
+
+    def __init__(self, path):
+        self.path = os.path.abspath(path)
+        self.bare = (not os.path.isdir(os.path.join(self.path, "lib"))
+                     and os.path.isfile(os.path.join(self.path, "HEAD")))
+        if not self.bare and not os.path.isfile(os.path.join(self.path, "lib", "chips", "cchips.cpp")):
+            raise FileNotFoundError(f"--reference {path}: not a checkout of the SNIPER reference "
+                                    f"(no lib/chips/cchips.cpp, and not a git directory)")
+
+    def read(self, relative):
+        """The text of file ``relative`` (e.g. ``lib/chips/cchips.cpp``)."""
+        if self.bare:
+            try:
+                return subprocess.run(["git", "--git-dir", self.path, "show", f"HEAD:{relative}"], check=True,
+                                      capture_output=True, text=True).stdout
+            except subprocess.CalledProcessError as err:
+                raise FileNotFoundError(f"reference {self.path}: no {relative} ({err.stderr.strip()})") from None
+        with open(os.path.join(self.path, relative)) as f:
+            return f.read()
+
+    def bbox_transform(self, overlaps=None):
+        """lib/bbox/bbox_transform.py; ``overlaps`` is its compiled lib/bbox/bbox.pyx (``bbox_extension``),
+        stubbed when None (clip_boxes needs none)."""
+        overlaps = overlaps or stub_module("bbox", bbox_overlaps_cython=None, ignore_overlaps_cython=None)
+        return load_python2_module(self.read("lib/bbox/bbox_transform.py"), "reference_bbox_transform",
+                                   {"bbox": overlaps})
+
+    def compile_pyx(self, relative, workdir):
+        """The reference's Cython module ``relative`` (e.g. ``lib/bbox/bbox.pyx``) compiled at language level
+        2 into ``workdir`` and imported (under its own name, outside sys.modules)."""
+        name = os.path.splitext(os.path.basename(relative))[0]
+        os.makedirs(workdir, exist_ok=True)
+        with open(os.path.join(workdir, f"{name}.pyx"), "w") as f:
+            f.write(self.read(relative))
+        build = ("from setuptools import setup, Extension\nfrom Cython.Build import cythonize\nimport numpy\n"
+                 f"setup(ext_modules=cythonize([Extension({name!r}, [{name + '.pyx'!r}], "
+                 "include_dirs=[numpy.get_include()])], compiler_directives={'language_level': 2}, quiet=True), "
+                 "script_args=['build_ext', '--inplace'])")
+        done = subprocess.run([sys.executable, "-c", build], cwd=workdir, capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"compiling the reference's {relative} failed:\n{done.stderr[-2000:]}")
+        (library,) = glob.glob(os.path.join(workdir, f"{name}.*.so"))
+        spec = importlib.util.spec_from_file_location(name, library)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    def bbox_extension(self, workdir):
+        """lib/bbox/bbox.pyx (its overlap functions), compiled."""
+        return self.compile_pyx("lib/bbox/bbox.pyx", workdir)
+
+    def nms_module(self, workdir):
+        """lib/nms/nms.py over its compiled lib/nms/cpu_nms.pyx (soft-NMS, NMS; the GPU one stubbed)."""
+        return load_python2_module(self.read("lib/nms/nms.py"), "nms.nms", {
+            "cpu_nms": self.compile_pyx("lib/nms/cpu_nms.pyx", workdir),
+            "gpu_nms": stub_module("gpu_nms", gpu_nms=None)})
+
+    def tester_module(self, workers, transform):
+        """lib/inference.py, for ``Tester.aggregate`` (the multi-scale merge): its worker pools run serially,
+        ``workers`` (``data_workers``) gives its NMS worker; iterators, MXNet and drawing are stubs."""
+        stubs = {
+            "mxnet": stub_module("mxnet"), "tqdm": stub_module("tqdm", tqdm=lambda iterable, **kwargs: iterable),
+            "bbox": stub_module("bbox", __path__=[], bbox_transform=transform), "bbox.bbox_transform": transform,
+            "iterators": stub_module("iterators", __path__=[]),
+            "iterators.PrefetchingIter": stub_module("iterators.PrefetchingIter", PrefetchingIter=object),
+            "iterators.MNIteratorTest": stub_module("iterators.MNIteratorTest", MNIteratorTest=object),
+            "iterators.MNIteratorTestAutoFocus": stub_module("iterators.MNIteratorTestAutoFocus",
+                                                             MNIteratorTestAutoFocus=object),
+            "data_utils": stub_module("data_utils", __path__=[]), "data_utils.data_workers": workers,
+            "data_utils.visualization": stub_module("data_utils.visualization", visualize_dets=None),
+            "chips": stub_module("chips", __path__=[]),
+            "chips.chips_inference": stub_module("chips.chips_inference", add_chips=None),
+        }
+        return load_python2_module(self.read("lib/inference.py"), "reference_inference", stubs,
+                                   overrides={"Pool": SerialPool})
+
+    def data_workers(self, chips, overlaps, nms=None):
+        """lib/data_utils/data_workers.py, for its ``chip_worker`` (chip_extractor, box_assigner): its chip
+        generator is lib/chips/chip_generator.py over ``chips`` (a ReferenceChips, candidates unshuffled),
+        its overlaps the compiled ``overlaps``, its NMS ``nms`` (``nms_module``; None: a stub); MXNet, masks
+        and anchors are stubs."""
+        transform = self.bbox_transform(overlaps)
+        bbox = stub_module("bbox", __path__=[], bbox_transform=transform)
+        chips_module = stub_module("chips", generate=lambda boxes, width, height, size, stride:
+                                   chips.generate(boxes, width, height, size, stride, seed=None)[0].tolist())
+        generator = load_python2_module(self.read("lib/chips/chip_generator.py"), "chips.chip_generator", {
+            "chips": chips_module, "bbox": bbox, "bbox.bbox_transform": transform})
+        stubs = {
+            "mxnet": stub_module("mxnet"), "nms": stub_module("nms", __path__=[]),
+            "nms.nms": nms or stub_module("nms.nms", nms_wrapper=None),
+            "data_utils": stub_module("data_utils", __path__=[]),
+            "data_utils.mask_utils": stub_module("data_utils.mask_utils", crop_polys=None, poly_encoder=None),
+            "generate_anchor": stub_module("generate_anchor", generate_anchors=None),
+            "bbox": bbox, "bbox.bbox_transform": transform,
+            "chips": stub_module("chips", __path__=[], chip_generator=generator), "chips.chip_generator": generator,
+        }
+        return load_python2_module(self.read("lib/data_utils/data_workers.py"), "reference_data_workers", stubs)
+
+    def coco_module(self):
+        """lib/dataset/coco.py, for its box rule (``coco._load_coco_annotation``) and its results writer
+        (``coco_results_one_category_kernel``); pycocotools, the mask code and the imdb base are stubs."""
+        package = "reference_dataset"
+        stubs = {
+            package: stub_module(package, __path__=[]),
+            "imdb": stub_module("imdb", IMDB=object),
+            f"{package}.pycocotools": stub_module(f"{package}.pycocotools", __path__=[]),
+            f"{package}.pycocotools.coco": stub_module(f"{package}.pycocotools.coco", COCO=None),
+            f"{package}.pycocotools.cocoeval": stub_module(f"{package}.pycocotools.cocoeval", COCOeval=None),
+            "mask": stub_module("mask", __path__=[]),
+            "mask.mask_voc2coco": stub_module("mask.mask_voc2coco", mask_voc2coco=None),
+            "bbox": stub_module("bbox", __path__=[]),
+            "bbox.bbox_transform": self.bbox_transform(),
+        }
+        return load_python2_module(self.read("lib/dataset/coco.py"), f"{package}.coco", stubs, package=package)
+
+    def chip_generator(self, workdir):
+        """The reference's C++ greedy cover, compiled into ``workdir``: a ReferenceChips."""
+        os.makedirs(workdir, exist_ok=True)
+        with open(os.path.join(workdir, "cchips.cpp"), "w") as f:
+            f.write(self.read("lib/chips/cchips.cpp"))
+        with open(os.path.join(workdir, "cchips.h"), "w") as f:
+            f.write(self.read("lib/chips/cchips.h"))
+        source, library = os.path.join(workdir, "harness_chips.cpp"), os.path.join(workdir, "harness_chips.so")
+        with open(source, "w") as f:
+            f.write(CHIPS_WRAPPER)
+        command = ["g++", "-std=c++11", "-O2", "-fPIC", "-shared", "-I", workdir, source, "-o", library]
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"compiling the reference's cchips.cpp failed: {' '.join(command)}\n"
+                               f"{done.stderr[-2000:]}")
+        return ReferenceChips(library)
+
+
+class SerialPool:
+    """multiprocessing.Pool's ``map`` and ``close`` in the calling process (the reference's merge asks for 32
+    workers)."""
+
+    def __init__(self, processes=None):
+        pass
+
+    def map(self, function, iterable):
+        return [function(item) for item in iterable]
+
+    def close(self):
+        pass
+
+
+class ReferenceChips:
+    """ctypes binding of the compiled wrapper: ``generate(boxes, width, height, chip_size, stride, seed)``
+    -> (picked chips (K, 4), shuffled candidate windows (N, 4)), float32, as cgenerate saw them."""
+
+    def __init__(self, library):
+        self._lib = ctypes.CDLL(library)
+        self._lib.harness_generate.restype = ctypes.c_int
+
+    def generate(self, boxes, width, height, chip_size, stride, seed):
+        """``seed`` None: no shuffle (candidates in the reference's enumeration order)."""
+        self._lib.harness_set_keep_order(int(seed is None))
+        seed = 0 if seed is None else seed
+        boxes = np.ascontiguousarray(boxes, np.float32).reshape(-1, 4)
+        # candidates: corners + grid + edges, at most (W / stride + 2) x (H / stride + 2) + 3
+        max_candidates = (width // stride + 3) * (height // stride + 3) + 3
+        chips = np.zeros((max_candidates, 4), np.float32)
+        candidates = np.zeros((max_candidates, 4), np.float32)
+        count = ctypes.c_int(0)
+        pointer = lambda a: a.ctypes.data_as(ctypes.POINTER(ctypes.c_float))  # noqa: E731
+        picked = self._lib.harness_generate(int(width), int(height), int(chip_size), pointer(boxes), len(boxes),
+                                            int(stride), ctypes.c_uint(seed), pointer(chips), max_candidates,
+                                            pointer(candidates), max_candidates, ctypes.byref(count))
+        if count.value > max_candidates:
+            raise RuntimeError(f"reference chip generator: {count.value} candidates, buffer for {max_candidates}")
+        return chips[:picked].copy(), candidates[:count.value].copy()

@@ -1,0 +1,130 @@
+"""Evaluation while training: the AP of a checkpoint every TRAIN.EVAL_EVERY epochs, the best epoch kept.
+
+After every ``EVAL_EVERY``-th epoch (and the last) the checkpoint just written is tested on
+``dataset.test_image_set`` (its first ``EVAL_IMAGES`` images when > 0, the same ones every time) with the
+tester, into ``{run folder}/evaluations/epoch_NNNN/``; the stats are logged and appended to
+``metrics.jsonl`` (``{"eval": stats}``). ``{run folder}/best.json`` names the best epoch by ``EVAL_METRIC``
+(``{"metric", "best": {"epoch", "value", "params"}, "history": [{"epoch", "value", "stats"}]}``):
+``--model RUN_FOLDER`` tests that checkpoint (lib/run/folder.py). ``EARLY_STOP`` > 0 ends training after
+that many evaluations in a row without improvement. A resumed run continues the history of the epochs
+it keeps (a fresh start over an old run folder drops the old history). Rank 0 alone evaluates; early stopping is refused with several workers (the others would wait
+for a batch that never comes).
+"""
+import json
+import logging
+import math
+import os
+
+from lib.atomic import write_json
+from lib.errors import UserError
+from lib.inference.coco_summary import max_dets_for, parse_bands, stat_names
+from lib.run.folder import BEST_FILE
+from lib.run.checkpoint import output_dir
+
+logger = logging.getLogger(__name__)
+
+VOC_METRIC = "mAP"  # a VOC set has one metric (AP at IoU 0.5)
+
+
+class EvaluationError(UserError, ValueError):
+    """Evaluation-while-training keys that cannot work (named)."""
+
+
+def metric_names(cfg):
+    """The metrics TRAIN.EVAL_METRIC may name: the COCO stats of the test settings, and VOC's mAP."""
+    max_dets = max_dets_for(cfg.TEST.EVAL_MAX_DETS or cfg.TEST.MAX_PER_IMAGE)[-1]
+    return tuple(stat_names(parse_bands(cfg.TEST.SIZE_BANDS), max_dets)) + (VOC_METRIC,)
+
+
+def metric_value(stats, metric):
+    """``stats[metric]`` (COCO), or a VOC set's mAP whatever ``metric`` asks."""
+    value = stats.get(metric) if isinstance(stats.get(metric), (int, float)) else None
+    if value is None:
+        value = stats.get(VOC_METRIC)
+    if value is None:
+        raise EvaluationError(f"config key TRAIN.EVAL_METRIC = {metric!r}: the evaluation gives "
+                              f"{', '.join(sorted(k for k in stats if isinstance(stats[k], (int, float))))}")
+    return float(value)
+
+
+class TrainingEvaluation:
+    """Evaluates checkpoints as training writes them (module docstring); ``due(epoch)`` / ``after_epoch``."""
+
+    def __init__(self, cfg, begin_epoch, num_workers=1, test=None, writer=True):
+        train = cfg.TRAIN
+        if train.EVAL_METRIC not in metric_names(cfg):
+            raise EvaluationError(f"config key TRAIN.EVAL_METRIC = {train.EVAL_METRIC!r}: expected one of "
+                                  f"{', '.join(metric_names(cfg))}")
+        if train.EARLY_STOP and not train.EVAL_EVERY:
+            raise EvaluationError("config key TRAIN.EARLY_STOP needs TRAIN.EVAL_EVERY > 0")
+        if train.EARLY_STOP and num_workers > 1:
+            raise EvaluationError("config key TRAIN.EARLY_STOP: not with several workers (only rank 0 evaluates)")
+        if test is None:
+            from lib.inference.tester import test
+        self.cfg, self.test = cfg, test
+        self.every, self.images, self.metric = train.EVAL_EVERY, train.EVAL_IMAGES, train.EVAL_METRIC
+        self.patience, self.end_epoch = train.EARLY_STOP, train.end_epoch
+        self.path = os.path.join(output_dir(cfg), BEST_FILE)
+        saved = self._saved_history()
+        self.history = [h for h in saved if h["epoch"] <= begin_epoch]
+        if writer and os.path.isfile(self.path) and self.history != saved:
+            self._write()  # the epochs this run retrains (or a fresh start) lose their old evaluations
+
+    def _write(self):
+        if self.history:
+            write_json({"metric": self.metric, "best": self.best(), "history": self.history}, self.path)
+        else:
+            os.remove(self.path)
+
+    def _saved_history(self):
+        if not os.path.isfile(self.path):
+            return []
+        try:
+            with open(self.path) as f:
+                saved = json.load(f)
+            return list(saved["history"]) if saved.get("metric") == self.metric else []
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            logger.warning("%s cannot be read (%s): the evaluation history starts afresh", self.path, err)
+            return []
+
+    @property
+    def enabled(self):
+        return self.every > 0
+
+    def due(self, epoch):
+        """Whether the checkpoint of (1-based) ``epoch`` is evaluated."""
+        return self.enabled and (epoch % self.every == 0 or epoch == self.end_epoch)
+
+    def best(self):
+        """The history entry with the highest metric (the earliest on ties), or None."""
+        scored = [h for h in self.history if not math.isnan(h["value"])]
+        return max(scored, key=lambda h: (h["value"], -h["epoch"])) if scored else None
+
+    def evaluations_without_improvement(self):
+        best = self.best()
+        return len(self.history) if best is None else sum(h["epoch"] > best["epoch"] for h in self.history)
+
+    def after_epoch(self, epoch, params, progress=None):
+        """Evaluate checkpoint ``params`` of ``epoch`` when due; returns True when training should stop."""
+        if not self.due(epoch):
+            return False
+        out_dir = os.path.join(output_dir(self.cfg), "evaluations", f"epoch_{epoch:04d}")
+        summary = self.test(self.cfg, checkpoint=params, out_dir=out_dir, max_images=self.images)
+        stats = summary.get("stats") or {}
+        numbers = {k: v for k, v in stats.items() if isinstance(v, (int, float))}
+        value = metric_value(stats, self.metric)
+        self.history.append({"epoch": epoch, "value": value, "stats": numbers,
+                             "params": os.path.basename(params)})
+        self._write()
+        best = self.best()
+        if progress is not None:
+            progress.record_evaluation(numbers)
+        logger.info("evaluation after epoch %d on %d images of %s: %s %.4f; best %s",
+                    epoch, summary.get("tested", 0), self.cfg.dataset.test_image_set, self.metric, value,
+                    f"epoch {best['epoch']} ({best['value']:.4f}, {best['params']})" if best else "none yet")
+        stale = self.evaluations_without_improvement()
+        if self.patience and stale >= self.patience:
+            logger.info("early stop after epoch %d: %d evaluations without a better %s (TRAIN.EARLY_STOP %d)",
+                        epoch, stale, self.metric, self.patience)
+            return True
+        return False

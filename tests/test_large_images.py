@@ -1,0 +1,200 @@
+"""Large images read by windows (lib.dataset.large_images): pixels as OpenCV decodes them, reduced reads,
+bad files, training chips from windows, and the resident memory of the tiled test and of the chip
+cropping on a 20,000 x 20,000 image (measured in a subprocess)."""
+import json
+import os
+import subprocess
+import sys
+
+import cv2
+import numpy as np
+import pytest
+
+from lib.bootstrap import ROOT
+from lib.data.chip_image import render_chip
+from lib.dataset.image_io import read_image
+from lib.dataset.large_images import WindowedImage, is_large, open_windowed, shrink_factor, write_tiled_tiff
+
+RNG = np.random.default_rng(7)
+COLOUR = RNG.integers(0, 255, (37, 53, 3), dtype=np.uint8)
+
+
+@pytest.mark.parametrize("name, pixels", [
+    ("colour.png", COLOUR),
+    ("grey.png", COLOUR[:, :, 0]),
+    ("alpha.png", np.dstack([COLOUR, COLOUR[:, :, :1]])),
+    ("deep.png", COLOUR.astype(np.uint16) * 257 + 3),
+    ("tiled.tif", COLOUR),
+])
+def test_windows_are_the_pixels_opencv_decodes(tmp_path, name, pixels):
+    path = str(tmp_path / name)
+    if name.endswith(".tif"):  # tiled BigTIFF, tiles of 16 px: windows across tile edges
+        write_tiled_tiff(pixels, path, tile=16)
+    else:
+        cv2.imwrite(path, pixels)
+    expected = read_image(path) if not name.endswith(".tif") else COLOUR
+    image = WindowedImage(path)
+    assert image.shape == expected.shape
+    np.testing.assert_array_equal(image[5:30, 7:50], expected[5:30, 7:50])
+    np.testing.assert_array_equal(image[30:99, 40:99], expected[30:, 40:])  # clamped like a NumPy slice
+
+
+def test_a_reduced_window_is_the_block_average_of_the_window(tmp_path):
+    assert [shrink_factor(s) for s in (1.0, 0.5, 0.49, 0.25, 0.1, 512 / 20000)] == [1, 1, 2, 4, 10, 39]
+    path = str(tmp_path / "colour.png")
+    cv2.imwrite(path, COLOUR)
+    window = WindowedImage(path).window(3, 4, 43, 36, 4)  # 40 x 32 -> 10 x 8
+    blocks = COLOUR[4:36, 3:43].reshape(8, 4, 10, 4, 3).astype(np.float64).mean(axis=(1, 3))
+    assert window.shape == (8, 10, 3)
+    # libvips averages in integers (the mean of 16 samples to uint8): within one grey level
+    np.testing.assert_allclose(window, blocks, atol=1.0)
+    assert np.abs(window - blocks).mean() < 0.5
+
+
+def test_unreadable_truncated_and_missized_large_files_are_one_line_errors(tmp_path):
+    garbage = tmp_path / "garbage.tif"
+    garbage.write_bytes(b"II*\x00 not a tiff")
+    with pytest.raises(IOError, match="garbage.tif"):
+        WindowedImage(str(garbage))
+    cut = tmp_path / "cut.jpg"
+    data = cv2.imencode(".jpg", np.tile(COLOUR, (20, 20, 1)))[1].tobytes()
+    cut.write_bytes(data[:len(data) // 2])
+    with pytest.raises(IOError, match="cut.jpg"):
+        WindowedImage(str(cut))[0:740, 0:1060]
+    big = tmp_path / "big.png"
+    cv2.imwrite(str(big), np.zeros((10, 12, 3), np.uint8))
+    assert open_windowed({"image": str(big), "height": 10, "width": 12}) is None  # small: read whole
+    assert is_large(6001, 6000) and not is_large(6000, 6000)
+    with pytest.raises(IOError, match=r"is 12x10 pixels, but its annotations say 8000x7000"):
+        open_windowed({"image": str(big), "height": 7000, "width": 8000})
+
+
+@pytest.mark.parametrize("crop", ["truncate", "round"])
+@pytest.mark.parametrize("flipped", [False, True])
+def test_training_chips_from_windows_are_the_chips_of_the_decoded_image(tmp_path, crop, flipped):
+    """At scales >= 1/2 a window is exactly the array's slice: the same chip, bit for bit. Below, the
+    window is reduced first: the chip is close to the direct resize (both sample the same smooth image;
+    the block average differs from bilinear sampling by a few grey levels on this smooth gradient)."""
+    yy, xx = np.mgrid[0:300, 0:400]
+    image = np.dstack([xx * 255 // 400, yy * 255 // 300, (xx + yy) * 255 // 700]).astype(np.uint8)
+    path = str(tmp_path / "gradient.png")
+    cv2.imwrite(path, image)
+    windowed = WindowedImage(path)
+    means = (103.06, 115.9, 123.15)
+    for scale, chip in [(1.5, (30.0, 45.0, 120.0, 140.0)), (0.5, (10.0, 20.0, 90.0, 110.0))]:
+        expected, got = (np.zeros((3, 128, 128), np.float32) for _ in range(2))
+        assert render_chip(image, chip, scale, flipped, means, "RGB", crop, expected) == \
+            render_chip(windowed, chip, scale, flipped, means, "RGB", crop, got)
+        np.testing.assert_array_equal(got, expected)
+    expected, got = (np.zeros((3, 64, 64), np.float32) for _ in range(2))
+    chip = (0.0, 0.0, 39.0, 29.0)  # the whole image at scale 0.1: read reduced by 10
+    render_chip(image, chip, 0.1, flipped, means, "RGB", crop, expected)
+    render_chip(windowed, chip, 0.1, flipped, means, "RGB", crop, got)
+    np.testing.assert_allclose(got[:, :29, :39], expected[:, :29, :39], atol=4)
+
+
+MEMORY_SCRIPT = r"""
+import json, resource, sys
+import numpy as np
+import pyvips
+sys.path[:0] = [{root!r}, {tests!r}]
+path, side = sys.argv[1], 20000
+squares = [(1000 + 1600 * i, 700 + 1500 * i, 8 + 4 * i) for i in range(12)]  # sparse, 8-52 px
+image = pyvips.Image.black(side, side, bands=3)  # composed lazily, streamed into the file
+for x, y, size in squares:
+    image = image.insert(pyvips.Image.black(size, size, bands=3) + 255, x, y)
+image.cast("uchar").tiffsave(path, tile=True, compression="deflate", bigtiff=True)
+del image
+after_writing = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+from lib.inference.pipeline import RoidbImages
+from test_tiling import stand_in_detector
+detector = stand_in_detector(SCALES=[0.25, 0.1, 512.0], VALID_RANGES=[[-1, -1]] * 3, TILE=[1024, 128])
+entry = {{"image": path, "height": side, "width": side}}
+found = dict(detector.run(RoidbImages([entry])))[0]
+
+from lib.data.chip_image import render_chip
+from lib.dataset.large_images import open_windowed
+out = np.zeros((3, 512, 512), np.float32)
+for scale, chip in [(3.0, (3000.0, 2100.0, 3511.0, 2611.0)), (1.667, (0.0, 0.0, 511.0, 511.0)),
+                    (512 / side, (0.0, 0.0, 511.0, 511.0))]:
+    render_chip(open_windowed(entry), chip, scale, False, (0, 0, 0), "RGB", "truncate", out)
+print(json.dumps({{"after_writing_kb": after_writing, "peak_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                  "boxes": found[:, :4].tolist(), "squares": squares}}))
+"""
+
+# The stated bound of the tiled test on one 20,000 x 20,000 image at three scales in 1024 px tiles, and of
+# cutting training chips from it: the process imports MXNet, OpenCV and libvips (about 300 MB), one tile
+# canvas is 12 MB; the whole decoded image alone would be 1,200 MB.
+LARGE_IMAGE_RSS_BOUND_MB = 1000
+
+
+def test_tiled_test_and_chips_of_a_20000_px_image_stay_within_a_fixed_resident_memory(tmp_path):
+    script = MEMORY_SCRIPT.format(root=ROOT, tests=os.path.join(ROOT, "tests"))
+    env = dict(os.environ, TMPDIR=str(tmp_path), OMP_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "large.tif")], capture_output=True,
+                          text=True, env=env, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["peak_kb"] / 1024 < LARGE_IMAGE_RSS_BOUND_MB, report["peak_kb"]
+    # every square found where it is (to 4 px: the finest scale, 0.25, reads 4 x 4 pixel blocks)
+    found = np.array(report["boxes"])
+    for x, y, size in report["squares"]:
+        distance = np.abs(found - [x, y, x + size, y + size]).max(axis=1)
+        assert distance.min() <= 4, (x, y, size)
+
+
+def test_benchmark_tool_compares_whole_and_tiled_tests_in_processes_of_their_own(tmp_path, tiny_config):
+    """A small set (one 700 x 900 image), a random tiny checkpoint: both rows, figures present and
+    consistent (the tiled pyramid processes more pixels than the one whole-image scale)."""
+    import mxnet as mx
+
+    from lib.config import load_config
+    from lib.inference.detector import DATA_NAMES
+    from symbols import inference_symbol
+
+    cfg = load_config(tiny_config, {"gpus": ""})
+    module = mx.mod.Module(inference_symbol(cfg, 6), data_names=DATA_NAMES, label_names=None, context=mx.cpu())
+    module.bind([("data", (1, 3, 64, 64)), ("im_info", (1, 3)), ("im_ids", (1,)), ("chip_ids", (1,))],
+                for_training=False)
+    mx.random.seed(0)
+    module.init_params(mx.init.Normal(0.01))
+    args, aux = module.get_params()
+    path = str(tmp_path / "tiny-0001.params")
+    mx.nd.save(path, {**{f"arg:{k}": v for k, v in args.items()}, **{f"aux:{k}": v for k, v in aux.items()}})
+    done = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "tools", "benchmark_large_images.py"), "--cfg", tiny_config,
+         "--checkpoint", path, "--sizes", "700x900", "--objects-per-mp", "20", "--scales", "1.0", "0.5", "512",
+         "--tile", "512", "128", "--whole-long-side", "600", "--set", "gpus=", f"dataset.root_path={tmp_path}",
+         "--out", str(tmp_path / "bench")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
+            for line in done.stdout.splitlines() if line.startswith("| whole") or line.startswith("| tiled")}
+    assert set(rows) == {"whole", "tiled"}
+    # whole: one scale, 900 -> 600 px: 700 * 900 * (2/3)^2 = 0.28 Mpx; tiled: more than scale 1.0 alone
+    assert float(rows["whole"][1]) == pytest.approx(0.28, abs=0.05)
+    assert float(rows["tiled"][1]) > 0.63
+    assert all(float(rows[mode][3]) > 0 for mode in rows)  # peak RSS
+
+
+def test_a_large_file_cut_short_is_a_bad_image_of_the_loader_not_a_crash(tmp_path, monkeypatch):
+    """The training worker reads a large image's window only when it renders the chip: a file that fails
+    there (truncated) is reported as the loader reports an unreadable image."""
+    import lib.dataset.large_images as large_images
+    from lib.data.chip_worker import ChipWorker
+
+    cut = tmp_path / "cut.jpg"
+    data = cv2.imencode(".jpg", np.tile(COLOUR, (20, 20, 1)))[1].tobytes()
+    cut.write_bytes(data[:len(data) // 2])
+    monkeypatch.setattr(large_images, "LARGE_IMAGE_PIXELS", 100)  # this 1060 x 740 file counts as large
+    entry = {"image": str(cut), "height": 740, "width": 1060, "flipped": False}
+
+    from types import SimpleNamespace
+
+    chip = SimpleNamespace(image_index=0, box=(0.0, 0.0, 511.0, 511.0), im_scale=1.0)
+    batch = {"data": np.zeros((1, 3, 512, 512), np.float32)}
+    worker = ChipWorker.__new__(ChipWorker)  # only what building the chip's pixels needs
+    worker.roidb, worker.ring = [entry], SimpleNamespace(slot=lambda slot: batch)
+    worker.pixel_means, worker.channel_order, worker.crop = np.zeros(3, np.float32), "RGB", "truncate"
+    message = worker.make_chip(0, 0, "tag", chip, 0)
+    assert message[0] == "bad_image" and message[3] == str(cut) and "cut.jpg" in message[4]

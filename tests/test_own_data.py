@@ -1,0 +1,547 @@
+"""Own data (issue 25): images without objects, evaluation while training, dense and small-object COCO
+evaluation, own Pascal VOC-format sets, a folder of images, gradient accumulation, TensorBoard, and the
+variant sets BENCHMARKS.md measures on."""
+import contextlib
+import importlib.util
+import io
+import json
+import logging
+import os
+import sys
+
+import cv2
+import mxnet as mx
+import numpy as np
+import pytest
+from pycocotools.coco import COCO
+from pycocotools.cocoeval import COCOeval
+
+from chip_generator.mining import MiningParams, mine_image_chips, sample_epoch_chips
+from lib.atomic import write_json
+from lib.config import ConfigError, load_config, with_overrides
+from lib.data.anchor_target import AnchorTargeter, AnchorTargetParams
+from lib.data.batch_ring import BatchRing
+from lib.data.chip_worker import ChipWorker, batch_fields
+from lib.data.epoch_plan import ChipRef
+from lib.dataset import load_roidb
+from lib.dataset.pascal_voc import HASHED_IDS, read_class_names, voc_image_id
+from lib.dataset.proposals import write_proposals
+from lib.dataset.variants import add_empty_images, small_object_set
+from lib.inference.coco_summary import max_dets_for, parse_bands
+from lib.inference.evaluator import COCO_STAT_NAMES, evaluate_coco
+from lib.inference.folder_test import detect_images, image_ids, list_images
+from lib.run import checkpoint
+from lib.run.checkpoint import output_dir
+from lib.run.folder import find_checkpoint
+from lib.train.accumulation import GradientAccumulation, grad_req, updates_per_epoch
+from lib.train.evaluation import EvaluationError, TrainingEvaluation, metric_names, metric_value
+from lib.train.optimizer import make_optimizer_params
+from lib.train.progress import RunProgress
+from lib.train.tensorboard import TensorBoardLog
+import main_train
+from test_dataset import ann, by_id, dataset_cfg, image_record, voc_xml, write_coco, write_voc
+from test_tester import IMAGES, OracleDetector, tiny  # noqa: F401  (tiny: a fixture)
+
+TINY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "faster",
+                    "sniper_synthetic_tiny.yml")
+
+
+# ---------------------------------------------------------------- images without objects
+def empty_image_set(tmp_path):
+    """Image 1 with a box, image 2 without any: and a proposal file covering both."""
+    write_coco(str(tmp_path / "data"), "train", [image_record(1, 200, 160), image_record(2, 200, 160)],
+               [ann(1, 1, [10, 20, 30, 40])])
+    proposals = {image_id: np.array([[x, y, x + 19, y + 19, 0.5] for x in range(0, 180, 30) for y in range(0, 140, 30)],
+                                    np.float32) for image_id in (1, 2)}
+    path = tmp_path / "proposals.npz"
+    write_proposals(proposals, str(path))
+    return str(path)
+
+
+def test_empty_images_dropped_by_default_kept_for_negative_chips(tmp_path, caplog):
+    proposals = empty_image_set(tmp_path)
+    on = {"dataset.proposal": proposals, "TRAIN.USE_NEG_CHIPS": "true", "dataset.PROPOSAL_NMS": "0"}
+    with caplog.at_level(logging.WARNING):
+        roidb, _ = load_roidb(dataset_cfg(tmp_path, **on), "train")
+    assert "dropped 1 of 2 training images without usable boxes" in caplog.text
+    assert sorted(by_id(roidb)) == [1]
+
+    roidb, _ = load_roidb(dataset_cfg(tmp_path, **on, **{"TRAIN.EMPTY_IMAGES": "negative"}), "train")
+    assert [(e["id"], e["flipped"]) for e in roidb] == [(1, False), (2, False), (1, True), (2, True)]
+    empty = by_id(roidb)[2]
+    assert empty["boxes"].shape == (0, 4) and empty["gt_classes"].shape == (0,)
+    assert empty["proposals"].shape == (30, 4)  # 6 columns x 5 rows
+
+
+def test_empty_images_still_dropped_without_negative_chips(tmp_path, caplog):
+    proposals = empty_image_set(tmp_path)
+    for off in ({"TRAIN.USE_NEG_CHIPS": "false", "dataset.proposal": proposals}, {"dataset.proposal": ""}):
+        with caplog.at_level(logging.INFO):
+            roidb, _ = load_roidb(dataset_cfg(tmp_path, **off, **{"TRAIN.EMPTY_IMAGES": "negative"}), "train")
+        assert sorted(by_id(roidb)) == [1]
+        assert "negative chips are off" in caplog.text
+
+
+def test_an_empty_image_gives_negative_chips_only_whose_targets_are_background(tmp_path):
+    # 30 proposals of 20 px (valid at the finest scale, [-1, 80]) tile a 200 x 160 image; at scale 3 the
+    # image is 600 x 480 px, so a few 512 px negative chips cover them, each counting more than 5.
+    cfg = load_config(None, [("TRAIN.NEG_CHIP_MIN_PROPOSALS", "[5, 5, 5]"), ("TRAIN.RPN_BATCH_SIZE", "256")])
+    params = MiningParams.from_config(cfg)
+    proposals = np.array([[x, y, x + 19, y + 19] for x in range(0, 180, 30) for y in range(0, 140, 30)], np.float32)
+    entry = {"id": 2, "image": str(tmp_path / "empty.jpg"), "height": 160, "width": 200, "flipped": False,
+             "boxes": np.zeros((0, 4), np.float32), "gt_classes": np.zeros(0, np.int32), "proposals": proposals}
+    chips = mine_image_chips(entry, params, 56, np.random.default_rng(0))
+    assert all(len(scale.pos_chips) == 0 for scale in chips.scales)
+    assert len(chips.scales[0].neg_chips) >= 1
+    sampled = sample_epoch_chips(chips, np.random.default_rng(0), params.max_neg_chips)
+    assert sampled and all(negative and len(valid) == 0 for _, _, negative, valid in sampled)
+
+    cv2.imwrite(entry["image"], np.full((160, 200, 3), 128, np.uint8))
+    targeter = AnchorTargeter(AnchorTargetParams.from_config(cfg))
+    ring = BatchRing(batch_fields(cfg, targeter, rpn_only=False), batch_size=1, num_slots=1, shared=False)
+    worker = ChipWorker([entry], cfg, ring, rpn_only=False)
+    level, box, _, valid = sampled[0]
+    ref = ChipRef(0, level, chips.scales[level].im_scale, tuple(float(v) for v in box), tuple(valid), True)
+    assert worker.make_chip(0, 0, "test", ref, 0)[0] == "chip"
+    arrays = {name: array[0] for name, array in ring.slot(0).items()}
+    assert not (arrays["label"] == 1).any() and (arrays["label"] == 0).sum() == 256  # background only
+    assert (arrays["gt_boxes"] == -1).all() and not arrays["bbox_weight"].any()  # -1: padding rows
+
+
+# ---------------------------------------------------------------- evaluation while training
+def eval_cfg(tmp_path, **overrides):
+    keys = {"output_path": str(tmp_path), "TRAIN.end_epoch": "6", "TRAIN.lr_step": "", "TRAIN.EVAL_EVERY": "2",
+            **overrides}
+    return load_config(None, list(keys.items()))
+
+
+class FakeTester:
+    """The tester's signature, returning the next AP of a fixed sequence (and recording its calls)."""
+
+    def __init__(self, aps):
+        self.aps, self.calls = list(aps), []
+
+    def __call__(self, cfg, checkpoint, out_dir, max_images):
+        self.calls.append((os.path.basename(checkpoint), os.path.relpath(out_dir, output_dir(cfg)), max_images))
+        ap = self.aps.pop(0)
+        return {"tested": max_images, "stats": {"AP": ap, "AP50": 2 * ap, "APs": 0.5 * ap}}
+
+
+def fake_params(cfg, epoch):
+    path = checkpoint.params_path(checkpoint.checkpoint_prefix(cfg), epoch)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    open(path, "w").close()
+    return path
+
+
+def test_evaluation_every_n_epochs_names_the_best_and_logs_it(tmp_path):
+    cfg = eval_cfg(tmp_path, **{"TRAIN.EVAL_IMAGES": "7", "TRAIN.end_epoch": "5"})
+    tester = FakeTester([0.2, 0.4, 0.3])
+    evaluation = TrainingEvaluation(cfg, 0, test=tester)
+    progress = RunProgress(os.path.join(output_dir(cfg), "metrics.jsonl"), 0, 5, 0)
+    for epoch in range(1, 6):
+        progress.start_epoch(epoch - 1, 10)
+        progress.end_epoch_updates(10)
+        assert evaluation.after_epoch(epoch, fake_params(cfg, epoch), progress) is False
+    # every 2nd epoch and the last: 2, 4, 5; the same 7 images each time, into per-epoch folders
+    assert tester.calls == [(f"SNIPER-{e:04d}.params", f"evaluations/epoch_{e:04d}", 7) for e in (2, 4, 5)]
+    best = json.load(open(os.path.join(output_dir(cfg), "best.json")))
+    assert best["metric"] == "AP" and best["best"]["epoch"] == 4 and best["best"]["params"] == "SNIPER-0004.params"
+    assert [h["value"] for h in best["history"]] == [0.2, 0.4, 0.3]
+    records = [json.loads(line) for line in open(os.path.join(output_dir(cfg), "metrics.jsonl"))]
+    assert [(r["epoch"], r["iteration"], r["eval"]["AP50"]) for r in records] == [(2, 20, 0.4), (4, 40, 0.8),
+                                                                                 (5, 50, 0.6)]
+    # --model RUN_FOLDER takes the best epoch, not the newest
+    open(os.path.join(output_dir(cfg), "config.yaml"), "w").write("TRAIN:\n  model_prefix: SNIPER\n")
+    assert find_checkpoint(output_dir(cfg))[0] == os.path.join(output_dir(cfg), "SNIPER-0004.params")
+
+
+def test_early_stop_after_n_evaluations_without_improvement_by_the_chosen_metric(tmp_path):
+    cfg = eval_cfg(tmp_path, **{"TRAIN.EVAL_EVERY": "1", "TRAIN.EARLY_STOP": "2", "TRAIN.EVAL_METRIC": "APs"})
+    evaluation = TrainingEvaluation(cfg, 0, test=FakeTester([0.2, 0.5, 0.5, 0.4, 0.9]))
+    stops = [evaluation.after_epoch(epoch, fake_params(cfg, epoch)) for epoch in range(1, 5)]
+    # APs 0.1, 0.25, 0.25 (a tie is no improvement: the earliest stays best), 0.2 -> stop after epoch 4
+    assert stops == [False, False, False, True]
+    assert evaluation.best()["epoch"] == 2
+
+
+def test_a_resumed_run_keeps_the_history_of_the_epochs_it_keeps(tmp_path):
+    cfg = eval_cfg(tmp_path, **{"TRAIN.EVAL_EVERY": "1", "TRAIN.EARLY_STOP": "2"})
+    first = TrainingEvaluation(cfg, 0, test=FakeTester([0.3, 0.2, 0.1]))
+    for epoch in (1, 2, 3):
+        first.after_epoch(epoch, fake_params(cfg, epoch))
+    # resumed from epoch 2: epoch 3's evaluation is dropped; one more without improvement stops
+    resumed = TrainingEvaluation(cfg, 2, test=FakeTester([0.25]))
+    assert [h["epoch"] for h in resumed.history] == [1, 2]
+    assert resumed.after_epoch(3, fake_params(cfg, 3)) is True
+    # a fresh start in the same folder drops the old history: best.json no longer names an old epoch
+    TrainingEvaluation(cfg, 0, test=FakeTester([]))
+    assert not os.path.exists(os.path.join(output_dir(cfg), "best.json"))
+    open(os.path.join(output_dir(cfg), "config.yaml"), "w").write("TRAIN:\n  model_prefix: SNIPER\n")
+    assert find_checkpoint(output_dir(cfg))[0].endswith("SNIPER-0003.params")  # the newest again
+
+
+def test_evaluation_keys_are_checked_before_training(tmp_path):
+    with pytest.raises(EvaluationError, match="TRAIN.EVAL_METRIC"):
+        TrainingEvaluation(eval_cfg(tmp_path, **{"TRAIN.EVAL_METRIC": "mean"}), 0, test=FakeTester([]))
+    with pytest.raises(EvaluationError, match="EARLY_STOP needs"):
+        TrainingEvaluation(eval_cfg(tmp_path, **{"TRAIN.EVAL_EVERY": "0", "TRAIN.EARLY_STOP": "1"}), 0,
+                           test=FakeTester([]))
+    with pytest.raises(EvaluationError, match="several workers"):
+        TrainingEvaluation(eval_cfg(tmp_path, **{"TRAIN.EARLY_STOP": "1"}), 0, num_workers=2, test=FakeTester([]))
+    for key in ("TRAIN.EVAL_EVERY", "TRAIN.EARLY_STOP", "TRAIN.EVAL_IMAGES", "TRAIN.GRAD_ACCUM_STEPS"):
+        with pytest.raises(ConfigError, match=key):
+            eval_cfg(tmp_path, **{key: "-1"})
+    off = TrainingEvaluation(eval_cfg(tmp_path, **{"TRAIN.EVAL_EVERY": "0"}), 0, test=FakeTester([]))
+    assert not any(off.due(epoch) for epoch in range(1, 7))
+    assert metric_value({"mAP": 0.7, "AP": {"cat": 0.7}}, "AP50") == 0.7  # a VOC set: its one metric
+
+
+def test_training_evaluates_its_checkpoints_and_names_the_best(tmp_path):
+    # the tiny config on 2 synthetic training images, evaluated on the first of 2 validation images, with
+    # gradients accumulated over 2 batches
+    overrides = {"dataset.dataset_path": str(tmp_path / "data"), "dataset.synthetic_train": "2",
+                 "dataset.synthetic_val": "2", "dataset.root_path": str(tmp_path), "output_path": str(tmp_path),
+                 "TRAIN.NUM_PROCESS": "0", "TEST.NUM_PROCESS": "0", "TRAIN.BATCH_IMAGES": "2",
+                 "TRAIN.end_epoch": "2", "TRAIN.warmup_step": "5", "TRAIN.lr_step": "", "gpus": "cpu:1",
+                 "TRAIN.EVAL_EVERY": "1", "TRAIN.EVAL_IMAGES": "1", "TRAIN.GRAD_ACCUM_STEPS": "2"}
+    cfg = load_config(TINY, list(overrides.items()))
+    main_train.main(["--cfg", TINY, "--eval", "--set", *[f"{k}={v}" for k, v in overrides.items()]])
+    run = output_dir(cfg)
+    for epoch in (1, 2):
+        summary = json.load(open(os.path.join(run, "evaluations", f"epoch_{epoch:04d}", "test_summary.json")))
+        assert summary["images"] == 1 and summary["checkpoint"].endswith(f"SNIPER-{epoch:04d}.params")
+    best = json.load(open(os.path.join(run, "best.json")))
+    assert [h["epoch"] for h in best["history"]] == [1, 2]
+    assert best["best"] == max(best["history"], key=lambda h: (h["value"], -h["epoch"]))
+    # --eval tested the best epoch on the whole test set
+    summary = json.load(open(os.path.join(run, "results", "val", "test_summary.json")))
+    assert summary["images"] == 2 and summary["checkpoint"].endswith(best["best"]["params"])
+    records = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl"))]
+    assert [r["epoch"] for r in records if "eval" in r] == [1, 2]
+    # GRAD_ACCUM_STEPS 2: the schedule counts one update per two batches (the last group may be partial)
+    batches = [next(r["batches"] for r in records if r.get("epoch") == e and "eval" not in r) for e in (1, 2)]
+    saved = json.load(open(checkpoint.progress_path(checkpoint.checkpoint_prefix(cfg), 2)))
+    assert saved["iters_per_epoch"] == -(-batches[0] // 2)
+    assert saved["num_update"] == sum(-(-b // 2) for b in batches)
+    # the log line of each epoch's last batch counts updates (a partial last group updates after it)
+    last = [r for r in records if "eval" not in r and r["batch"] == r["batches"]]
+    assert [r["iteration"] for r in last] == [batches[0] // 2, -(-batches[0] // 2) + batches[1] // 2]
+    if importlib.util.find_spec("tensorboardX"):  # the optional event files (TRAIN.TENSORBOARD)
+        tags = {tag for tag, _, _ in read_event_scalars(os.path.join(run, "tensorboard"))}
+        assert {"eval/AP", "lr", "loss/RPNLogLoss", "speed/chips_per_s"} <= tags
+
+
+# ---------------------------------------------------------------- dense scenes and size bands
+def coco_gt(objects, size=640):
+    """A pycocotools COCO of one image holding ``objects``: [(x, y, side, category id)] squares."""
+    coco = COCO()
+    coco.dataset = {"images": [{"id": 1, "width": size, "height": size, "file_name": "1.jpg"}],
+                    "annotations": [{"id": i + 1, "image_id": 1, "category_id": c, "bbox": [x, y, s, s],
+                                     "area": s * s, "iscrowd": 0} for i, (x, y, s, c) in enumerate(objects)],
+                    "categories": [{"id": 1, "name": "one"}, {"id": 2, "name": "two"}]}
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco.createIndex()
+    return coco
+
+
+def write_results(tmp_path, detections):
+    """``detections``: [(x, y, side, category id, score)] -> a COCO results file."""
+    path = str(tmp_path / "results.json")
+    write_json([{"image_id": 1, "category_id": int(c), "bbox": [float(x), float(y), float(s), float(s)],
+                 "score": float(score)}
+                for x, y, s, c, score in detections], path)
+    return path
+
+
+def grid(count, side, step, category=1):
+    return [(step * (i % 20), step * (i // 20), side, category) for i in range(count)]
+
+
+def test_default_setting_reproduces_pycocotools_summarize(tmp_path):
+    rng = np.random.default_rng(0)
+    objects = grid(30, 12, 30) + [(x + 300, y, 50, 2) for x, y, _, _ in grid(10, 0, 60)] + [(0, 400, 200, 1)]
+    detections = [(x + rng.integers(-3, 4), y + rng.integers(-3, 4), s + rng.integers(-4, 5), c, rng.random())
+                  for x, y, s, c in objects] + [(500, 500, 40, 1, 0.95), (100, 100, 20, 2, 0.4)]
+    path = write_results(tmp_path, detections)
+    stats = evaluate_coco(coco_gt(objects), path, str(tmp_path))
+    gt = coco_gt(objects)
+    reference = COCOeval(gt, gt.loadRes(path), "bbox")
+    with contextlib.redirect_stdout(io.StringIO()):
+        reference.evaluate(), reference.accumulate()
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        reference.summarize()
+    # the same reductions over the same arrays: equal to rounding (1e-12 leaves room for summation order)
+    assert list(stats) == list(COCO_STAT_NAMES)
+    np.testing.assert_allclose([stats[n] for n in COCO_STAT_NAMES], reference.stats, rtol=0, atol=1e-12)
+    assert 0 < stats["AP"] < 1 and stats["APs"] != stats["APm"]
+    assert open(tmp_path / "coco_summary.txt").read() == printed.getvalue()
+
+
+def test_a_dense_scene_is_scored_at_every_detection_kept(tmp_path):
+    # 150 objects, 150 perfect detections. At maxDets 100 only the 100 best count: precision 1 up to recall
+    # 100/150, nothing beyond, so AP = (recall points 0, 0.01, .. 0.66: 67 of 101) = 67/101.
+    objects = grid(150, 20, 30)
+    path = write_results(tmp_path, [(x, y, s, c, 1 - i / 1000) for i, (x, y, s, c) in enumerate(objects)])
+    assert evaluate_coco(coco_gt(objects), path, str(tmp_path))["AP"] == pytest.approx(67 / 101)
+    stats = evaluate_coco(coco_gt(objects), path, str(tmp_path), max_dets=200)
+    assert stats["AP"] == pytest.approx(1.0) and stats["AR200"] == pytest.approx(1.0)
+    assert max_dets_for(50) == [1, 10, 100] and max_dets_for(300) == [1, 10, 300]
+
+
+def test_size_bands_and_the_per_class_size_table(tmp_path):
+    # class 1: ten 10 px objects (tiny) found, ten 40 px ones (medium) missed; class 2: ten 40 px found
+    objects = grid(10, 10, 30) + [(x, y + 200, 40, 1) for x, y, _, _ in grid(10, 0, 60)] + \
+        [(x, y + 400, 40, 2) for x, y, _, _ in grid(10, 0, 60)]
+    found = [o for o in objects if not (o[2] == 40 and o[3] == 1)]
+    path = write_results(tmp_path, [(*o, 0.9) for o in found])
+    bands = parse_bands([["tiny", 0, 16], ["small", 16, 32], ["medium", 32, 96], ["large", 96, -1]])
+    stats = evaluate_coco(coco_gt(objects), path, str(tmp_path), bands=bands)
+    assert list(stats)[:7] == ["AP", "AP50", "AP75", "AP_tiny", "APs", "APm", "APl"]
+    assert stats["AP_tiny"] == pytest.approx(1.0)  # only class 1 has tiny objects, all found
+    assert stats["APm"] == pytest.approx(0.5)  # class 1 medium 0, class 2 medium 1
+    assert stats["APs"] == stats["APl"] == -1  # no objects in those bands
+    table = json.load(open(tmp_path / "per_class_size_ap.json"))
+    assert table["one"]["AP_tiny"] == pytest.approx(1.0) and table["one"]["APm"] == pytest.approx(0.0)
+    assert table["two"]["APm"] == pytest.approx(1.0) and np.isnan(table["two"]["AP_tiny"])
+    assert table["one"]["AP"] == pytest.approx(0.5, abs=0.01)  # half its objects, all ranked first
+    cfg = load_config(None, [("TEST.SIZE_BANDS", "[[tiny, 0, 16], [rest, 16, -1]]"), ("TEST.EVAL_MAX_DETS", "0")])
+    assert {"AP_tiny", "AP_rest", "AR200", "mAP"} <= set(metric_names(cfg))
+
+
+def test_bad_size_bands_are_named():
+    for bad in ([["all", 0, 16]], [["a", 16, 8]], [["a", 0]], [["a", 0, 8], ["a", 8, -1]]):
+        with pytest.raises(ValueError, match="TEST.SIZE_BANDS"):
+            parse_bands(bad)
+
+
+# ---------------------------------------------------------------- own Pascal VOC-format data
+def test_own_voc_classes_from_the_config_or_a_file_and_any_image_names(tmp_path):
+    root = str(tmp_path / "data")
+    write_voc(root, "mine", "train", {
+        "field_a": voc_xml(100, 80, [("tractor", (11, 21, 40, 60), False), ("cow", (1, 1, 10, 10), False)]),
+        "IMG-0042.v2": voc_xml(100, 80, [("cow", (5, 5, 20, 20), False)]),
+    })
+    (tmp_path / "classes.txt").write_text("# my classes\ncow\n\ntractor\n")
+    by_list = load_roidb(dataset_cfg(tmp_path, dataset="pascal_voc", **{"dataset.CLASSES": "[cow, tractor]"}),
+                         "mine_train", training=False)
+    by_file = load_roidb(dataset_cfg(tmp_path, dataset="pascal_voc",
+                                     **{"dataset.CLASSES_FILE": str(tmp_path / "classes.txt")}),
+                         "mine_train", training=False)
+    for roidb, dataset in (by_list, by_file):
+        assert dataset.classes == ("__background__", "cow", "tractor") and dataset.num_classes == 3
+        assert dataset.image_names == ["VOCmine/field_a", "VOCmine/IMG-0042.v2"] and not dataset.use_07_metric
+        assert [e["gt_classes"].tolist() for e in roidb] == [[2, 1], [1]]  # labels in the list's order
+        assert len(set(dataset.image_ids)) == 2 and all(i >= HASHED_IDS for i in dataset.image_ids)
+        assert roidb[1]["image"] == os.path.join(root, "VOCmine", "JPEGImages", "IMG-0042.v2.jpg")
+    assert by_list[1].image_ids == by_file[1].image_ids  # stable ids: proposal files keep matching
+    assert voc_image_id("2007", "000005") == 20070000000005  # VOC's own names keep their ids
+
+    # another class order is another roidb (labels differ): a separate cache, not the first one's
+    swapped, _ = load_roidb(dataset_cfg(tmp_path, dataset="pascal_voc", **{"dataset.CLASSES": "[tractor, cow]"}),
+                            "mine_train", training=False)
+    assert swapped[0]["gt_classes"].tolist() == [1, 2]
+    with pytest.raises(ValueError, match="unknown class 'tractor'"):
+        load_roidb(dataset_cfg(tmp_path, dataset="pascal_voc", **{"dataset.CLASSES": "[cow]"}), "mine_train")
+
+
+def test_voc_image_file_from_the_xml_and_bad_class_lists_named(tmp_path):
+    root = str(tmp_path / "data")
+    xml = voc_xml(100, 80, [("cow", (5, 5, 20, 20), False)]).replace("<annotation>",
+                                                                     "<annotation><filename>scan.png</filename>")
+    write_voc(root, "mine", "test", {"scan": xml})
+    os.remove(os.path.join(root, "VOCmine", "JPEGImages", "scan.jpg"))
+    cv2.imwrite(os.path.join(root, "VOCmine", "JPEGImages", "scan.png"), np.zeros((80, 100, 3), np.uint8))
+    roidb, _ = load_roidb(dataset_cfg(tmp_path, dataset="pascal_voc", **{"dataset.CLASSES": "[cow]"}),
+                          "mine_test", training=False)
+    assert roidb[0]["image"].endswith(os.path.join("VOCmine", "JPEGImages", "scan.png"))
+    for names, path, message in (([], str(tmp_path / "none.txt"), "cannot read"), (["a", "a"], "", "distinct"),
+                                 (["a"], "x.txt", "not both"), (["__background__"], "", "distinct")):
+        with pytest.raises(ValueError, match=message):
+            read_class_names(names, path)
+
+
+# ---------------------------------------------------------------- testing a folder of images
+class NamedOracle(OracleDetector):
+    """test_tester's oracle network with class names (it keeps its class count in ``classes``)."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.count, self.classes = self.classes, ["__background__", "first", "second"]
+
+    def forward(self, data, im_info):
+        names, self.classes = self.classes, self.count
+        try:
+            return super().forward(data, im_info)
+        finally:
+            self.classes = names
+
+
+def test_a_folder_of_images_is_tested_into_coco_results_and_drawn(tiny, tmp_path):
+    cfg = with_overrides(tiny[0], {"TEST.SOFT_NMS": False, "TEST.NUM_PROCESS": 0})
+    folder = os.path.join(cfg.dataset.dataset_path, "images", "val")  # a.png b.png broken.jpg c.png
+    summary = detect_images(cfg, folder, str(tmp_path / "out"), draw=True, thresh=0.5, detector=NamedOracle(cfg))
+    assert (summary["images"], summary["tested"], summary["skipped"]) == (4, 3, 1)
+    assert summary["images_per_s"] > 0
+    info = json.load(open(tmp_path / "out" / "image_info.json"))
+    # names are not numbers: ids 1..N in sorted order (broken.jpg has no readable header and no entry)
+    assert [(i["id"], i["file_name"], i["width"], i["height"]) for i in info["images"]] == \
+        [(1, "a.png", 80, 60), (2, "b.png", 50, 90), (4, "c.png", 40, 40)]
+    assert [c["name"] for c in info["categories"]] == ["first", "second"]
+    results = json.load(open(summary["results"]))
+    ids = {"a.png": 1, "b.png": 2, "c.png": 4}
+    assert sorted((r["image_id"], r["category_id"], tuple(r["bbox"])) for r in results) == sorted(
+        (ids[name], label, (x1, y1, x2 - x1 + 1, y2 - y1 + 1))
+        for name, _, _, _, objects in IMAGES["val"] if name in ids for (x1, y1, x2, y2), label in objects)
+    assert sorted(os.listdir(tmp_path / "out" / "drawn")) == ["a.jpg", "b.jpg", "c.jpg"]
+    drawn = cv2.imread(str(tmp_path / "out" / "drawn" / "a.jpg"))
+    assert drawn.shape == (60, 80, 3)
+
+    listed = tmp_path / "list.txt"
+    listed.write_text(f"# two of them\n{os.path.join(folder, 'c.png')}\n\n{os.path.join(folder, 'a.png')}\n")
+    assert list_images(str(listed)) == [os.path.join(folder, "c.png"), os.path.join(folder, "a.png")]
+    assert image_ids(["x/000000000139.jpg", "y/42.png"]) == [139, 42] and image_ids(["1.jpg", "01.jpg"]) == [1, 2]
+    with pytest.raises(FileNotFoundError, match="neither a folder"):
+        list_images(str(tmp_path / "nowhere"))
+
+
+# ---------------------------------------------------------------- gradient accumulation
+def small_network():
+    """FC -> frozen batch-norm (global statistics, fixed gamma) -> FC -> softmax normalised per batch: each
+    sample's gradient does not depend on the others, so a batch's gradient is a mean over its samples."""
+    data = mx.sym.var("data")
+    hidden = mx.sym.FullyConnected(data, num_hidden=6, name="fc1")
+    hidden = mx.sym.BatchNorm(hidden, fix_gamma=True, use_global_stats=True, name="bn")
+    scores = mx.sym.FullyConnected(mx.sym.relu(hidden), num_hidden=3, name="fc2")
+    return mx.sym.SoftmaxOutput(scores, mx.sym.var("softmax_label"), normalization="batch", name="softmax")
+
+
+def trained(batches, batch_size, steps, seed=0):
+    """Params after training on ``batches`` (data, labels) with GRAD_ACCUM_STEPS ``steps``, SGD with
+    momentum and weight decay from make_optimizer_params (no warm-up, no fp16), the trainer's helpers."""
+    cfg = load_config(None, [("TRAIN.GRAD_ACCUM_STEPS", str(steps)), ("TRAIN.warmup", "false"),
+                             ("TRAIN.lr", "0.1"), ("TRAIN.lr_step", "")])
+    module = mx.mod.Module(small_network(), context=mx.cpu())
+    module.bind([("data", (batch_size, 5))], [("softmax_label", (batch_size,))], grad_req=grad_req(cfg))
+    mx.random.seed(seed)
+    module.init_params(mx.init.Normal(0.5))
+    module.init_optimizer(kvstore="local", optimizer="sgd",
+                          optimizer_params=make_optimizer_params(cfg, 10, 0, fp16=False))
+    accumulation = GradientAccumulation(module, steps)
+    updates = 0
+    for data, labels in batches:
+        module.forward_backward(mx.io.DataBatch([mx.nd.array(data)], [mx.nd.array(labels)]))
+        updates += accumulation.after_backward()
+    updates += accumulation.flush()
+    arg_params, _ = module.get_params()
+    return {k: v.asnumpy() for k, v in arg_params.items()}, updates
+
+
+def test_accumulated_batches_update_as_one_larger_batch():
+    rng = np.random.default_rng(0)
+    data, labels = rng.normal(size=(24, 5)).astype(np.float32), rng.integers(0, 3, 24).astype(np.float32)
+    # three updates of 8 samples: each once as 2 x 4 accumulated, once as one batch of 8
+    small, small_updates = trained([(data[i:i + 4], labels[i:i + 4]) for i in range(0, 24, 4)], 4, 2)
+    large, large_updates = trained([(data[i:i + 8], labels[i:i + 8]) for i in range(0, 24, 8)], 8, 1)
+    assert small_updates == large_updates == 3 and updates_per_epoch(6, 2) == 3
+    # float32 sums of the same 8 per-sample terms in another order (two GEMMs of 4 rows vs one of 8) and
+    # the 1/2 rescale: differences of a few ulps, amplified by three momentum steps: 1e-5 is ample
+    for name in large:
+        np.testing.assert_allclose(small[name], large[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    unchanged, _ = trained([], 4, 2)
+    assert any(not np.allclose(unchanged[n], large[n]) for n in large)  # the updates did change the weights
+
+
+def test_an_epoch_ending_mid_group_updates_with_the_mean_of_its_last_batches():
+    rng = np.random.default_rng(1)
+    data, labels = rng.normal(size=(12, 5)).astype(np.float32), rng.integers(0, 3, 12).astype(np.float32)
+    # 3 batches of 4 with N = 2: an update of batches 1+2, then one of batch 3 alone (its sum x 2 / 2)
+    small, updates = trained([(data[i:i + 4], labels[i:i + 4]) for i in range(0, 12, 4)], 4, 2)
+    assert updates == 2 == updates_per_epoch(3, 2)
+    # the same as a batch of 8 then a batch of 4, each one plain update: compare the second step through
+    # a 4-sample batch repeated twice (its mean is its own mean)
+    reference, _ = trained([(data[:8], labels[:8]), (np.concatenate([data[8:]] * 2), np.concatenate([labels[8:]] * 2))],
+                           8, 1)
+    for name in reference:
+        np.testing.assert_allclose(small[name], reference[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+# ---------------------------------------------------------------- TensorBoard
+class RecordedEvents:
+    def __init__(self):
+        self.calls = []
+
+    def scalars(self, step, values):
+        self.calls.append((step, dict(values)))
+
+
+def test_progress_records_go_to_the_event_log_against_the_update_count(tmp_path):
+    events = RecordedEvents()
+    progress = RunProgress(str(tmp_path / "metrics.jsonl"), 0, 2, 100, events=events)
+    progress.start_epoch(0, 10)
+    progress.record(4, 0.01, {"RPNLogLoss": 0.5}, 12.0)
+    progress.end_epoch_updates(10)
+    progress.record_evaluation({"AP": 0.3, "AP50": 0.6})
+    assert events.calls == [(104, {"lr": 0.01, "speed/chips_per_s": 12.0, "loss/RPNLogLoss": 0.5}),
+                            (110, {"eval/AP": 0.3, "eval/AP50": 0.6})]
+
+
+def read_event_scalars(folder):
+    """(tag, step, value) of every scalar in the event files of ``folder``: TFRecord framing (u64 length,
+    u32 crc, payload, u32 crc) around Event protobufs, read here independently of the writer."""
+    from tensorboardX.proto.event_pb2 import Event
+
+    found = []
+    for name in sorted(os.listdir(folder)):
+        data = open(os.path.join(folder, name), "rb").read()
+        offset = 0
+        while offset < len(data):
+            length = int.from_bytes(data[offset:offset + 8], "little")
+            event = Event.FromString(data[offset + 12:offset + 12 + length])
+            offset += 12 + length + 4
+            found += [(v.tag, event.step, v.simple_value) for v in event.summary.value]
+    return found
+
+
+def test_tensorboard_event_files_hold_the_scalars(tmp_path):
+    pytest.importorskip("tensorboardX")
+    log = TensorBoardLog(str(tmp_path / "tb"))
+    log.scalars(3, {"loss/RPNLogLoss": 0.25, "lr": 0.5, "skipped": "text"})
+    log.scalars(7, {"eval/AP": 0.125})
+    log.close()
+    assert read_event_scalars(str(tmp_path / "tb")) == [("loss/RPNLogLoss", 3, 0.25), ("lr", 3, 0.5),
+                                                        ("eval/AP", 7, 0.125)]
+
+
+def test_without_tensorboardx_nothing_is_written_and_nothing_breaks(tmp_path, monkeypatch, caplog):
+    monkeypatch.setitem(sys.modules, "tensorboardX", None)  # import tensorboardX raises ImportError
+    with caplog.at_level(logging.INFO):
+        log = TensorBoardLog(str(tmp_path / "tb"))
+    assert "tensorboardX is not installed" in caplog.text
+    log.scalars(1, {"lr": 0.1})
+    log.close()
+    assert not os.path.exists(tmp_path / "tb")
+    assert TensorBoardLog(str(tmp_path / "off"), enabled=False).writer is None
+
+
+# ---------------------------------------------------------------- variant sets for measuring
+def test_small_object_mosaics_and_inpainted_empty_images(tmp_path):
+    source, out = str(tmp_path / "src"), str(tmp_path / "out")
+    write_coco(source, "train", [image_record(1, 90, 60), image_record(2, 90, 60)],
+               [ann(1, 1, [30, 15, 30, 30]), ann(2, 2, [0, 0, 9, 6])])
+    cv2.imwrite(os.path.join(source, "images", "train", "1.jpg"), np.full((60, 90, 3), 200, np.uint8))
+    small_object_set(source, out, "train", count=2, tile=3, seed=0)
+    roidb, _ = load_roidb(dataset_cfg(tmp_path, **{"dataset.dataset_path": out}), "train", training=False)
+    assert [(e["width"], e["height"]) for e in roidb] == [(90, 60), (90, 60)]  # 3 x 3 cells of 30 x 20
+    boxes = np.concatenate([e["boxes"] for e in roidb])
+    # each 30 x 30 box of image 1 becomes 10 x 10 in its cell, image 2's 9 x 6 becomes 3 x 2: 1/3 the size
+    assert len(boxes) == 9 * 2
+    sizes = sorted({(round(float(b[2] - b[0] + 1)), round(float(b[3] - b[1] + 1))) for b in boxes})
+    assert set(sizes) <= {(10, 10), (3, 2)} and all(b[0] % 30 in (0, 10) for b in boxes)
+    added = add_empty_images(out, "train", count=1, seed=0)
+    roidb, _ = load_roidb(dataset_cfg(tmp_path, **{"dataset.dataset_path": out, "dataset.root_path":
+                                                   str(tmp_path / "root2")}), "train", training=False)
+    empty = by_id(roidb)[added[0]]
+    assert len(roidb) == 3 and empty["boxes"].shape == (0, 4)
+    copy = cv2.imread(empty["image"])
+    assert copy.shape == (60, 90, 3)

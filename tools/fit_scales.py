@@ -1,0 +1,51 @@
+"""Fit the training pyramid (scales, valid ranges, anchors if needed) to a dataset's object sizes.
+
+    python tools/fit_scales.py --cfg FILE [--set KEY VALUE ...] [--keep 0.98] [--max-images 500]
+                               [--max-factor 4] [--out PATH]
+
+Reads the config's training set (any dataset the project loads), mines one epoch with the real chip
+generator for the config's pyramid and for candidates built from the box sizes, prints per candidate
+the share of boxes kept (valid in a chip at a size the anchors match), chips per image, pixels against
+single-scale training and the object sizes in chip pixels, and writes the cheapest pyramid keeping
+``--keep`` of the boxes as ``FILE_fitted.yml`` beside the config (rule: lib/scales_fit.py, README).
+"""
+import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
+import argparse
+import sys
+
+from lib.config import add_config_arguments, config_from_arguments
+from lib.dataset import load_roidb
+from lib.logger import setup_logging
+from lib.scales_fit import DEFAULT_KEEP, DEFAULT_MAX_FACTOR, FitError, fit_pyramid, report, training_images, \
+    write_fitted_config
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_arguments(parser)
+    parser.add_argument("--keep", type=float, default=DEFAULT_KEEP, help="share of boxes to keep (default 0.98)")
+    parser.add_argument("--max-images", type=int, default=500, help="images sampled for the fit (0: all)")
+    parser.add_argument("--max-factor", type=float, default=DEFAULT_MAX_FACTOR,
+                        help="largest image enlargement; smaller objects get smaller anchors (default 4)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="", help="output YAML (default: FILE_fitted.yml beside the config)")
+    args = parser.parse_args()
+    cfg = config_from_arguments(args)
+    setup_logging()
+    roidb, _ = load_roidb(cfg, cfg.dataset.image_set, training=True)
+    try:
+        fit = fit_pyramid(training_images(roidb, args.max_images, args.seed), cfg, args.keep, args.max_factor,
+                          args.seed)
+    except FitError as err:
+        sys.exit(f"fit_scales: {err}")
+    print(f"well sized with the proposal's anchors: {fit.band.low:.1f} to {fit.band.high:.0f} chip px (sqrt area; "
+          f"each candidate is scored with its own); trainable (valid under some "
+          f"candidate): {100 * fit.trainable:.1f}% of the boxes; * = proposal")
+    print(report(fit))
+    if not fit.meets_keep:
+        print(f"no candidate keeps {100 * args.keep:.0f}% of the trainable boxes: the proposal keeps the most")
+    print(f"wrote {write_fitted_config(args.cfg, cfg, fit, args.out or None)}")
+
+
+if __name__ == "__main__":
+    main()
