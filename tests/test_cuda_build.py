@@ -89,6 +89,16 @@ def test_mxnet_local_gpu_needs_the_built_library_and_installs_it_over_the_cpu_wh
     assert re.search(rf"cp {re.escape(str(library))} .*/libmxnet\.so", planned.stdout)
 
 
+def test_the_default_variant_installs_and_keeps_the_cpu_wheel(tmp_path):
+    """MXNET from the venv's memory (not the command line): the plan installs mxnet and uninstalls only the
+    other wheels (a variable read before MXNET was set once planned `pip uninstall mxnet` and `"==1.9.1"`)."""
+    planned = make("-n", f"VENV={tmp_path / 'venv'}", "venv")
+    assert planned.returncode == 0, planned.stderr
+    assert '"mxnet==1.9.1"' in planned.stdout
+    uninstall = next(line for line in planned.stdout.splitlines() if "pip uninstall -y -q mxnet-cu110" in line)
+    assert " mxnet " not in uninstall and "mxnet-local-gpu" not in uninstall
+
+
 def test_mxnet_gpu_targets_need_the_sources(tmp_path):
     for target in ("mxnet-gpu", "mxnet-gpu-smoke"):
         refused = make(target)
