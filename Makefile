@@ -6,11 +6,23 @@
 #   make MXNET=mxnet-cu117   the same with a CUDA build of MXNet 1.9.1: every CUDA 11 wheel of 1.9.1 on PyPI,
 #                            mxnet-cu110 ... mxnet-cu117 (README: the driver each needs); the venv
 #                            remembers it, so later `make test` / `make train` keep that build
+#   make mxnet-gpu MXNET_SRC=DIR   MXNet 1.9.1 built from source with sm_90 (Hopper) code, CUDA 13 + cuDNN 9
+#                                  (hours; resumable), then: make MXNET=mxnet-local-gpu
+#   make mxnet-gpu-smoke MXNET_SRC=DIR   only SNIPER's CUDA units of that build, each checked for sm_90 code
 # The newest supported interpreter on the PATH: the pins (numpy 1.23 for MXNet 1.9.1) exist for 3.8-3.11.
 PYTHON ?= $(shell for v in 3.11 3.10 3.9 3.8; do command -v python$$v && break; done || command -v python3)
 SUPPORTED_PYTHONS := 3.8 3.9 3.10 3.11
 VENV := .venv
-MXNET_VARIANTS := mxnet mxnet-cu110 mxnet-cu111 mxnet-cu112 mxnet-cu113 mxnet-cu114 mxnet-cu115 mxnet-cu116 mxnet-cu117
+MXNET_VARIANTS := mxnet mxnet-cu110 mxnet-cu111 mxnet-cu112 mxnet-cu113 mxnet-cu114 mxnet-cu115 mxnet-cu116 mxnet-cu117 \
+	mxnet-local-gpu
+# `mxnet-local-gpu`: the stock CPU wheel's Python package with libmxnet.so replaced by `make mxnet-gpu`'s (the
+# Python code of the CPU and CUDA wheels is the same), and the CUDA 13 libraries it links as pip wheels.
+MXNET_GPU_BUILD ?= build/mxnet-gpu
+MXNET_GPU_JOBS ?= 2
+MXNET_GPU_LIB := $(MXNET_GPU_BUILD)/install/libmxnet.so
+MXNET_GPU_VERSIONS := tools/mxnet_gpu/versions.sh
+CUDA13_RUNTIME_WHEELS := $(shell . ./$(MXNET_GPU_VERSIONS) && echo $$CUDA_RUNTIME_WHEELS)
+MXNET_PIP = $(if $(filter mxnet-local-gpu,$(MXNET)),mxnet,$(MXNET))
 MXNET ?= $(shell cat $(VENV)/.mxnet-variant 2>/dev/null || echo mxnet)
 MXNET_VERSION := 1.9.1
 GLUONCV_VERSION := 0.10.5.post0
@@ -28,6 +40,12 @@ CUDA_HOME ?= /usr/local/cuda
 OPS_VARIANT_FLAGS := $(call CUDA_FLAGS,$(CUDA_HOME)/include)
 OPS_VARIANT_LDFLAGS := -L$(CUDA_HOME)/lib64 -lcudart
 endif
+ifeq ($(MXNET),mxnet-local-gpu)
+# the CUDA 13 runtime (headers and library) the venv got with the variant, found at run time as libmxnet.so does
+VENV_CUDA13 = $(shell $(PY) -c "import nvidia,os;print(os.path.join(nvidia.__path__[0],'cu13'))")
+OPS_VARIANT_FLAGS = $(call CUDA_FLAGS,$(VENV_CUDA13)/include)
+OPS_VARIANT_LDFLAGS = -L$(VENV_CUDA13)/lib -l:libcudart.so.13 -Wl,-rpath,$(VENV_CUDA13)/lib
+endif
 # `make ops-cuda-check`: the GPU variant compiled and linked on any machine, without a GPU or a CUDA
 # toolkit, against CUDA 11.7 (mxnet-cu117's) from pip packages installed into build/cuda/pkg, not the
 # venv (nothing imports them): the runtime headers and libcudart, and the compiler package for the crt/
@@ -39,6 +57,11 @@ CUDA_CHECK_PACKAGES := nvidia-cuda-runtime-cu11==11.7.99 nvidia-cuda-nvcc-cu11==
 CUDA_CHECK_HOME := $(CUDA_CHECK_DIR)/pkg/nvidia/cuda_runtime
 CUDA_CHECK_INCLUDES := $(CUDA_CHECK_HOME)/include $(CUDA_CHECK_DIR)/pkg/nvidia/cuda_nvcc/include
 OPS_CUDA_LIB := $(CUDA_CHECK_DIR)/libsniper_ops_cuda.so
+# The same against CUDA 13.0 (mxnet-local-gpu's, and the H200 image's): runtime and crt/ header wheels.
+CUDA13_CHECK_DIR := build/cuda13
+CUDA13_CHECK_PACKAGES := $(filter nvidia-cuda-runtime==% nvidia-cuda-crt==%,$(shell . ./$(MXNET_GPU_VERSIONS) && echo $$CUDA_WHEELS))
+CUDA13_CHECK_HOME := $(CUDA13_CHECK_DIR)/pkg/nvidia/cu13
+OPS_CUDA13_LIB := $(CUDA13_CHECK_DIR)/libsniper_ops_cuda.so
 # One recipe for both variants: $(1) output, $(2) extra compiler flags, $(3) extra linker flags.
 define build_ops
 	$(eval MXINC := $(shell $(PY) -c "import mxnet,os;print(os.path.dirname(mxnet.__file__))"))
@@ -46,13 +69,15 @@ define build_ops
 		$(filter %.cc,$(OPS_SRC)) $(MXINC)/src/lib_api.cc -o $(1) $(3)
 endef
 
-.PHONY: all venv build extensions test train clean distclean ops-cuda-check
+.PHONY: all venv build extensions test train clean distclean ops-cuda-check mxnet-gpu mxnet-gpu-smoke
 all: build
 
 venv: $(STAMP)
-$(STAMP): requirements.txt constraints.txt
+$(STAMP): requirements.txt constraints.txt $(if $(filter mxnet-local-gpu,$(MXNET)),$(wildcard $(MXNET_GPU_LIB)))
 	@case " $(MXNET_VARIANTS) " in *" $(MXNET) "*) ;; *) echo "error: MXNET=$(MXNET) is not one of: \
-	$(MXNET_VARIANTS) (the MXNet $(MXNET_VERSION) wheels on PyPI)" >&2; exit 1;; esac
+	$(MXNET_VARIANTS) (the MXNet $(MXNET_VERSION) wheels on PyPI, and mxnet-local-gpu: make mxnet-gpu)" >&2; exit 1;; esac
+	@[ "$(MXNET)" != mxnet-local-gpu ] || [ -f $(MXNET_GPU_LIB) ] || { echo "error: MXNET=mxnet-local-gpu needs \
+	$(MXNET_GPU_LIB): build it with make mxnet-gpu MXNET_SRC=DIR (README, GPU section)" >&2; exit 1; }
 	@version=$$($(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null); \
 	case " $(SUPPORTED_PYTHONS) " in *" $$version "*) ;; *) echo "error: $(PYTHON) is Python $${version:-?}; this \
 	project needs Python 3.8-3.11 (MXNet 1.9.1 needs numpy 1.23, which has no release for 3.12+). Install one and \
@@ -60,8 +85,13 @@ $(STAMP): requirements.txt constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade "pip<25"
 	# one MXNet build per venv: remove the others (they share the `mxnet` package folder)
-	$(PY) -m pip uninstall -y -q $(filter-out $(MXNET),$(MXNET_VARIANTS)) 2>/dev/null || true
-	$(PY) -m pip install -q -c constraints.txt "$(MXNET)==$(MXNET_VERSION)" -r requirements.txt
+	$(PY) -m pip uninstall -y -q $(filter-out $(MXNET_PIP) mxnet-local-gpu,$(MXNET_VARIANTS)) 2>/dev/null || true
+	# mxnet-local-gpu's package is the CPU wheel's with another libmxnet.so: reinstall it after that variant
+	[ "$$(cat $(VENV)/.mxnet-variant 2>/dev/null)" != mxnet-local-gpu ] || $(PY) -m pip uninstall -y -q mxnet
+	$(PY) -m pip install -q -c constraints.txt "$(MXNET_PIP)==$(MXNET_VERSION)" -r requirements.txt
+	$(if $(filter mxnet-local-gpu,$(MXNET)),$(PY) -m pip install -q --no-deps $(sort $(CUDA13_RUNTIME_WHEELS) \
+	$(CUDA13_CHECK_PACKAGES)) && \
+	cp $(MXNET_GPU_LIB) "$$($(PY) -c 'import mxnet.libinfo as i,os;print(os.path.dirname(i.__file__))')/libmxnet.so")
 	# gluoncv asks for the non-headless opencv-python; its real dependencies are in requirements.txt
 	$(PY) -m pip install -q --no-deps gluoncv==$(GLUONCV_VERSION)
 	rm -f $(VENV)/.installed-* && echo $(MXNET) > $(VENV)/.mxnet-variant && touch $@
@@ -82,6 +112,21 @@ $(CUDA_CHECK_DIR)/pkg/.installed:
 	touch $@
 $(OPS_CUDA_LIB): $(OPS_SRC) $(CUDA_CHECK_DIR)/pkg/.installed
 	$(call build_ops,$@,$(call CUDA_FLAGS,$(CUDA_CHECK_INCLUDES)),-L$(CUDA_CHECK_HOME)/lib -l:libcudart.so.11.0)
+ops-cuda-check: $(OPS_CUDA13_LIB)
+$(CUDA13_CHECK_DIR)/pkg/.installed: $(MXNET_GPU_VERSIONS)
+	$(PY) -m pip install -q --no-deps --upgrade --target $(CUDA13_CHECK_DIR)/pkg $(CUDA13_CHECK_PACKAGES)
+	touch $@
+$(OPS_CUDA13_LIB): $(OPS_SRC) $(CUDA13_CHECK_DIR)/pkg/.installed
+	$(call build_ops,$@,$(call CUDA_FLAGS,$(CUDA13_CHECK_HOME)/include),-L$(CUDA13_CHECK_HOME)/lib -l:libcudart.so.13)
+
+# MXNet 1.9.1 with sm_90 machine code and compute_90 PTX from MXNET_SRC (apache/mxnet 1.9.1 with submodules),
+# in MXNET_GPU_BUILD (toolchain, patched sources, ninja build; a second run continues where one stopped).
+mxnet-gpu mxnet-gpu-smoke:
+	@[ -n "$(MXNET_SRC)" ] || { echo "error: give the MXNet 1.9.1 sources: make $@ MXNET_SRC=DIR (a clone made \
+	with git clone --recursive -b 1.9.1 https://github.com/apache/mxnet)" >&2; exit 1; }
+	JOBS=$(MXNET_GPU_JOBS) tools/mxnet_gpu/build.sh $(if $(filter mxnet-gpu,$@),all,smoke) "$(MXNET_SRC)" \
+		"$(MXNET_GPU_BUILD)" $(PYTHON)
+	$(if $(filter mxnet-gpu,$@),@echo "built $(MXNET_GPU_LIB); install it into the venv: make MXNET=mxnet-local-gpu")
 
 test: build
 	$(PY) -m pytest -q tests
@@ -89,11 +134,13 @@ test: build
 train: build
 	$(PY) main_train.py --cfg configs/faster/sniper_synthetic_tiny.yml --eval $(TRAIN_ARGS)
 
+# clean keeps the default MXNet GPU build (hours of compiling, build/mxnet-gpu); distclean removes it too
 clean:
-	rm -rf build $(OPS_LIB)
+	[ ! -d build ] || find build -mindepth 1 -maxdepth 1 ! -name mxnet-gpu -exec rm -rf {} +
+	rm -f $(OPS_LIB)
 	find lib chip_generator \( -name '*.so' -o -name '*.cpp' -path '*_cy*' \) -delete
 	find lib chip_generator -name '*.pyx' | sed 's/\.pyx$$/.c/' | xargs rm -f
 	find lib chip_generator -name '*.pyx' | sed 's/\.pyx$$/.cpp/' | xargs rm -f
 
 distclean: clean
-	rm -rf $(VENV) data/synthetic data/synthetic-* output
+	rm -rf $(VENV) data/synthetic data/synthetic-* output build

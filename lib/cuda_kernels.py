@@ -41,24 +41,31 @@ def fatbin_section(path):
     return None
 
 
-def fatbin_entries(section):
-    """``[(kind, architecture)]`` of every entry of every fat binary in ``section`` (kind KIND_SASS or
-    KIND_PTX; architecture as 10 * major + minor, e.g. 86)."""
-    entries = []
+def fat_binaries(section):
+    """Per fat binary in ``section`` (one per CUDA translation unit linked in), its ``[(kind, architecture)]``
+    (kind KIND_SASS or KIND_PTX; architecture as 10 * major + minor, e.g. 86)."""
+    binaries = []
     position = 0
     while position + 16 <= len(section):
         magic, _version, header_size, body_size = struct.unpack_from("<IHHQ", section, position)
         if magic != FATBIN_MAGIC:
             position += 8  # fat binaries are 8-byte aligned; skip the padding between them
             continue
+        entries = []
         entry, end = position + header_size, position + header_size + body_size
         while entry < end:
             kind, _, entry_header, payload = struct.unpack_from("<HHIQ", section, entry)
             architecture, = struct.unpack_from("<I", section, entry + 28)
             entries.append((kind, architecture))
             entry += entry_header + payload
+        binaries.append(entries)
         position = end
-    return entries
+    return binaries
+
+
+def fatbin_entries(section):
+    """``[(kind, architecture)]`` of every entry of every fat binary in ``section``."""
+    return [entry for binary in fat_binaries(section) for entry in binary]
 
 
 def architectures(path):

@@ -140,3 +140,32 @@ def test_device_memory_keeps_the_peak_in_use(monkeypatch):
     with runs.DeviceMemory(0) as memory:
         time.sleep(0.2)
     assert memory.device == 60 and memory.rss > 0
+
+
+def test_a_deadline_stops_a_run_before_its_own_limit(tmp_path):
+    """--budget: a run gets what is left of the budget (at least 1 s) when that is less than its limit."""
+    plan = runs.PLANS["cpu-smoke"]  # the environment run's own limit is 60 s; it needs several (MXNet import)
+    start = time.monotonic()
+    result = gpu_report.run_section("environment", plan, str(tmp_path), deadline=start + 0.2)
+    assert result["error"].startswith("timed out after 1 s") and time.monotonic() - start < 30
+
+
+def test_the_report_so_far_is_written_after_every_run(tmp_path, monkeypatch):
+    """A check killed from outside (the device call's timeout) still leaves the runs it finished."""
+    calls = []
+
+    def fake_run(name, *args, **kwargs):
+        calls.append((name, kwargs["deadline"]))
+        if name == "environment":
+            return environment(90, (90,), (90,))
+        raise KeyboardInterrupt  # stands for the kill during the second run
+
+    monkeypatch.setattr(gpu_report, "run_section", fake_run)
+    out = tmp_path / "report.json"
+    with pytest.raises(KeyboardInterrupt):
+        gpu_report.check_plan("gpu", runs.PLANS["gpu"], str(tmp_path), str(out), budget=600)
+    report = json.loads(out.read_text())
+    assert {c["check"]: c["status"] for c in report["checks"]}["kernels"] == "pass"
+    assert report["environment"]["gpus"][0]["name"] == "NVIDIA H200"
+    assert [name for name, _ in calls] == ["environment", "first_kernel"]
+    assert 0 < calls[0][1] - time.monotonic() <= 600  # the deadline: the budget from the start

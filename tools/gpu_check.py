@@ -37,9 +37,11 @@ from lib.gpu_check.runs import PLANS, SECTIONS, run_child
 
 PREPARE = """
 Preparing a GPU machine without network (docs/gpu.md has the plan and the measured sizes):
-  here:  tools/gpu_machine_prep.sh fetch      # mxnet-cu117 1.9.1 + CUDA 11 runtime wheels -> .whl/, in pieces
-  there: tools/gpu_machine_prep.sh install    # reassemble, pip install --target, numpy 2 shim, build the ops
-         tools/gpu_machine_prep.sh check      # this script with the prepared environment
+  here:  make mxnet-gpu MXNET_SRC=DIR         # MXNet 1.9.1 with sm_90 code, CUDA 13 + cuDNN 9 (hours)
+         tools/gpu_machine_prep.sh fetch      # that build's package + the ops library -> .whl/, in pieces
+  there: tools/gpu_machine_prep.sh install    # reassemble, unpack, numpy 2 shim, build the extensions
+         tools/gpu_machine_prep.sh check      # this script with the image's CUDA 13 libraries
+         (tools/gpu_machine_prep.sh device: install + check, the report under $OUT)
 A CUDA 11 wheel of MXNet 1.9.1 carries machine code for sm_50..sm_86 and no PTX: on Hopper (H100/H200,
 sm_90) or newer it cannot run, which the `kernels` check reports without starting a GPU run.
 """
@@ -54,6 +56,8 @@ def main(argv=None):
                         help="synthetic data, logs and per-run results (default: %(default)s)")
     parser.add_argument("--iterations", type=int, help="training iterations per precision (plan's default)")
     parser.add_argument("--chips", type=int, help="chips per iteration on GPU 0 (even; plan's default)")
+    parser.add_argument("--budget", type=float, help="seconds for the whole check: every run stops by then "
+                        "(a device lease's end); the report so far is written before each run")
     parser.add_argument("--section", choices=sorted(SECTIONS), help=argparse.SUPPRESS)
     parser.add_argument("--plan", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
@@ -70,7 +74,7 @@ def main(argv=None):
         parser.error(f"--chips must be an even number >= 2, got {plan['chips']}")
     if plan["iterations"] < 2 * plan["distinct_batches"]:
         parser.error(f"--iterations must be at least {2 * plan['distinct_batches']} (two passes over the chips)")
-    return check_plan(plan_name, plan, os.path.abspath(args.workdir), args.out)
+    return check_plan(plan_name, plan, os.path.abspath(args.workdir), args.out, budget=args.budget)
 
 
 if __name__ == "__main__":

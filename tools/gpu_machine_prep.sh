@@ -1,61 +1,59 @@
 #!/usr/bin/env bash
-# Prepare a GPU machine that has no network for tools/gpu_check.py (docs/gpu.md: plan, sizes, budget).
+# Prepare a GPU machine without network (the H200: CUDA 13 driver, torch cu130 with the CUDA 13.0 and cuDNN 9.19
+# pip libraries, Python 3.12, NumPy 2) for tools/gpu_check.py with the project's own MXNet build (docs/gpu.md:
+# plan, sizes, budget). Only MXNet travels: it links the CUDA libraries that image already has.
 #
-#   here (network):  tools/gpu_machine_prep.sh fetch [--cuda-libs]
-#       downloads, for CPython 3.12 on manylinux x86_64, mxnet-cu117 1.9.1 and the CUDA 11.7 runtime wheel
-#       (and with --cuda-libs the CUDA 11 libraries libmxnet.so links: cuDNN 8, cuBLAS, cuFFT, cuRAND,
-#       cuSOLVER, cuSPARSE, NCCL, NVRTC, NVTX, for a machine without CUDA 11 installed), builds the GPU
-#       operator library (make ops-cuda-check), and splits everything into pieces of PIECE_MIB (60) MiB
-#       under .whl/pieces (git-ignored), with SHA-256 sums.
-#   here:            tools/gpu_machine_prep.sh calls
+#   here:   tools/gpu_machine_prep.sh fetch
+#       packs the mxnet-local-gpu Python package (the stock CPU wheel's mxnet/ with libmxnet.so replaced by
+#       MXNET_GPU_BUILD/install/libmxnet.so, from make mxnet-gpu) and the GPU operator library built against
+#       CUDA 13 (make ops-cuda-check) into one xz tarball, split into pieces of PIECE_MIB (60) MiB under
+#       .whl/pieces (git-ignored) with SHA-256 sums. MXNET_LIB=FILE packs another libmxnet.so (a rehearsal).
+#   here:   tools/gpu_machine_prep.sh calls
 #       prints the pieces grouped into device calls of at most CALL_MIB (62) MiB each: one call per line.
-#   there:           tools/gpu_machine_prep.sh install
-#       reassembles and verifies the wheels, installs them with pip --target $SITE (default /tmp/sniper_site),
-#       puts the GPU operator library in place and builds the Cython extensions for that Python.
-#   there:           tools/gpu_machine_prep.sh check [gpu_check.py options]
-#       runs tools/gpu_check.py with the numpy 2 shim, the installed packages and their CUDA libraries.
+#   there:  tools/gpu_machine_prep.sh install
+#       reassembles and verifies the tarball, unpacks it into $SITE (default /tmp/sniper_site), puts the GPU
+#       operator library in place and builds the Cython extensions for that Python.
+#   there:  tools/gpu_machine_prep.sh check [gpu_check.py options]
+#       runs tools/gpu_check.py with the numpy 2 shim, the package, and the CUDA 13 libraries of the Python's
+#       nvidia/ packages on LD_LIBRARY_PATH.
+#   there:  tools/gpu_machine_prep.sh device
+#       the last device call's command: install, then check under CHECK_SECONDS (660), report to $OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-WHEELS=.whl/wheels
+PACK=.whl/pack
 PIECES=.whl/pieces
 PIECE_MIB=${PIECE_MIB:-60}
 CALL_MIB=${CALL_MIB:-62}
 SITE=${SITE:-/tmp/sniper_site}
 PYTHON=${PYTHON:-python3}
-MXNET_WHEEL=mxnet-cu117==1.9.1
-CUDA_RUNTIME=nvidia-cuda-runtime-cu11==11.7.99
-# The CUDA 11.7-era releases of what libmxnet.so (mxnet-cu117 1.9.1) names in its NEEDED entries.
-CUDA_LIBS="nvidia-cudnn-cu11==8.5.0.96 nvidia-cublas-cu11==11.10.3.66 nvidia-cufft-cu11==10.7.2.91
-nvidia-curand-cu11==10.2.10.91 nvidia-cusolver-cu11==11.4.0.1 nvidia-cusparse-cu11==11.7.4.91
-nvidia-nccl-cu11==2.14.3 nvidia-cuda-nvrtc-cu11==11.7.99 nvidia-nvtx-cu11==11.7.91"
-OPS_LIBRARY=.whl/pieces/libsniper_ops_cuda.so
-
-download() {  # pip download for the GPU machine's Python (3.12), not this one's
-  "$PYTHON" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
-    --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d "$WHEELS" "$@"
-}
+MXNET_GPU_BUILD=${MXNET_GPU_BUILD:-build/mxnet-gpu}
+TARBALL=mxnet-local-gpu.tar.xz
+OPS_LIBRARY=libsniper_ops_cuda.so  # inside the tarball, beside mxnet/
+# shellcheck source=mxnet_gpu/versions.sh
+. tools/mxnet_gpu/versions.sh
 
 fetch() {
-  mkdir -p "$WHEELS" "$PIECES"
-  local start=$SECONDS
-  # shellcheck disable=SC2086
-  download "$MXNET_WHEEL" "$CUDA_RUNTIME" $([ "${1:-}" = --cuda-libs ] && echo $CUDA_LIBS)
-  echo "downloaded in $((SECONDS - start)) s"
+  local lib=${MXNET_LIB:-$MXNET_GPU_BUILD/install/libmxnet.so} start=$SECONDS stage=.whl/stage
+  [ -f "$lib" ] || { echo "error: no $lib: build it with make mxnet-gpu MXNET_SRC=DIR (or give MXNET_LIB=FILE)" >&2; exit 1; }
+  rm -rf "$stage" "$PACK" "$PIECES" && mkdir -p "$stage" "$PACK" "$PIECES" .whl/wheels
+  "$PYTHON" -m pip download -q --no-deps --disable-pip-version-check -d .whl/wheels "$MXNET_CPU_WHEEL" \
+    2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+  "$PYTHON" -m zipfile -e .whl/wheels/mxnet-1.9.1-*.whl "$stage"
+  cp "$lib" "$stage/mxnet/libmxnet.so"
   make -s ops-cuda-check
-  rm -f "$PIECES"/*
-  cp build/cuda/libsniper_ops_cuda.so "$OPS_LIBRARY"
-  for wheel in "$WHEELS"/*.whl; do
-    split -b "${PIECE_MIB}M" -d -a 2 "$wheel" "$PIECES/$(basename "$wheel").part-"
-  done
-  (cd "$WHEELS" && sha256sum -- *.whl) > "$PIECES/SHA256SUMS"
-  du -b "$WHEELS"/*.whl | sort -n
-  echo "$(ls "$PIECES" | wc -l) files in $PIECES; device calls: $(calls | wc -l) (tools/gpu_machine_prep.sh calls)"
+  cp build/cuda13/libsniper_ops_cuda.so "$stage/$OPS_LIBRARY"
+  echo "packing $(du -sh "$stage" | cut -f1) with xz"
+  tar -C "$stage" -cf - . | nice xz -6 -T "${XZ_THREADS:-2}" > "$PACK/$TARBALL"
+  split -b "${PIECE_MIB}M" -d -a 2 "$PACK/$TARBALL" "$PIECES/$TARBALL.part-"
+  (cd "$PACK" && sha256sum -- "$TARBALL") > "$PIECES/SHA256SUMS"
+  rm -rf "$stage"
+  du -b "$lib" "$PACK/$TARBALL"
+  echo "$(ls "$PIECES" | wc -l) files in $PIECES in $((SECONDS - start)) s; device calls: $(calls | wc -l) (tools/gpu_machine_prep.sh calls)"
 }
 
 calls() {  # first-fit groups of pieces under CALL_MIB, largest first: the carry list of each device call
-  "$PYTHON" - "$PIECES" "$CALL_MIB" <<'EOF'
+  "$PYTHON" - "$PIECES" "$CALL_MIB" <<'PY'
 import os, sys
 folder, limit = sys.argv[1], int(sys.argv[2]) * 2 ** 20
 sizes = sorted(((os.path.getsize(os.path.join(folder, n)), n) for n in os.listdir(folder)), reverse=True)
@@ -70,39 +68,56 @@ for size, name in sizes:
         groups.append([size, [name]])
 for total, names in groups:
     print(f"{total / 2 ** 20:6.1f} MiB  " + " ".join(os.path.join(folder, n) for n in names))
-EOF
+PY
 }
 
 install() {
   [ -f "$PIECES/SHA256SUMS" ] || { echo "no $PIECES/SHA256SUMS: carry the pieces first (tools/gpu_machine_prep.sh calls)"; exit 1; }
-  mkdir -p "$WHEELS"
-  local start=$SECONDS wheel
-  for wheel in $(awk '{print $2}' "$PIECES/SHA256SUMS"); do
-    cat "$PIECES/$wheel".part-* > "$WHEELS/$wheel"
-  done
-  (cd "$WHEELS" && sha256sum --quiet -c "../pieces/SHA256SUMS")
-  "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$WHEELS"/*.whl
+  local start=$SECONDS
+  mkdir -p "$PACK" "$SITE"
+  cat "$PIECES/$TARBALL".part-* > "$PACK/$TARBALL"
+  (cd "$PACK" && sha256sum --quiet -c "../pieces/SHA256SUMS")
+  # Python's lzma and tarfile, not the xz tool, which an image may lack; only plain files and folders
+  "$PYTHON" -c 'import sys, tarfile; tarfile.open(sys.argv[1], "r:xz").extractall(sys.argv[2], filter="data")' \
+    "$PACK/$TARBALL" "$SITE"
+  cp "$SITE/$OPS_LIBRARY" lib/ops/libsniper_ops.so  # the GPU variant: CPU and GPU forward
   echo "installed into $SITE in $((SECONDS - start)) s"
-  cp "$OPS_LIBRARY" lib/ops/libsniper_ops.so  # the GPU variant: CPU and GPU forward
   start=$SECONDS
   environment
   "$PYTHON" setup.py -q build_ext --inplace -j "$(nproc)"
   echo "built the extensions in $((SECONDS - start)) s"
 }
 
-environment() {  # the installed packages, their CUDA 11 libraries and the numpy 2 shim
+environment() {  # the package, the CUDA 13 libraries it links, the numpy 2 shim
   export PYTHONPATH="$PWD/tools/numpy2_compat:$SITE${PYTHONPATH:+:$PYTHONPATH}"
   local libs
-  libs=$(find "$SITE/nvidia" -maxdepth 2 -name lib -type d 2>/dev/null | paste -sd: -)
+  # pip's CUDA 13 wheels (torch's on the GPU image) keep them in nvidia/cu13/lib and nvidia/cudnn/lib
+  libs=$("$PYTHON" -c 'import os, nvidia; print(":".join(d for b in nvidia.__path__ for d in
+         (os.path.join(b, "cu13", "lib"), os.path.join(b, "cudnn", "lib")) if os.path.isdir(d)))' 2>/dev/null || true)
+  # on the build machine, the toolchain's (a CPU machine also needs its driver stub to load the library)
+  local toolchain=$MXNET_GPU_BUILD/toolchain/cuda/nvidia
+  if [ -z "$libs" ] && [ -d "$toolchain/cu13/lib" ]; then
+    toolchain=$(cd "$toolchain" && pwd)
+    libs="$toolchain/cu13/lib:$toolchain/cudnn/lib"
+    ldconfig -p | grep -q 'libcuda\.so\.1 ' || libs="$libs:$toolchain/cu13/lib/stubs"
+  fi
   export LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export CUDA_CACHE_MAXSIZE=4294967296  # room for the driver's PTX JIT cache, should any PTX be compiled
-  export CUDA_MODULE_LOADING=LAZY  # CUDA >= 11.7 loads (and JIT-compiles) a kernel when first used
+  export CUDA_MODULE_LOADING=LAZY  # CUDA >= 11.7 loads a kernel when first used
 }
 
 case "${1:-}" in
-  fetch) shift; fetch "$@" ;;
+  fetch) fetch ;;
   calls) calls ;;
   install) install ;;
   check) shift; environment; exec "$PYTHON" tools/gpu_check.py "$@" ;;
+  device)
+    out=${OUT:-output/gpu_check}
+    mkdir -p "$out"
+    install 2>&1 | tee "$out/install.log"
+    environment
+    # the budget stops the runs in time for the report; timeout is the safety net
+    timeout "${CHECK_SECONDS:-660}" "$PYTHON" tools/gpu_check.py --out "$out/gpu_check.json" \
+      --workdir /tmp/gpu_check --budget "$(( ${CHECK_SECONDS:-660} - 20 ))" | tee "$out/gpu_check.md" ;;
   *) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 2 ;;
 esac

@@ -19,8 +19,9 @@ GRADIENT_TOLERANCE = 1e-3
 GPU_RUNS = ("first_kernel", "proposal_target", "train_fp32", "train_fp16", "fp16_vs_fp32", "gradients", "inference")
 
 
-def run_section(name, plan, workdir, precision=None):
-    """Run section ``name`` in a child process; its result dict, or ``{"error": ...}``."""
+def run_section(name, plan, workdir, precision=None, deadline=None):
+    """Run section ``name`` in a child process; its result dict, or ``{"error": ...}``. The child is stopped
+    at the plan's time limit for the section or at ``deadline`` (``time.monotonic()``), whichever comes first."""
     arguments = ["--precision", precision] if precision else []
     tag = f"{name}_{precision}" if precision else name
     result_path = os.path.join(workdir, f"{tag}.json")
@@ -29,12 +30,15 @@ def run_section(name, plan, workdir, precision=None):
         os.remove(result_path)
     command = [sys.executable, TOOL, "--section", name, "--plan", json.dumps(plan),
                "--workdir", workdir, "--result", result_path, *arguments]
+    limit = plan["timeouts"][name]
+    if deadline is not None:
+        limit = round(max(1.0, min(limit, deadline - time.monotonic())), 1)
     start = time.perf_counter()
     with open(log_path, "w") as log:
         # its own process group, so that a run past its time is stopped with its data-loader workers
         child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
         try:
-            code = child.wait(timeout=plan["timeouts"][name])
+            code = child.wait(timeout=limit)
         except subprocess.TimeoutExpired:
             os.killpg(child.pid, signal.SIGKILL)
             child.wait()
@@ -45,7 +49,7 @@ def run_section(name, plan, workdir, precision=None):
             return dict(json.load(f), seconds=seconds)
     with open(log_path) as f:
         tail = f.read().strip().splitlines()[-12:]
-    reason = f"timed out after {plan['timeouts'][name]} s" if code == "timeout" else f"exit code {code}"
+    reason = f"timed out after {limit:g} s" if code == "timeout" else f"exit code {code}"
     return {"error": f"{reason}; log {log_path}", "log_tail": tail, "seconds": seconds}
 
 
@@ -141,15 +145,23 @@ def _mean(values):
     return sum(values) / len(values)
 
 
-def check_plan(plan_name, plan, workdir, out):
+def check_plan(plan_name, plan, workdir, out, budget=None):
+    """Every check of ``plan``; with ``budget`` (seconds) every run stops by then (a device lease's end), and
+    the report so far is written before each run, so that a check stopped from outside still leaves one."""
     os.makedirs(workdir, exist_ok=True)
     report = Report(plan_name)
-    env = report.results["environment"] = run_section("environment", plan, workdir)
+    deadline = time.monotonic() + budget if budget else None
+
+    def run(*args):
+        write_report(report, out)
+        return run_section(*args, deadline=deadline)
+
+    env = report.results["environment"] = run("environment", plan, workdir)
     runnable = judge_environment(report, env, plan)
     if not runnable:
         report.skip_unreported(GPU_RUNS, "not run: see the failed checks above")
         return finish(report, out)
-    first = report.results["first_kernel"] = run_section("first_kernel", plan, workdir)
+    first = report.results["first_kernel"] = run("first_kernel", plan, workdir)
     ran = "error" not in first and first["value"] == 2 * 64 * 64
     report.check("first_kernel", "pass" if ran else "fail",
                  first.get("error", f"sum of 2 * ones(64, 64) = {first.get('value')}; {first.get('first_seconds')} s "
@@ -158,7 +170,7 @@ def check_plan(plan_name, plan, workdir, out):
     if not ran:
         report.skip_unreported(GPU_RUNS, "not run: no kernel ran")
         return finish(report, out)
-    target = report.results["proposal_target"] = run_section("proposal_target", plan, workdir)
+    target = report.results["proposal_target"] = run("proposal_target", plan, workdir)
     if "error" in target:
         report.check("proposal_target", "fail", target["error"])
     else:
@@ -167,10 +179,10 @@ def check_plan(plan_name, plan, workdir, out):
                      f"{plan['device']} vs cpu: outputs {target['outputs']}, "
                      + ("identical" if equal else f"outputs {target['mismatched_outputs']} differ")
                      + f"; {target['foreground_rois']} foreground rois")
-    runs = {p: run_section("train", plan, workdir, p) for p in plan["precisions"]}
+    runs = {p: run("train", plan, workdir, p) for p in plan["precisions"]}
     report.results["train"] = runs
     judge_training(report, runs)
-    gradients = report.results["gradients"] = run_gradients(plan, env, workdir)
+    gradients = report.results["gradients"] = run_gradients(plan, env, workdir, run)
     if gradients is None:
         report.check("gradients", "skip", "needs 2 GPUs")
     elif "error" in gradients:
@@ -181,7 +193,7 @@ def check_plan(plan_name, plan, workdir, out):
                      f"{' + '.join(gradients['devices'])} vs {gradients['devices'][0]} alone: max relative difference "
                      f"{gradients['max_relative_difference']:.2e} ({gradients['worst_parameter']}) over "
                      f"{gradients['parameters']} parameters (<= {GRADIENT_TOLERANCE:g})")
-    inference = {p: run_section("inference", plan, workdir, p) for p in plan["precisions"]}
+    inference = {p: run("inference", plan, workdir, p) for p in plan["precisions"]}
     report.results["inference"] = inference
     errors = {p: r["error"] for p, r in inference.items() if "error" in r}
     report.check("inference", "fail" if errors else "pass",
@@ -190,16 +202,21 @@ def check_plan(plan_name, plan, workdir, out):
     return finish(report, out)
 
 
-def run_gradients(plan, env, workdir):
+def run_gradients(plan, env, workdir, run):
     if plan["device"] == "gpu" and len(env["gpus"]) < 2:
         return None
-    return run_section("gradients", plan, workdir)
+    return run("gradients", plan, workdir)
 
 
-def finish(report, out):
+def write_report(report, out):
     result = {"plan": report.plan, "checks": report.checks, "failed": report.failed(), **report.results}
     with open(out, "w") as f:
         json.dump(result, f, indent=1)
+    return result
+
+
+def finish(report, out):
+    result = write_report(report, out)
     print(markdown(result))
     print(f"\nwrote {out}")
     return 1 if result["failed"] else 0
