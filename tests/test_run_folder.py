@@ -132,12 +132,12 @@ def test_python_api_from_any_directory_matches_main_test(trained, elsewhere):
     assert len(found) == len(expected) > 0
     assert all(entry["image_id"] == image_id for entry in expected)
     key = lambda d: (-d[0], d[1])  # noqa: E731  (score, then box: ties in any order)
-    api = sorted(((round(s, 5), [round(v, 2) for v in (x1, y1, x2 - x1 + 1, y2 - y1 + 1)], n)
+    api = sorted(((round(s, 8), [round(v, 1) for v in (x1, y1, x2 - x1 + 1, y2 - y1 + 1)], n)
                   for x1, y1, x2, y2, s, n in found), key=key)
     cli = sorted(((e["score"], e["bbox"], names[e["category_id"]]) for e in expected), key=key)
     for (score_a, box_a, name_a), (score_c, box_c, name_c) in zip(api, cli):
-        assert score_a == pytest.approx(score_c, abs=2e-5) and name_a == name_c
-        np.testing.assert_allclose(box_a, box_c, atol=0.02)
+        assert score_a == pytest.approx(score_c, abs=2e-8) and name_a == name_c  # 8 decimals in the file
+        np.testing.assert_allclose(box_a, box_c, atol=0.051)  # the results file keeps one decimal (the reference's)
     assert os.path.getsize(elsewhere / "drawn.png") > 0
 
 
