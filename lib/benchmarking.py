@@ -3,6 +3,7 @@ BENCHMARKS.md records: repeated timing after a warm-up, the peak memory of this 
 processes, and the Markdown table they print. (Tests assert no timings: speed figures come from these.)
 """
 import numbers
+import resource
 import statistics
 import threading
 import time
@@ -60,6 +61,20 @@ def measure(function, repeat=3, warmup=1, min_seconds=0.0, setup=None, clock=tim
             calls = max(1, int(min_seconds / max(seconds, 1e-9)))
     rounds = [run(calls) for _ in range(repeat)]
     return Timing(tuple(r[0] for r in rounds), tuple(r[1] for r in rounds), rounds[-1][2])
+
+
+def peak_rss_bytes():
+    """The most resident memory this process has held since it started: the kernel's high-water mark of
+    its own address space (``VmHWM``). Not ``getrusage``'s ``ru_maxrss``: Linux carries that across
+    fork and exec, so a child started by a large process (a test suite) reports the parent's peak."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # no procfs: kB on Linux and BSDs
 
 
 class PeakMemory:

@@ -104,3 +104,22 @@ def test_peak_memory_sums_the_workers_proportional_memory():
         child.stdin.close()
         child.wait(30)
     assert memory.pss > 90 * MB
+
+
+PEAK_SCRIPT = ("import sys, numpy; sys.path.insert(0, sys.argv[1]); from lib.benchmarking import peak_rss_bytes; "
+               "before = peak_rss_bytes(); a = numpy.ones(int(sys.argv[2]) << 20, numpy.uint8); "
+               "print(before, peak_rss_bytes())")
+
+
+def test_peak_rss_is_this_processs_own_not_the_parents():
+    """A child started by a process holding 400 MB reports its own peak (Linux's ru_maxrss would report the
+    parent's 400 MB: it is carried across fork and exec), and sees its own 100 MB allocation."""
+    from lib.bootstrap import ROOT
+
+    held = np.ones(400 * MB, np.uint8)  # touched: resident in this process when the child forks
+    done = subprocess.run([sys.executable, "-c", PEAK_SCRIPT, ROOT, "100"], capture_output=True, text=True,
+                          timeout=60, check=True)
+    del held
+    before, after = (int(value) for value in done.stdout.split())
+    assert before < 300 * MB  # an interpreter with NumPy and psutil, not the parent's 400 MB
+    assert after - before > 90 * MB

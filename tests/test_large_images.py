@@ -106,7 +106,7 @@ print(json.dumps(squares))
 """
 
 MEMORY_SCRIPT = r"""
-import json, resource, sys
+import json, sys
 import numpy as np
 sys.path[:0] = [{root!r}, {tests!r}]
 path, side = sys.argv[1], 20000
@@ -123,7 +123,8 @@ for scale, chip in [(3.0, (3000.0, 2100.0, 3511.0, 2611.0)), (1.667, (0.0, 0.0, 
                     (512 / side, (0.0, 0.0, 511.0, 511.0))]:
     render_chip(open_windowed(entry), chip, scale, False, (0, 0, 0), "RGB", "truncate", out)
 import pyvips
-print(json.dumps({{"peak_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+from lib.benchmarking import peak_rss_bytes
+print(json.dumps({{"peak_kb": peak_rss_bytes() // 1024,
                   "vips_threads": pyvips.concurrency_get(), "boxes": found[:, :4].tolist()}}))
 """
 

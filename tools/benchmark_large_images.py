@@ -21,12 +21,11 @@ import _bootstrap  # noqa: F401  (repository root on sys.path, the project's vir
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
 
-from lib.benchmarking import markdown_table
+from lib.benchmarking import markdown_table, peak_rss_bytes
 from lib.config import add_config_arguments, config_from_arguments
 
 MODES = ("whole", "tiled", "autofocus-tiled")
@@ -103,7 +102,7 @@ def run_mode(args):
         json.dump(coco_results([found[i] for i in range(len(roidb))], image_ids, dataset.category_ids), f)
     metrics = evaluate_coco(dataset.coco, path, out, image_ids=image_ids)
     print(json.dumps({"mode": args.mode, "scales": list(cfg.TEST.SCALES), "images": len(roidb), "seconds": seconds,
-                      "mpixels": pixels / 1e6, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                      "mpixels": pixels / 1e6, "peak_mb": peak_rss_bytes() / 2 ** 20,
                       "AP": metrics["AP"], "AP50": metrics["AP50"], "APs": metrics["APs"]}))
 
 
