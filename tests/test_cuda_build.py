@@ -157,6 +157,30 @@ def test_progress_counts_this_runs_edges_and_restarts_on_a_new_total():
     assert tracker.update(110, 560) == "progress: 110/560 (19.6 %), elapsed 1m40s, ETA 1h15m"
 
 
+def test_progress_eta_weighs_the_edges_left_by_kind(tmp_path):
+    """10 CUDA units and 10 C++ units planned, 2 jobs; the log says CUDA units took 40 s and C++ ones 10 s.
+    After the 10 C++ units (100 s of work, 50 s of wall time), 10 CUDA units of 40 s on 2 jobs are left:
+    200 s, where the time per edge so far (5 s) would promise 50 s."""
+    plan = progress.read_plan(["[1/21] Building CUDA object CMakeFiles/mxnet.dir/src/a%d.cu.o" % i for i in range(10)]
+                              + ["[2/21] Building CXX object CMakeFiles/mxnet.dir/src/b%d.cc.o" % i for i in range(10)]
+                              + ["[21/21] Linking CXX shared library libmxnet.so", "warning: x"])
+    assert plan == {"cuda": 10, "object": 10, "link": 1}
+    log = tmp_path / ".ninja_log"
+    log.write_text("# ninja log v5\n" + "".join(f"{i}\t{i + 10000}\t0\tCMakeFiles/b{i}.cc.o\th\n" for i in range(10))
+                   + "0\t99000\t0\tCMakeFiles/old.cu.o\th\n0\t40000\t0\tCMakeFiles/old.cu.o\th\n")  # latest wins
+    durations = progress.read_durations(str(log))
+    assert durations == {"object": [10.0] * 10, "cuda": [40.0]}
+    assert progress.read_durations(str(tmp_path / "absent")) == {}
+    now = [0.0]
+    tracker = progress.Progress(clock=lambda: now[0], plan=plan, durations=lambda: durations, jobs=2)
+    for i in range(10):
+        now[0] += 5.0
+        text = tracker.update(i + 1, 21, f"Building CXX object CMakeFiles/mxnet.dir/src/b{i}.cc.o")
+    # the link has no duration yet: its prior (PRIOR_SECONDS) counts
+    expected = (10 * 40.0 + progress.PRIOR_SECONDS["link"]) / 2
+    assert text == f"progress: 10/21 (47.6 %), elapsed 50s, ETA {progress.format_duration(expected)}"
+
+
 def test_progress_filter_passes_ninja_output_through(tmp_path):
     ninja = "[1/3] Building CUDA object a.cu.o\nwarning: x\n[2/3] Building CXX object b.cc.o\n[3/3] Linking libmxnet.so\n"
     result = subprocess.run([sys.executable, os.path.join(MXNET_GPU, "progress.py"), "--every", "1000"],
