@@ -17,7 +17,8 @@
 #       runs tools/gpu_check.py with the numpy 2 shim, the package, and the CUDA 13 libraries of the Python's
 #       nvidia/ packages on LD_LIBRARY_PATH.
 #   there:  tools/gpu_machine_prep.sh device
-#       the last device call's command: install, then check under CHECK_SECONDS (660), report to $OUT.
+#       the last device call's command: install, then check under CHECK_SECONDS (480: with the install, within
+#       one device call's 600 s), report to $OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -117,7 +118,7 @@ case "${1:-}" in
     install 2>&1 | tee "$out/install.log"
     environment
     # the budget stops the runs in time for the report; timeout is the safety net
-    timeout "${CHECK_SECONDS:-660}" "$PYTHON" tools/gpu_check.py --out "$out/gpu_check.json" \
-      --workdir /tmp/gpu_check --budget "$(( ${CHECK_SECONDS:-660} - 20 ))" | tee "$out/gpu_check.md" ;;
+    timeout "${CHECK_SECONDS:-480}" "$PYTHON" tools/gpu_check.py --out "$out/gpu_check.json" \
+      --workdir /tmp/gpu_check --budget "$(( ${CHECK_SECONDS:-480} - 20 ))" | tee "$out/gpu_check.md" ;;
   *) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 2 ;;
 esac
