@@ -1,6 +1,7 @@
 """Large images read by windows (lib.dataset.large_images): pixels as OpenCV decodes them (PNG, JPEG, tiled
 and strip TIFF), reduced reads, bad files, training chips from windows, the resident memory of the tiled
-test and of the chip cropping on a 20,000 x 20,000 image (measured in a subprocess)."""
+test and of the chip cropping on a 20,000 x 20,000 image (measured in a subprocess), and the benchmark
+tool's whole / tiled / AutoFocus-tiled rows."""
 import json
 import os
 import subprocess
@@ -213,36 +214,51 @@ def test_tiled_test_and_chips_of_a_20000_px_image_stay_within_a_fixed_resident_m
         assert distance.min() <= 4, (x, y, size)
 
 
-def test_benchmark_tool_compares_whole_and_tiled_tests_in_processes_of_their_own(tmp_path, tiny_config):
-    """A small set (one 700 x 900 image), a random tiny checkpoint: both rows, figures present and
-    consistent (the tiled pyramid processes more pixels than the one whole-image scale)."""
+def random_checkpoint(config, path, focus=None):
+    """A randomly initialised checkpoint of ``config``'s network (6 classes: the synthetic set's) at ``path``;
+    ``focus`` "everywhere": its FocusPixel branch calls every cell a small object's."""
     import mxnet as mx
 
     from lib.config import load_config
     from lib.inference.detector import DATA_NAMES
     from symbols import inference_symbol
 
-    cfg = load_config(tiny_config, {"gpus": ""})
+    cfg = load_config(config, {"gpus": ""})
     module = mx.mod.Module(inference_symbol(cfg, 6), data_names=DATA_NAMES, label_names=None, context=mx.cpu())
     module.bind([("data", (1, 3, 64, 64)), ("im_info", (1, 3)), ("im_ids", (1,)), ("chip_ids", (1,))],
                 for_training=False)
     mx.random.seed(0)
     module.init_params(mx.init.Normal(0.01))
     args, aux = module.get_params()
-    path = str(tmp_path / "tiny-0001.params")
+    if focus == "everywhere":
+        args["conv_new_out_weight"][:] = 0
+        args["conv_new_out_bias"][:] = mx.nd.array([-10, 10])
     mx.nd.save(path, {**{f"arg:{k}": v for k, v in args.items()}, **{f"aux:{k}": v for k, v in aux.items()}})
+    return path
+
+
+def test_benchmark_tool_compares_whole_tiled_and_autofocus_tests_in_processes_of_their_own(tmp_path, tiny_config):
+    """A small set (one 700 x 900 image), random tiny checkpoints: the three rows, figures present and
+    consistent (the tiled pyramid processes more pixels than the one whole-image scale; AutoFocus, whose
+    FocusPixels are everywhere, processes every finer scale whole, in the tiles of the tiled pyramid)."""
+    focus_config = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny_autofocus.yml")
     done = subprocess.run(
         [sys.executable, os.path.join(ROOT, "tools", "benchmark_large_images.py"), "--cfg", tiny_config,
-         "--checkpoint", path, "--sizes", "700x900", "--objects-per-mp", "20", "--scales", "1.0", "0.5", "512",
+         "--checkpoint", random_checkpoint(tiny_config, str(tmp_path / "tiny-0001.params")),
+         "--focus-cfg", focus_config,
+         "--focus-checkpoint", random_checkpoint(focus_config, str(tmp_path / "focus-0001.params"), "everywhere"),
+         "--sizes", "700x900", "--objects-per-mp", "20", "--scales", "1.0", "0.5", "512",
          "--tile", "512", "128", "--whole-long-side", "600", "--set", "gpus=", f"dataset.root_path={tmp_path}",
          "--out", str(tmp_path / "bench")], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
-            for line in done.stdout.splitlines() if line.startswith("| whole") or line.startswith("| tiled")}
-    assert set(rows) == {"whole", "tiled"}
+            for line in done.stdout.splitlines() if line.startswith("| ") and not line.startswith("| test")}
+    assert set(rows) == {"whole", "tiled", "autofocus-tiled"}, done.stdout
     # whole: one scale, 900 -> 600 px: 700 * 900 * (2/3)^2 = 0.28 Mpx; tiled: more than scale 1.0 alone
     assert float(rows["whole"][1]) == pytest.approx(0.28, abs=0.05)
     assert float(rows["tiled"][1]) > 0.63
+    assert rows["autofocus-tiled"][0] == "[512.0, 0.5, 1.0]"  # coarsest first
+    assert float(rows["autofocus-tiled"][1]) == pytest.approx(float(rows["tiled"][1]), rel=0.02)
     assert all(float(rows[mode][3]) > 0 for mode in rows)  # peak RSS
 
 
