@@ -7,7 +7,7 @@ epoch ``TEST.TEST_EPOCH`` of the config's run. Runs the multi-scale tester on ``
 (results JSON + COCO/VOC evaluation under ``{output_path}/{name}/results/``), or, with ``--set TEST.EXTRACT_PROPOSALS true``, extracts RPN
 proposals of ``dataset.image_set`` for negative chip mining. With ``--images FOLDER|LIST`` it tests every image of a
 folder (or listed in a text file) without annotations: COCO-format results, and drawn images with ``--draw``
-(lib/inference/folder_test.py).
+(lib/inference/folder_test.py). Both also write GeoJSON for geo-referenced images (lib/inference/geojson.py).
 """
 from lib.bootstrap import use_project_python
 

@@ -1,6 +1,7 @@
-"""Large images read by windows (lib.dataset.large_images): pixels as OpenCV decodes them, reduced reads,
-bad files, training chips from windows, and the resident memory of the tiled test and of the chip
-cropping on a 20,000 x 20,000 image (measured in a subprocess)."""
+"""Large images read by windows (lib.dataset.large_images): pixels as OpenCV decodes them (PNG, JPEG, tiled
+and strip TIFF), reduced reads, bad files, training chips from windows, the resident memory of the tiled
+test and of the chip cropping on a 20,000 x 20,000 image (measured in a subprocess), and the benchmark
+tool's whole / tiled / AutoFocus-tiled rows."""
 import json
 import os
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import cv2
 import numpy as np
 import pytest
+import tifffile
 
 from lib.bootstrap import ROOT
 from lib.data.chip_image import render_chip
@@ -17,6 +19,10 @@ from lib.dataset.large_images import WindowedImage, is_large, open_windowed, shr
 
 RNG = np.random.default_rng(7)
 COLOUR = RNG.integers(0, 255, (37, 53, 3), dtype=np.uint8)
+JPEG_SAMPLING = {"420.jpg": [cv2.IMWRITE_JPEG_SAMPLING_FACTOR, cv2.IMWRITE_JPEG_SAMPLING_FACTOR_420],
+                 "422.jpg": [cv2.IMWRITE_JPEG_SAMPLING_FACTOR, cv2.IMWRITE_JPEG_SAMPLING_FACTOR_422],
+                 "444.jpg": [cv2.IMWRITE_JPEG_SAMPLING_FACTOR, cv2.IMWRITE_JPEG_SAMPLING_FACTOR_444,
+                             cv2.IMWRITE_JPEG_PROGRESSIVE, 1]}
 
 
 @pytest.mark.parametrize("name, pixels", [
@@ -25,18 +31,66 @@ COLOUR = RNG.integers(0, 255, (37, 53, 3), dtype=np.uint8)
     ("alpha.png", np.dstack([COLOUR, COLOUR[:, :, :1]])),
     ("deep.png", COLOUR.astype(np.uint16) * 257 + 3),
     ("tiled.tif", COLOUR),
+    ("420.jpg", COLOUR),  # JPEG chroma subsampling 4:2:0, 4:2:2, 4:4:4 (progressive): libvips decodes with
+    ("422.jpg", COLOUR),  # mozjpeg, OpenCV with libjpeg-turbo: the same decoder (mozjpeg changes only the
+    ("444.jpg", COLOUR),  # encoder), the same integer IDCT and upsampling, so the same pixels
 ])
 def test_windows_are_the_pixels_opencv_decodes(tmp_path, name, pixels):
     path = str(tmp_path / name)
     if name.endswith(".tif"):  # tiled BigTIFF, tiles of 16 px: windows across tile edges
         write_tiled_tiff(pixels, path, tile=16)
     else:
-        cv2.imwrite(path, pixels)
+        cv2.imwrite(path, pixels, JPEG_SAMPLING.get(name, []))
     expected = read_image(path) if not name.endswith(".tif") else COLOUR
     image = WindowedImage(path)
     assert image.shape == expected.shape
     np.testing.assert_array_equal(image[5:30, 7:50], expected[5:30, 7:50])
     np.testing.assert_array_equal(image[30:99, 40:99], expected[30:, 40:])  # clamped like a NumPy slice
+
+
+@pytest.fixture(scope="module")
+def large_pixels():
+    """6001 x 6000 px, just over LARGE_IMAGE_PIXELS (read by windows), decoded 108 MB: over libvips's 100 MiB
+    disc threshold, so a JPEG or strip TIFF is decoded into a temporary file. Gradients and a fine
+    pattern: every JPEG block has detail, every strip its own rows."""
+    height, width = 6001, 6000
+    pixels = np.empty((height, width, 3), np.uint8)
+    pixels[:, :, 0] = (np.arange(width, dtype=np.uint32) * 255 // width).astype(np.uint8)[None]
+    pixels[:, :, 1] = (np.arange(height, dtype=np.uint32) * 255 // height).astype(np.uint8)[:, None]
+    pixels[:, :, 2] = np.arange(width, dtype=np.uint8)[None] ^ np.arange(height, dtype=np.uint8)[:, None]
+    return pixels
+
+
+def deleted_files():
+    """{descriptor: size} of the files this process holds open that are no longer in any folder."""
+    held = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").endswith(" (deleted)"):
+                held[fd] = os.stat(f"/proc/self/fd/{fd}").st_size
+        except OSError:  # closed meanwhile (the listing's own descriptor)
+            pass
+    return held
+
+
+@pytest.mark.parametrize("name", ["large.jpg", "strips.tif"])
+def test_windows_of_a_large_jpeg_and_a_strip_tiff_are_the_pixels_opencv_decodes(tmp_path, large_pixels, name):
+    """OpenCV writes TIFF in strips of one row (LZW): libvips reads both formats sequentially, so it decodes
+    them once into a temporary file (deleted, held open) and cuts the windows from it; they are exactly
+    OpenCV's decode of the same file, across strip and JPEG block edges and at the image's edges."""
+    path = str(tmp_path / name)
+    cv2.imwrite(path, large_pixels, [cv2.IMWRITE_JPEG_QUALITY, 90] if name.endswith(".jpg") else [])
+    if name.endswith(".tif"):
+        with tifffile.TiffFile(path) as tiff:
+            assert not tiff.pages[0].is_tiled and tiff.pages[0].rowsperstrip == 1
+    expected = read_image(path)
+    held = deleted_files()
+    image = open_windowed({"image": path, "height": 6001, "width": 6000})
+    windows = [(0, 0, 300, 200), (2999, 3001, 3777, 3517), (5701, 5800, 6000, 6001), (1, 4093, 6000, 4101)]
+    for left, top, right, bottom in windows:
+        np.testing.assert_array_equal(image.window(left, top, right, bottom), expected[top:bottom, left:right])
+    decoded = {fd: size for fd, size in deleted_files().items() if fd not in held}
+    assert any(size >= 6001 * 6000 * 3 for size in decoded.values()), decoded
 
 
 def test_a_reduced_window_is_the_block_average_of_the_window(tmp_path):
@@ -160,36 +214,51 @@ def test_tiled_test_and_chips_of_a_20000_px_image_stay_within_a_fixed_resident_m
         assert distance.min() <= 4, (x, y, size)
 
 
-def test_benchmark_tool_compares_whole_and_tiled_tests_in_processes_of_their_own(tmp_path, tiny_config):
-    """A small set (one 700 x 900 image), a random tiny checkpoint: both rows, figures present and
-    consistent (the tiled pyramid processes more pixels than the one whole-image scale)."""
+def random_checkpoint(config, path, focus=None):
+    """A randomly initialised checkpoint of ``config``'s network (6 classes: the synthetic set's) at ``path``;
+    ``focus`` "everywhere": its FocusPixel branch calls every cell a small object's."""
     import mxnet as mx
 
     from lib.config import load_config
     from lib.inference.detector import DATA_NAMES
     from symbols import inference_symbol
 
-    cfg = load_config(tiny_config, {"gpus": ""})
+    cfg = load_config(config, {"gpus": ""})
     module = mx.mod.Module(inference_symbol(cfg, 6), data_names=DATA_NAMES, label_names=None, context=mx.cpu())
     module.bind([("data", (1, 3, 64, 64)), ("im_info", (1, 3)), ("im_ids", (1,)), ("chip_ids", (1,))],
                 for_training=False)
     mx.random.seed(0)
     module.init_params(mx.init.Normal(0.01))
     args, aux = module.get_params()
-    path = str(tmp_path / "tiny-0001.params")
+    if focus == "everywhere":
+        args["conv_new_out_weight"][:] = 0
+        args["conv_new_out_bias"][:] = mx.nd.array([-10, 10])
     mx.nd.save(path, {**{f"arg:{k}": v for k, v in args.items()}, **{f"aux:{k}": v for k, v in aux.items()}})
+    return path
+
+
+def test_benchmark_tool_compares_whole_tiled_and_autofocus_tests_in_processes_of_their_own(tmp_path, tiny_config):
+    """A small set (one 700 x 900 image), random tiny checkpoints: the three rows, figures present and
+    consistent (the tiled pyramid processes more pixels than the one whole-image scale; AutoFocus, whose
+    FocusPixels are everywhere, processes every finer scale whole, in the tiles of the tiled pyramid)."""
+    focus_config = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny_autofocus.yml")
     done = subprocess.run(
         [sys.executable, os.path.join(ROOT, "tools", "benchmark_large_images.py"), "--cfg", tiny_config,
-         "--checkpoint", path, "--sizes", "700x900", "--objects-per-mp", "20", "--scales", "1.0", "0.5", "512",
+         "--checkpoint", random_checkpoint(tiny_config, str(tmp_path / "tiny-0001.params")),
+         "--focus-cfg", focus_config,
+         "--focus-checkpoint", random_checkpoint(focus_config, str(tmp_path / "focus-0001.params"), "everywhere"),
+         "--sizes", "700x900", "--objects-per-mp", "20", "--scales", "1.0", "0.5", "512",
          "--tile", "512", "128", "--whole-long-side", "600", "--set", "gpus=", f"dataset.root_path={tmp_path}",
          "--out", str(tmp_path / "bench")], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
-            for line in done.stdout.splitlines() if line.startswith("| whole") or line.startswith("| tiled")}
-    assert set(rows) == {"whole", "tiled"}
+            for line in done.stdout.splitlines() if line.startswith("| ") and not line.startswith("| test")}
+    assert set(rows) == {"whole", "tiled", "autofocus-tiled"}, done.stdout
     # whole: one scale, 900 -> 600 px: 700 * 900 * (2/3)^2 = 0.28 Mpx; tiled: more than scale 1.0 alone
     assert float(rows["whole"][1]) == pytest.approx(0.28, abs=0.05)
     assert float(rows["tiled"][1]) > 0.63
+    assert rows["autofocus-tiled"][0] == "[512.0, 0.5, 1.0]"  # coarsest first
+    assert float(rows["autofocus-tiled"][1]) == pytest.approx(float(rows["tiled"][1]), rel=0.02)
     assert all(float(rows[mode][3]) > 0 for mode in rows)  # peak RSS
 
 

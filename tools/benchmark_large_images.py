@@ -8,14 +8,15 @@ images/s, megapixels processed and peak resident memory, each mode in a process 
         [--set KEY VALUE ...] [--out DIR]
 
 The images (tiled BigTIFF, objects of 8-64 px on a sparse textured background) are generated once into
-``{out}/data`` by lib.dataset.synthetic.generate_large_synthetic_coco. "whole" is the test without tiles
-at the one scale that fits in memory (the longer side at ``--whole-long-side``: the full pyramid of a
-10,000 px image is tens of GB of canvases); "tiled" is the model's test pyramid in tiles; "autofocus-tiled"
-is ``--focus-cfg``'s AutoFocus test in tiles (skipped without one). Checkpoints: ``--checkpoint`` /
-``--focus-checkpoint``, else the configs' ``TEST.MODEL`` or ``TEST_EPOCH``. ``--set`` applies to every mode
-(e.g. ``TEST.SCALES``). Pixels are counted at each level's resolution, tile overlaps included. Speed is one
-pass, first network passes included; pipeline workers: none (TEST.NUM_PROCESS 0), so the peak is one
-process's.
+``{out}/data`` by lib.dataset.synthetic.generate_large_synthetic_coco, in a process of their own. "whole"
+is the test without tiles at the one scale that fits in memory (the longer side at ``--whole-long-side``:
+the full pyramid of a 10,000 px image is tens of GB of canvases); "tiled" is the model's test pyramid in
+tiles; "autofocus-tiled" is ``--focus-cfg``'s AutoFocus test in tiles (skipped without one). Checkpoints:
+``--checkpoint`` / ``--focus-checkpoint``, else the configs' ``TEST.MODEL`` or ``TEST_EPOCH``. ``--set``
+applies to every mode (e.g. ``TEST.SCALES``). Pixels are counted at each level's resolution, tile overlaps
+included. Speed is one pass, first network passes included; pipeline workers: none (TEST.NUM_PROCESS 0), so
+the peak is one process's: each mode's own high-water mark (lib.benchmarking.peak_rss_bytes), measured in
+the mode's process; this one only starts them and prints the table, so nothing it held counts in theirs.
 """
 import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
 import argparse
@@ -29,6 +30,7 @@ from lib.benchmarking import markdown_table, peak_rss_bytes
 from lib.config import add_config_arguments, config_from_arguments
 
 MODES = ("whole", "tiled", "autofocus-tiled")
+GENERATE = "generate"  # the child process that writes the image set
 
 
 def parse_args(argv=None):
@@ -45,7 +47,7 @@ def parse_args(argv=None):
                         help="the tiled pyramid, finest first (AutoFocus runs it coarsest first); default: the configs'")
     parser.add_argument("--whole-long-side", type=int, default=2000, help="the whole-image mode's one scale")
     parser.add_argument("--out", default="output/large_image_benchmark")
-    parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)  # one mode, in a child process
+    parser.add_argument("--mode", choices=(GENERATE,) + MODES, help=argparse.SUPPRESS)  # a child process's part
     return parser.parse_args(argv)
 
 
@@ -106,26 +108,41 @@ def run_mode(args):
                       "AP": metrics["AP"], "AP50": metrics["AP50"], "APs": metrics["APs"]}))
 
 
-def main():
-    args = parse_args()
-    if args.mode:
-        return run_mode(args)
+def image_sizes(args):
+    return [tuple(int(v) for v in size.split("x")) for size in args.sizes.split(",")]
+
+
+def generate(args):
+    """Write the image set (in a child process: the parent never holds an image)."""
     from lib.dataset.synthetic import generate_large_synthetic_coco
 
-    sizes = [tuple(int(v) for v in size.split("x")) for size in args.sizes.split(",")]
-    data = os.path.join(args.out, "data")
+    generate_large_synthetic_coco(os.path.join(args.out, "data"), image_sizes(args), args.objects_per_mp, args.seed)
+
+
+def run_child(mode):
+    """This tool with the same arguments and ``--mode mode`` in a process of its own; its last output line."""
+    done = subprocess.run([sys.executable, os.path.abspath(__file__), *sys.argv[1:], "--mode", mode],
+                          capture_output=True, text=True)
+    if done.returncode:
+        sys.exit(f"{mode} failed:\n{done.stderr[-3000:]}")
+    return (done.stdout.strip().splitlines() or [""])[-1]
+
+
+def main():
+    args = parse_args()
+    if args.mode == GENERATE:
+        return generate(args)
+    if args.mode:
+        return run_mode(args)
+    sizes, data = image_sizes(args), os.path.join(args.out, "data")
     if not os.path.isfile(os.path.join(data, "annotations", "instances_large.json")):
         print(f"generating {len(sizes)} large images in {data}", flush=True)
-        generate_large_synthetic_coco(data, sizes, args.objects_per_mp, args.seed)
+        run_child(GENERATE)
     rows = []
     for mode in MODES:
         if mode == "autofocus-tiled" and not args.focus_cfg:
             continue
-        child = [sys.executable, os.path.abspath(__file__), *sys.argv[1:], "--mode", mode]
-        done = subprocess.run(child, capture_output=True, text=True)
-        if done.returncode:
-            sys.exit(f"{mode} failed:\n{done.stderr[-3000:]}")
-        figures = json.loads(done.stdout.strip().splitlines()[-1])
+        figures = json.loads(run_child(mode))
         rows.append([mode, str(figures["scales"]), figures["mpixels"] / figures["images"],
                      figures["images"] / figures["seconds"], figures["peak_mb"], figures["AP"], figures["AP50"],
                      figures["APs"]])

@@ -105,10 +105,8 @@ def read_image(path, max_pixels=None, expected_size=None):
     except OSError as err:
         raise DataFileError(f"cannot read image {path}: {err.strerror or err}") from None
     size = declared_size(data)
-    if size is not None and max_pixels and size[0] * size[1] > max_pixels:
-        raise DataFileError(f"image {path} declares {size[1]}x{size[0]} pixels ({size[0] * size[1] / 1e6:.0f} Mpx), "
-                            f"more than dataset.MAX_IMAGE_PIXELS ({max_pixels / 1e6:.0f} Mpx); not decoded (a "
-                            f"decompression bomb, or raise the limit for a genuine large image)")
+    if size is not None:
+        check_declared_pixels(path, size, max_pixels)
     if size is not None and expected_size is not None and size != tuple(expected_size):
         raise DataFileError(size_mismatch(path, size, expected_size))
     if data.startswith(_JPEG_START) and _jpeg_truncated(data) or \
@@ -121,6 +119,15 @@ def read_image(path, max_pixels=None, expected_size=None):
     if image is None:
         raise DataFileError(f"cannot decode image {path}: not a supported image file ({len(data)} bytes)")
     return image
+
+
+def check_declared_pixels(path, size, max_pixels):
+    """Refuse, before decoding, an image whose header declares (height, width) ``size`` with more than
+    ``max_pixels`` pixels (dataset.MAX_IMAGE_PIXELS; None or 0: no limit)."""
+    if max_pixels and size[0] * size[1] > max_pixels:
+        raise DataFileError(f"image {path} declares {size[1]}x{size[0]} pixels ({size[0] * size[1] / 1e6:.0f} Mpx), "
+                            f"more than dataset.MAX_IMAGE_PIXELS ({max_pixels / 1e6:.0f} Mpx); not decoded (a "
+                            f"decompression bomb, or raise the limit for a genuine large image)")
 
 
 def read_roidb_image(entry):

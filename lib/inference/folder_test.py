@@ -3,10 +3,13 @@
 ``main_test.py --images FOLDER|LIST [--draw]`` runs the checkpoint over every image (the tester's
 pipeline and progress bar), logs images/s, and writes into ``{run folder}/results/images_{NAME}/`` (or
 ``--out``): ``detections_results.json`` (COCO results format) and ``image_info.json`` (a COCO
-``image_info`` file: ids, file names, sizes), and with ``--draw`` one ``drawn/{file name}.jpg`` per image.
+``image_info`` file: ids, file names, sizes), with ``--draw`` one ``drawn/{file name}.jpg`` per image,
+and for geo-referenced images ``geojson/{file name}.geojson`` (lib.inference.geojson).
 Image ids are the file names' digits when all are distinct numbers (COCO's ``000000000139.jpg``), else
 1..N in sorted order. Sizes come from the file headers (Pillow, without decoding); a file that cannot be
-read is logged and skipped, as in the tester.
+read, or whose header declares more than ``dataset.MAX_IMAGE_PIXELS``, is logged and skipped, as in the
+tester (Pillow's own decompression-bomb limit, 179 Mpx, is the project's instead: large images are read
+by windows).
 """
 import logging
 import os
@@ -14,11 +17,12 @@ import re
 import time
 
 import cv2
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
 from lib.atomic import write_bytes, write_json
-from lib.dataset.image_io import read_image
+from lib.dataset.image_io import check_declared_pixels, read_image
 from lib.inference.evaluator import coco_results
+from lib.inference.geojson import write_geojson
 from lib.run.folder import read_model_info
 
 logger = logging.getLogger(__name__)
@@ -55,14 +59,26 @@ def image_ids(paths):
     return list(range(1, len(paths) + 1))
 
 
-def image_entries(paths):
+def header_size(path, max_pixels):
+    """(height, width) from the image file's header (Pillow, nothing decoded); OSError when it cannot be
+    read or declares more than ``max_pixels`` (dataset.MAX_IMAGE_PIXELS)."""
+    pillow_limit, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None  # ours applies, not Pillow's
+    try:
+        with Image.open(path) as image:
+            width, height = image.size
+    finally:
+        Image.MAX_IMAGE_PIXELS = pillow_limit
+    check_declared_pixels(path, (height, width), max_pixels)
+    return height, width
+
+
+def image_entries(paths, max_pixels):
     """(test entries without boxes, unreadable paths with their reason): what the tester's pipeline reads."""
     entries, unreadable = [], []
     for image_id, path in zip(image_ids(paths), paths):
         try:
-            with Image.open(path) as image:
-                width, height = image.size
-        except (OSError, UnidentifiedImageError) as err:
+            height, width = header_size(path, max_pixels)
+        except OSError as err:
             unreadable.append((path, str(err)))
             continue
         entries.append({"image": path, "id": image_id, "height": height, "width": width, "flipped": False})
@@ -85,7 +101,7 @@ def detect_images(cfg, source, out_dir=None, draw=False, thresh=0.5, detector=No
     from lib.run.folder import checkpoint_classes
 
     paths = list_images(source)
-    entries, unreadable = image_entries(paths)
+    entries, unreadable = image_entries(paths, cfg.dataset.MAX_IMAGE_PIXELS)
     if detector is None:
         params = checkpoint_file(cfg)
         detector = Detector.from_config(cfg, params, checkpoint_classes(params, cfg))
@@ -102,6 +118,8 @@ def detect_images(cfg, source, out_dir=None, draw=False, thresh=0.5, detector=No
                             "height": e["height"]} for e in entries],
                 "categories": [{"id": int(c), "name": n} for c, n in zip(category_ids[1:], detector.classes[1:])]},
                os.path.join(out_dir, "image_info.json"))
+    geojson = write_geojson([entries[i] for i in tested], [found[i] for i in tested], category_ids, detector.classes,
+                            out_dir)
     if draw:
         for i in tested:
             _, encoded = cv2.imencode(".jpg", detector.draw(read_image(entries[i]["image"]), found[i], thresh))
@@ -112,6 +130,6 @@ def detect_images(cfg, source, out_dir=None, draw=False, thresh=0.5, detector=No
                 len(tested), len(paths), source, seconds, speed, len(results), out_dir)
     summary = {"source": source, "images": len(paths), "tested": len(tested),
                "skipped": len(unreadable) + len(skipped), "seconds": seconds, "images_per_s": speed,
-               "results": os.path.join(out_dir, "detections_results.json"), "checkpoint": detector.source}
+               "results": os.path.join(out_dir, "detections_results.json"), "checkpoint": detector.source, **geojson}
     write_json(summary, os.path.join(out_dir, "test_summary.json"))
     return summary

@@ -1,9 +1,10 @@
 """Multi-scale testing over a dataset (spec section 8) and RPN proposal extraction.
 
 ``test(cfg)`` runs the checkpoint over ``dataset.test_image_set``, writes the results (COCO JSON,
-test-dev ready) and evaluates them when the set has annotations. ``extract_proposals(cfg)`` runs the
-RPN-only network over ``dataset.image_set`` (the training images, unflipped) and writes the proposal
-file (``lib.dataset.proposals``, an ``.npz``) that ``dataset.proposal`` reads for negative chip mining.
+test-dev ready; GeoJSON too for geo-referenced images, lib.inference.geojson) and evaluates them when the
+set has annotations. ``extract_proposals(cfg)`` runs the RPN-only network over ``dataset.image_set`` (the
+training images, unflipped) and writes the proposal file (``lib.dataset.proposals``, an ``.npz``) that
+``dataset.proposal`` reads for negative chip mining.
 
 Images are batched as the reference batches them (lib.inference.batching) and prepared and merged in
 ``TEST.NUM_PROCESS`` worker processes around the network (lib.inference.pipeline). An image that cannot
@@ -21,6 +22,7 @@ from lib.atomic import write_json
 from lib.dataset import load_roidb
 from lib.dataset.proposals import write_proposals
 from lib.inference.detector import Detector, checkpoint_file
+from lib.inference.geojson import write_geojson
 from lib.inference.masks import image_segmentations
 from lib.inference.pipeline import RoidbImages, metered
 from lib.run.checkpoint import output_dir
@@ -104,6 +106,8 @@ def test(cfg, detector=None, checkpoint=None, out_dir=None, max_images=0):
         segmentations = [by_index[i] for i in tested]
     summary.update(dataset.evaluate([roidb[i] for i in tested], [found[i] for i in tested], out_dir,
                                     segmentations=segmentations, scoring=cfg.TEST))
+    summary.update(write_geojson([roidb[i] for i in tested], [found[i] for i in tested], dataset.category_ids,
+                                 dataset.classes, out_dir))
     if skipped:
         logger.warning("%d of %d images could not be read and were skipped (listed in %s)", len(skipped),
                        len(roidb), os.path.join(out_dir, "test_summary.json"))
