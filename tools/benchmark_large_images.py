@@ -27,6 +27,7 @@ import time
 
 from lib.benchmarking import markdown_table, peak_rss_bytes
 from lib.config import add_config_arguments, config_from_arguments
+from lib.logger import report_user_errors
 
 MODES = ("whole", "tiled", "autofocus-tiled")
 
@@ -106,6 +107,7 @@ def run_mode(args):
                       "AP": metrics["AP"], "AP50": metrics["AP50"], "APs": metrics["APs"]}))
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main():
     args = parse_args()
     if args.mode:
