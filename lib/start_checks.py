@@ -1,11 +1,13 @@
 """Checks that make a doomed run fail in seconds, before data loading, roidb building or proposal extraction.
 
-Each check is a small function of the config raising a ``ConfigError`` (or ``MachineError``) that names
-the key, the value and what to do. The pure ones (``CONFIG_CHECKS``: the dataset kind, a chip size no
-valid box fits) run whenever a config is loaded (lib.config.validate, beside the sections' own parsing of
-the lr steps and pyramids); the ones that look at the machine or the disk run at an entry point's start
-(``check_training_start``, ``check_test_start``), before it writes anything: a refused start leaves
-no log, lock or run folder behind.
+Each check is a small function of the config raising a ``ConfigError`` (or ``MachineError``, or a data
+error naming the file) that names the key, the value and what to do. The pure ones (``CONFIG_CHECKS``: the
+dataset kind, a chip size no valid box fits) run whenever a config is loaded (lib.config.validate, beside
+the sections' own parsing of the lr steps and pyramids); the ones that look at the machine or the disk run
+at an entry point's start (``check_training_start``, ``check_test_start``), before it writes anything: a
+refused start leaves no log, lock or run folder behind. A training start also reads what is cheap to read
+of its data (the class list, the proposal file's index), so a contradiction stops it before the roidb is
+built.
 """
 import os
 
@@ -82,10 +84,34 @@ def check_run_folder(cfg, resume, overwrite):
         clear_later_epochs(checkpoint_prefix(cfg), cfg.TRAIN.begin_epoch, overwrite=False)
 
 
+def check_class_count(cfg):
+    """A ``dataset.NUM_CLASSES`` that contradicts the training set's class list (for COCO its annotation
+    file's categories, found by a scan: lib.dataset.coco.read_categories), before the roidb is built."""
+    from lib.dataset.roidb import DATASETS, check_num_classes
+
+    if cfg.dataset.NUM_CLASSES:
+        kind, image_set = cfg.dataset.dataset, cfg.dataset.image_set
+        check_num_classes(cfg, DATASETS[kind].class_count(cfg, image_set),
+                          f"{kind} image set {image_set!r} in {os.path.abspath(cfg.dataset.dataset_path)}")
+
+
+def check_proposals(cfg):
+    """With negative chips on, the proposal file is there and is a proposal .npz (its index read, not its
+    boxes), before the roidb is built."""
+    from lib.dataset.proposals import check_proposal_file
+    from lib.dataset.roidb import neg_chip_proposals
+
+    path = neg_chip_proposals(cfg)
+    if path:
+        check_proposal_file(path)
+
+
 def check_training_start(cfg, resume=False, overwrite=False):
     check_output_path(cfg)
     check_devices(cfg)
     check_run_folder(cfg, resume, overwrite)
+    check_class_count(cfg)
+    check_proposals(cfg)
 
 
 def check_test_start(cfg):

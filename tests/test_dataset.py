@@ -153,6 +153,58 @@ def test_num_classes_derived_when_zero_and_checked_when_set(tmp_path):
         load_roidb(dataset_cfg(tmp_path, **{"dataset.NUM_CLASSES": 81}), "train")
 
 
+def test_a_training_start_checks_the_class_count_before_any_roidb_is_built(tmp_path):
+    from lib.config import ConfigError
+    from lib.start_checks import check_class_count
+
+    write_coco(str(tmp_path / "data"), "train", [image_record(1)], [ann(1, 1, [0, 0, 10, 10])])
+    check_class_count(dataset_cfg(tmp_path, **{"dataset.NUM_CLASSES": 3, "dataset.image_set": "train"}))
+    with pytest.raises(ConfigError, match=r"NUM_CLASSES is 81, but coco image set 'train' in .*data has 2 "
+                                          r"categories, i.e. 3 classes with background; set it to 3 or to 0"):
+        check_class_count(dataset_cfg(tmp_path, **{"dataset.NUM_CLASSES": 81, "dataset.image_set": "train"}))
+    assert not (tmp_path / "root").exists()  # no roidb built, nothing cached
+    # a format whose classes come from the config: VOC's 20, or dataset.CLASSES
+    write_voc(str(tmp_path / "voc"), "mine", "train", {"a": voc_xml(10, 10, [("cow", (1, 1, 5, 5), False)])})
+    voc = {"dataset.dataset": "pascal_voc", "dataset.dataset_path": str(tmp_path / "voc"),
+           "dataset.image_set": "mine_train", "dataset.NUM_CLASSES": 21}
+    check_class_count(load_config(None, voc))
+    with pytest.raises(ConfigError, match="NUM_CLASSES is 21, but pascal_voc image set 'mine_train' .* 1 categories"):
+        check_class_count(load_config(None, {**voc, "dataset.CLASSES": "[cow]"}))
+
+
+def categories_file(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+    return str(path)
+
+
+def test_categories_are_read_by_a_scan_with_the_whole_file_read_where_the_scan_cannot_tell(tmp_path, monkeypatch):
+    whole_reads = []
+    monkeypatch.setattr(coco_module, "read_coco_json",
+                        lambda path, read=coco_module.read_coco_json: whole_reads.append(path) or read(path))
+    expected = [(2, "two"), (7, "seven")]
+    cats = json.dumps(CATEGORIES)
+    # COCO's own order, and the key between damaged images and annotations: only the key's value is parsed
+    assert coco_module.read_categories(write_coco(str(tmp_path / "a"), "train", [image_record(1)], [])) == expected
+    damaged = categories_file(tmp_path / "damaged.json", f'{{"images": [{{"id": 1, oops]], "categories": {cats} , '
+                                                         f'"annotations": [}}')
+    assert coco_module.read_categories(damaged) == expected and whole_reads == []
+    # a list longer than the first window (1 MB): the window grows
+    many = [{"id": i, "name": f"class {i:06d}" + "x" * 40} for i in range(1, 30001)]
+    long_list = categories_file(tmp_path / "many.json", json.dumps({"annotations": [], "categories": many,
+                                                                    "images": []}))
+    assert len(coco_module.read_categories(long_list)) == 30000 and whole_reads == []
+    # the name also in a value: the file is read whole (and the right key found)
+    named = dict(image_record(1), file_name="categories")
+    twice = categories_file(tmp_path / "twice.json", json.dumps({"images": [named], "annotations": [],
+                                                                 "categories": CATEGORIES}))
+    assert coco_module.read_categories(twice) == expected and whole_reads == [twice]
+    # no such key (a truncated file): the whole read's error names the file
+    cut = categories_file(tmp_path / "cut.json", '{"images": [], "annotations": [')
+    with pytest.raises(ValueError, match="cut.json is not valid JSON"):
+        coco_module.read_categories(cut)
+
+
 def test_unknown_dataset_kind_is_named(tmp_path):
     with pytest.raises(ValueError, match="'imagenet'"):
         load_roidb(dataset_cfg(tmp_path, dataset="imagenet"), "train")
@@ -793,15 +845,28 @@ def test_a_voc_list_entry_leading_outside_the_dataset_is_refused(tmp_path):
 # ---------------------------------------------------------------- images that would exhaust memory
 
 
+def png_chunk(kind, data):
+    import struct
+    import zlib
+
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
 def png_header(width, height):
     """The first bytes of a PNG declaring ``width`` x ``height`` (8-bit RGB): what a decompression bomb
     shows before its tiny, highly compressed pixel data."""
     import struct
+
+    return b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+
+
+def png_bomb(width, height):
+    """A whole PNG file of a few hundred bytes declaring ``width`` x ``height``: its header, a first
+    compressed row of zeros and the end chunk (what Pillow opens as an image of that size)."""
     import zlib
 
-    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    chunk = struct.pack(">I", len(ihdr)) + b"IHDR" + ihdr + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
-    return b"\x89PNG\r\n\x1a\n" + chunk
+    return png_header(width, height) + png_chunk(b"IDAT", zlib.compress(bytes(1 + 3 * min(width, 1000)))) + \
+        png_chunk(b"IEND", b"")
 
 
 @pytest.mark.parametrize("ext", [".png", ".jpg"])
@@ -828,6 +893,18 @@ def test_an_image_declaring_too_many_pixels_is_refused_before_decoding(tmp_path,
     entry = {"image": str(path), "height": 40, "width": 30}
     with pytest.raises(IOError, match=r"is 100000x100000 pixels, but its annotations say 30x40"):
         image_io.read_roidb_image(entry)
+
+
+def test_an_image_read_without_a_config_is_held_to_the_keys_default_limit(tmp_path, monkeypatch):
+    from lib.dataset import image_io
+
+    path = tmp_path / "bomb.png"
+    path.write_bytes(png_bomb(40_000, 30_000))  # 1.2 Gpx
+    monkeypatch.setattr(image_io.cv2, "imdecode", lambda *a: pytest.fail("decoded"))
+    with pytest.raises(IOError, match=r"bomb.png declares 40000x30000 pixels \(1200 Mpx\), more than "
+                                      r"dataset.MAX_IMAGE_PIXELS \(1000 Mpx\); not decoded"):
+        image_io.read_image(str(path))
+    assert image_io.DEFAULT_MAX_PIXELS == load_config(None).dataset.MAX_IMAGE_PIXELS
 
 
 def test_an_annotated_size_over_the_pixel_limit_is_refused_at_load(tmp_path):

@@ -1,4 +1,5 @@
 """The training iterator (lib/data): chip pixels, chip boxes, batches, determinism, and reliability."""
+import logging
 import os
 import re
 import shutil
@@ -13,6 +14,8 @@ import mxnet as mx
 import numpy as np
 import psutil
 import pytest
+
+from test_stall_warning import assert_each_stopped_worker_warned_once
 
 from lib.config import load_config, with_overrides
 from lib.data import ChipLoader, WorkerDiedError, WorkerError, WorkerStalledError
@@ -578,19 +581,25 @@ def stop_at(module, path, monkeypatch):
     monkeypatch.setattr(module, "read_roidb_image", read)
 
 
-def test_a_stopped_worker_is_named_with_its_image_instead_of_hanging(roidb, cfg, monkeypatch):
+def test_a_stopped_worker_is_warned_about_then_named_with_its_image_instead_of_hanging(roidb, cfg, monkeypatch,
+                                                                                         caplog):
+    """TRAIN.STALL_WARN and TRAIN.LOADER_TIMEOUT reach the loader's workers: a warning, then the stop."""
     from lib.data import chip_worker
 
     stopped = roidb[1]["image"]
     stop_at(chip_worker, stopped, monkeypatch)
-    loader = ChipLoader(roidb, with_overrides(cfg, {"TRAIN.LOADER_TIMEOUT": 2}), CHIPS, num_workers=2, seed=1)
+    loader = ChipLoader(roidb, with_overrides(cfg, {"TRAIN.LOADER_TIMEOUT": 2, "TRAIN.STALL_WARN": 0.5}), CHIPS,
+                        num_workers=2, seed=1)
     pids = loader.pids
     try:
-        with alarm(60), pytest.raises(WorkerStalledError) as info:
+        with alarm(60), pytest.raises(WorkerStalledError) as info, \
+                caplog.at_level(logging.WARNING, logger="lib.data.worker_pool"):
             for _ in loader:
                 pass
     finally:
         loader.close()
+    assert_each_stopped_worker_warned_once(caplog.records, "chip-loader", f"building a chip of image {stopped}",
+                                           "TRAIN.LOADER_TIMEOUT", 2)
     match = re.fullmatch(r"data loader worker chip-loader-\d \(pid (\d+)\) has shown no sign of life for (\d+) s "
                          r"\(TRAIN.LOADER_TIMEOUT is 2 s\) while building a chip of image (.*); the process is "
                          r"stopped \(SIGSTOP or Ctrl-Z\?\); stopping rather than waiting forever", str(info.value))

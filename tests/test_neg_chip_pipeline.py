@@ -167,6 +167,21 @@ def test_a_second_run_skips_done_stages_and_redoes_a_missing_one(finished, caplo
     assert os.path.getmtime(outputs["sniper"]) == done["sniper"]
 
 
+def test_the_start_checks_pass_a_fresh_run_whose_proposals_are_not_made_yet_and_check_every_stage(tmp_path):
+    from lib.config import ConfigError
+    from lib.errors import MachineError
+
+    fresh = NegChipPipeline(TINY, overrides(tmp_path) + [("dataset.NUM_CLASSES", "6")], rpn_epochs=1)
+    assert fresh.sniper_cfg.dataset.proposal and not os.path.exists(fresh.sniper_cfg.dataset.proposal)
+    fresh.check_start()
+    assert os.listdir(tmp_path) == []  # nothing written, the synthetic set not generated
+    with pytest.raises(MachineError, match="gpus = '0'"):  # the SNIPER stage's devices
+        NegChipPipeline(TINY, overrides(tmp_path) + [("gpus", "0")], rpn_overrides=[("gpus", "cpu:1")]).check_start()
+    with pytest.raises(ConfigError, match="NUM_CLASSES is 7"):  # the SNIPER stage's class count
+        NegChipPipeline(TINY, overrides(tmp_path) + [("dataset.NUM_CLASSES", "7")],
+                        rpn_overrides=[("dataset.NUM_CLASSES", "0")]).check_start()
+
+
 def test_bad_rpn_epochs_is_a_clear_error():
     with pytest.raises(ValueError, match="rpn_epochs"):
         NegChipPipeline(TINY, [], rpn_epochs=0)

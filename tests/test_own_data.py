@@ -29,7 +29,7 @@ from lib.dataset.proposals import write_proposals
 from lib.dataset.variants import add_empty_images, small_object_set
 from lib.inference.coco_summary import max_dets_for, parse_bands
 from lib.inference.evaluator import COCO_STAT_NAMES, evaluate_coco
-from lib.inference.folder_test import detect_images, image_ids, list_images
+from lib.inference.folder_test import detect_images, image_entries, image_ids, list_images
 from lib.run import checkpoint
 from lib.run.checkpoint import output_dir
 from lib.run.folder import find_checkpoint
@@ -39,7 +39,7 @@ from lib.train.optimizer import make_optimizer_params
 from lib.train.progress import RunProgress
 from lib.train.tensorboard import TensorBoardLog
 import main_train
-from test_dataset import ann, by_id, dataset_cfg, image_record, voc_xml, write_coco, write_voc
+from test_dataset import ann, by_id, dataset_cfg, image_record, png_bomb, voc_xml, write_coco, write_voc
 from test_tester import IMAGES, OracleDetector, tiny  # noqa: F401  (tiny: a fixture)
 
 TINY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "faster",
@@ -403,6 +403,29 @@ def test_a_folder_of_images_is_tested_into_coco_results_and_drawn(tiny, tmp_path
     assert image_ids(["x/000000000139.jpg", "y/42.png"]) == [139, 42] and image_ids(["1.jpg", "01.jpg"]) == [1, 2]
     with pytest.raises(FileNotFoundError, match="neither a folder"):
         list_images(str(tmp_path / "nowhere"))
+
+
+def test_a_folder_image_over_the_pixel_limit_is_a_counted_skip_naming_file_size_and_key(tiny, tmp_path, caplog):
+    folder = tmp_path / "images"
+    folder.mkdir()
+    cv2.imwrite(str(folder / "small.png"), np.zeros((60, 80, 3), np.uint8))
+    (folder / "bomb.png").write_bytes(png_bomb(100_000, 100_000))  # a few hundred bytes declaring 10 Gpx
+    (folder / "large.png").write_bytes(png_bomb(20_000, 10_000))  # 200 Mpx: over Pillow's own limit, not the key's
+    with caplog.at_level(logging.ERROR, logger="lib.inference.folder_test"):
+        entries, unreadable = image_entries(list_images(str(folder)), 1_000_000_000)
+    assert [(os.path.basename(e["image"]), e["width"], e["height"]) for e in entries] == [
+        ("large.png", 20_000, 10_000), ("small.png", 80, 60)]
+    bomb = str(folder / "bomb.png")
+    message = (f"image {bomb} declares 100000x100000 pixels (10000 Mpx), more than dataset.MAX_IMAGE_PIXELS "
+               f"(1000 Mpx); not decoded")
+    assert len(unreadable) == 1 and unreadable[0][0] == bomb and unreadable[0][1].startswith(message)
+    assert f"skipping {bomb}: {message}" in caplog.text
+    # main_test.py --images holds the folder to the config's dataset.MAX_IMAGE_PIXELS: a.png (80 x 60) is over 4600
+    cfg = with_overrides(tiny[0], {"TEST.SOFT_NMS": False, "TEST.NUM_PROCESS": 0, "dataset.MAX_IMAGE_PIXELS": 4600})
+    val = os.path.join(cfg.dataset.dataset_path, "images", "val")  # a.png b.png broken.jpg c.png
+    summary = detect_images(cfg, val, str(tmp_path / "out"), draw=True, detector=NamedOracle(cfg))
+    assert (summary["images"], summary["tested"], summary["skipped"]) == (4, 2, 2)
+    assert sorted(os.listdir(tmp_path / "out" / "drawn")) == ["b.jpg", "c.jpg"]
 
 
 # ---------------------------------------------------------------- gradient accumulation

@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 from tqdm import tqdm
 
+from test_stall_warning import assert_each_stopped_worker_warned_once
+
 from lib.boxes import bbox_overlaps
 from lib.config import load_config, with_overrides
 from lib.boxes import flip_boxes
@@ -542,13 +544,16 @@ def test_an_image_not_of_its_annotated_size_is_skipped_counted_and_named_as_in_t
     assert reply == ("bad_image", "tag", 0, resized, message)
 
 
-def test_a_stopped_test_worker_is_named_with_its_image_instead_of_hanging(tiny, monkeypatch):
+def test_a_stopped_test_worker_is_warned_about_then_named_with_its_image_instead_of_hanging(tiny, monkeypatch,
+                                                                                              caplog):
+    """TEST.STALL_WARN and TEST.LOADER_TIMEOUT reach the test pipeline's workers: a warning, then the stop."""
     from lib.data.worker_pool import WorkerStalledError
     from lib.dataset import image_io
     from lib.inference import pipeline
 
     cfg, arg_params, aux_params = tiny
-    detector = Detector.from_params(with_overrides(cfg, {"TEST.LOADER_TIMEOUT": 2}), CLASSES, arg_params, aux_params)
+    detector = Detector.from_params(with_overrides(cfg, {"TEST.LOADER_TIMEOUT": 2, "TEST.STALL_WARN": 0.5}),
+                                    CLASSES, arg_params, aux_params)
     roidb, _ = load_roidb(cfg, "val", training=False)
     stopped = roidb[1]["image"]
 
@@ -560,8 +565,12 @@ def test_a_stopped_test_worker_is_named_with_its_image_instead_of_hanging(tiny, 
     monkeypatch.setattr(pipeline, "read_roidb_image", read)
     with pytest.raises(WorkerStalledError, match=rf"worker test-pipeline-\d \(pid \d+\) has shown no sign of life "
                                                  rf"for \d+ s \(TEST.LOADER_TIMEOUT is 2 s\) while preparing image "
-                                                 rf"{re.escape(stopped)}; the process is stopped"):
+                                                 rf"{re.escape(stopped)}; the process is stopped"), \
+            caplog.at_level(logging.WARNING, logger="lib.data.worker_pool"):
         tester.run_images(roidb, detector, 2, "pipelined")
+    # (the image's levels may go to both workers, each stopping on it)
+    assert_each_stopped_worker_warned_once(caplog.records, "test-pipeline", f"preparing image {stopped}",
+                                           "TEST.LOADER_TIMEOUT", 2)
 
 
 class SlowOracle(OracleDetector):

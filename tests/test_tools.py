@@ -1,5 +1,7 @@
 """The tools' command lines (tools/NAME.py): every tool that takes a config stops on a config mistake
 with the one-line message of lib.config, before doing any work, never with a traceback."""
+import ast
+import glob
 import os
 import subprocess
 import sys
@@ -12,7 +14,8 @@ TINY = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml")
 CONFIG_TOOLS = {
     "pixel_budget.py": [], "visualize_chips.py": ["1"], "visualize_batch.py": [], "ablation_synthetic.py": [],
     "train_neg_chips.py": [], "benchmark_inference.py": [], "benchmark_iterator.py": [], "benchmark_kvstore.py": [],
-    "benchmark_autofocus.py": [], "visualize_focus.py": ["1"],
+    "benchmark_autofocus.py": [], "visualize_focus.py": ["1"], "fit_scales.py": [],
+    "proposal_recall.py": ["--proposals", "proposals.npz"],
 }
 
 
@@ -98,7 +101,7 @@ def test_inference_benchmark_says_when_each_row_starts_and_ends(tmp_path):
     assert len(table) == 2  # the table still comes, on stdout
 
 
-@pytest.mark.parametrize("tool", ["visualize_chips.py", "pixel_budget.py"])
+@pytest.mark.parametrize("tool", ["visualize_chips.py", "pixel_budget.py", "fit_scales.py", "proposal_recall.py"])
 def test_a_damaged_dataset_is_one_line_in_a_tool_too(tool, tmp_path):
     annotations = tmp_path / "mine" / "annotations"
     annotations.mkdir(parents=True)
@@ -108,3 +111,35 @@ def test_a_damaged_dataset_is_one_line_in_a_tool_too(tool, tmp_path):
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("error: COCO annotation file ") and "instances_train.json is not valid JSON" in last
+
+
+def test_a_damaged_variant_source_is_one_line(tmp_path):
+    (tmp_path / "source" / "annotations").mkdir(parents=True)
+    (tmp_path / "source" / "annotations" / "instances_train.json").write_text('{"images": [')
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "make_variant_set.py"), "--source",
+                             str(tmp_path / "source"), "--out", str(tmp_path / "out"), "--train", "1", "--val", "0"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr[-3000:]
+    assert result.stderr.startswith("error: COCO annotation file ") and "is not valid JSON" in result.stderr
+
+
+# Calls that read a config or data a user gives: a tool making them reports a user's mistake in one line.
+READS_USER_INPUT = {"load_config", "config_from_arguments", "config_from_model_arguments", "load_roidb",
+                    "read_proposals", "read_image", "read_coco_json", "NegChipPipeline", "small_object_set",
+                    "add_empty_images"}
+
+
+def test_every_tool_that_reads_a_config_or_data_reports_a_users_mistake_in_one_line():
+    checked, undecorated = [], []
+    for path in sorted(glob.glob(os.path.join(ROOT, "tools", "**", "*.py"), recursive=True)):
+        with open(path) as f:
+            tree = ast.parse(f.read())
+        called = {node.func.id if isinstance(node.func, ast.Name) else node.func.attr for node in ast.walk(tree)
+                  if isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute))}
+        mains = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "main"]
+        if mains and called & READS_USER_INPUT:
+            checked.append(os.path.basename(path))
+            if "report_user_errors" not in {d.id for d in mains[0].decorator_list if isinstance(d, ast.Name)}:
+                undecorated.append(os.path.relpath(path, ROOT))
+    assert {"fit_scales.py", "proposal_recall.py", "train_neg_chips.py", "make_variant_set.py"} <= set(checked)
+    assert undecorated == []

@@ -23,7 +23,7 @@ from lib.config import ConfigError, load_config
 from lib.data.epoch_plan import EpochPlan
 from lib.data.worker_pool import ProcessPool, WorkerDiedError
 from lib.dataset.coco import CocoDataset
-from lib.dataset.proposals import read_proposals
+from lib.dataset.proposals import check_proposal_file, read_proposals
 from lib.dataset.roidb import training_roidb
 from lib.errors import DataError, DataFileError, Interrupted, MachineError, UserError
 from lib.logger import logged_outcome, report_user_errors, setup_logging
@@ -31,8 +31,8 @@ from lib.logger import logged_outcome, report_user_errors, setup_logging
 TINY = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml")
 
 
-def run_train(*overrides, cwd, extra=()):
-    return subprocess.run([sys.executable, os.path.join(ROOT, "main_train.py"), "--cfg", TINY, *extra, "--set",
+def run_train(*overrides, cwd, extra=(), program="main_train.py"):
+    return subprocess.run([sys.executable, os.path.join(ROOT, program), "--cfg", TINY, *extra, "--set",
                            *overrides], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
@@ -52,6 +52,11 @@ def assert_one_line(result, *fragments):
     (["dataset.dataset", "cocoo"], ["dataset.dataset = 'cocoo': unknown dataset", "coco, pascal_voc, synthetic"]),
     (["TRAIN.SCALES", "[1.0]", "TRAIN.VALID_RANGES", "[[200, -1]]", "TRAIN.CHIP_SIZE", "128",
       "TRAIN.NEG_CHIP_MIN_PROPOSALS", "[1]"], ["TRAIN.CHIP_SIZE = 128: no valid box fits in a chip", "200 pixels"]),
+    # the data's cheap facts: the class list (the synthetic set's, without generating it), the proposal file
+    (["dataset.NUM_CLASSES", "7"], ["dataset.NUM_CLASSES is 7, but synthetic image set 'train'",
+                                    "5 categories, i.e. 6 classes with background; set it to 6 or to 0"]),
+    (["TRAIN.USE_NEG_CHIPS", "true", "dataset.proposal", "missing.npz"],
+     ["cannot read proposal file missing.npz (dataset.proposal): No such file", "TRAIN.USE_NEG_CHIPS false"]),
 ])
 def test_a_doomed_start_is_refused_in_one_line_leaving_nothing_behind(overrides, fragments, tmp_path):
     out = tmp_path / "out"
@@ -63,6 +68,19 @@ def test_a_doomed_start_is_refused_in_one_line_leaving_nothing_behind(overrides,
     assert time.monotonic() - started < 60  # seconds (an MXNet import), not a data load
 
 
+@pytest.mark.parametrize("overrides, fragments", [
+    (["gpus", "0"], ["gpus = '0' names gpu(0)", "this MXNet sees 0 GPUs"]),
+    (["dataset.NUM_CLASSES", "7"], ["dataset.NUM_CLASSES is 7", "set it to 6"]),
+])
+def test_the_negative_chip_pipeline_refuses_a_doomed_start_as_main_train_does(overrides, fragments, tmp_path):
+    """tools/train_neg_chips.py (scripts/train_neg_props_and_sniper.sh) runs the same start checks."""
+    out = tmp_path / "out"
+    result = run_train("output_path", str(out), "dataset.dataset_path", str(tmp_path / "data"), *overrides,
+                       cwd=tmp_path, program=os.path.join("tools", "train_neg_chips.py"))
+    assert_one_line(result, *fragments)
+    assert sorted(os.listdir(tmp_path)) == []  # no log, lock, run folder or generated data
+
+
 def test_an_output_path_naming_a_file_is_refused_at_load(tmp_path):
     afile = tmp_path / "results.txt"
     afile.write_text("mine")
@@ -72,20 +90,7 @@ def test_an_output_path_naming_a_file_is_refused_at_load(tmp_path):
 
 
 # -- refused after the data is read: one console line, the traceback in the log file -------------------
-def test_a_class_count_contradicting_the_annotations_is_one_line_with_the_traceback_logged(tmp_path):
-    out = tmp_path / "out"
-    result = run_train("output_path", str(out), "dataset.dataset_path", str(tmp_path / "data"),
-                       "dataset.synthetic_train", "2", "dataset.synthetic_val", "0", "dataset.NUM_CLASSES", "7",
-                       "dataset.root_path", str(tmp_path / "root"), cwd=tmp_path)
-    line = assert_one_line(result, "dataset.NUM_CLASSES is 7", "set it to")
-    assert "training stopped: error: " in line
-    (log,) = glob.glob(str(out / "sniper_synthetic_tiny" / "train_*.log"))
-    with open(log) as f:
-        text = f.read()
-    assert "Traceback" in text and "ConfigError: config key dataset.NUM_CLASSES is 7" in text
-
-
-def test_resume_without_a_readable_checkpoint_is_one_line(tmp_path):
+def test_resume_without_a_readable_checkpoint_is_one_line_with_the_traceback_logged(tmp_path):
     out = tmp_path / "out"
     run = out / "sniper_synthetic_tiny"
     os.makedirs(run)
@@ -94,7 +99,12 @@ def test_resume_without_a_readable_checkpoint_is_one_line(tmp_path):
     result = run_train("output_path", str(out), "dataset.dataset_path", str(tmp_path / "data"),
                        "dataset.synthetic_train", "2", "dataset.synthetic_val", "0",
                        "dataset.root_path", str(tmp_path / "root"), cwd=tmp_path, extra=["--resume"])
-    assert_one_line(result, "no readable checkpoint of", "SNIPER-0001.params", "--overwrite")
+    line = assert_one_line(result, "no readable checkpoint of", "SNIPER-0001.params", "--overwrite")
+    assert "training stopped: error: " in line
+    (log,) = glob.glob(str(run / "train_*.log"))
+    with open(log) as f:
+        text = f.read()
+    assert "Traceback" in text and "no readable checkpoint of" in text
 
 
 # -- the mechanism ---------------------------------------------------------------------------------------
@@ -214,6 +224,8 @@ def test_missing_truncated_malformed_or_pickled_proposals_are_user_errors(tmp_pa
         path.write_bytes(content)
     with pytest.raises(error, match=message):
         read_proposals(str(path))
+    with pytest.raises(error, match=message):  # the training start's check, from the file's index alone
+        check_proposal_file(str(path))
 
 
 def test_every_box_invalid_is_a_data_error_not_an_empty_run():

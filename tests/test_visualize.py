@@ -9,6 +9,8 @@ import cv2
 import numpy as np
 import pytest
 
+from test_dataset import png_bomb
+
 from lib.bootstrap import ROOT
 from lib.drawing import class_palette, draw_boxes, draw_detections, grid, legend
 
@@ -104,3 +106,16 @@ def test_viewer_takes_a_folder_of_images_with_ids_in_the_file_names(val_set, tmp
     broken.write_text('[{"image_id": 1}]')
     failed = run_tool("--results", str(broken), "--folder", str(tmp_path))
     assert failed.returncode == 1 and "entry 0 is not a detection" in failed.stderr and "Traceback" not in failed.stderr
+
+
+def test_viewer_refuses_an_image_over_the_pixel_limit_before_decoding_in_one_line(tmp_path):
+    (tmp_path / "images").mkdir()
+    bomb = tmp_path / "images" / "7.png"
+    bomb.write_bytes(png_bomb(100_000, 100_000))  # a few hundred bytes declaring 10 Gpx
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps([{"image_id": 7, "category_id": 1, "bbox": [1, 1, 5, 5], "score": 0.9}]))
+    result = run_tool("--results", str(results), "--folder", str(tmp_path / "images"), "--out", str(tmp_path / "out"))
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.stderr == (f"error: image {bomb} declares 100000x100000 pixels (10000 Mpx), more than "
+                             f"dataset.MAX_IMAGE_PIXELS (1000 Mpx); not decoded (a decompression bomb, or raise the "
+                             f"limit for a genuine large image)\n")

@@ -17,6 +17,7 @@ from lib.benchmarking import markdown_table, measure
 from lib.config import load_config
 from lib.dataset import load_roidb
 from lib.dataset.synthetic import generate_synthetic_coco
+from lib.logger import report_user_errors
 
 
 def fake_coco(root, images, objects, seed=0):
@@ -44,6 +45,7 @@ def timed(function):
     return timing.best, timing.result
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--images", type=int, default=20000)

@@ -30,6 +30,7 @@ from lib.config import load_config
 from lib.contexts import parse_contexts
 from lib.data import ChipLoader
 from lib.dataset import load_roidb
+from lib.logger import report_user_errors
 from lib.train.optimizer import make_optimizer_params
 from lib.train.pretrained import initial_params
 from lib.train.trainer import bind_module
@@ -191,6 +192,7 @@ def row(label, seconds, chips=None):
     return [label, cell(stock), cell(compiled), float(np.median(stock) / np.median(compiled))]
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=5)

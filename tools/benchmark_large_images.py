@@ -28,6 +28,7 @@ import time
 
 from lib.benchmarking import markdown_table, peak_rss_bytes
 from lib.config import add_config_arguments, config_from_arguments
+from lib.logger import report_user_errors
 
 MODES = ("whole", "tiled", "autofocus-tiled")
 GENERATE = "generate"  # the child process that writes the image set
@@ -128,6 +129,7 @@ def run_child(mode):
     return (done.stdout.strip().splitlines() or [""])[-1]
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main():
     args = parse_args()
     if args.mode == GENERATE:

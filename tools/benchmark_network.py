@@ -29,6 +29,7 @@ import lib.ops  # noqa: F401  (the training graph's proposal-target operator)
 from lib.benchmarking import markdown_table, measure
 from lib.config import load_config
 from lib.data.chip_masks import MAX_POLYGON_LEN
+from lib.logger import report_user_errors
 from symbols import inference_symbol, training_symbol, use_compiled_deformable
 from symbols.backbones import BACKBONES
 
@@ -96,6 +97,7 @@ def profile_top(symbol, shapes, for_training, rng, top):
     return [(name, ms / whole) for name, ms in sorted(totals.items(), key=lambda kv: -kv[1])[:top]]
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--symbol", default="resnet_tiny", choices=sorted(BACKBONES))

@@ -29,6 +29,7 @@ import lib.ops
 from lib.benchmarking import markdown_table, measure
 from lib.boxes import base_anchors, bbox_overlaps, encode, grid_anchors
 from lib.config import load_config
+from lib.logger import report_user_errors
 from lib.ops.reference import multi_proposal_target
 
 ATTRS = lib.ops.proposal_target_attrs(load_config(None))  # the published settings
@@ -84,6 +85,7 @@ def batch_inputs(rng, batch, kind):
     return cls_prob, bbox_pred, im_info, gt_boxes, valid_ranges
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=5)

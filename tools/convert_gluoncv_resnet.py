@@ -17,6 +17,7 @@ from gluoncv.model_zoo import get_model
 from configs.default import DEFAULTS
 from lib.atomic import atomic_path
 from lib.gluoncv_resnet import MODELS, convert
+from lib.logger import report_user_errors
 from lib.run.checkpoint import params_path
 
 logger = logging.getLogger("convert_gluoncv_resnet")
@@ -32,6 +33,7 @@ def save(prefix, epoch, arg_params, aux_params):
     return path
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", choices=MODELS, required=True)

@@ -10,9 +10,10 @@ import argparse
 import logging
 
 from lib.dataset.variants import add_empty_images, small_object_set
-from lib.logger import setup_logging
+from lib.logger import report_user_errors, setup_logging
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--source", help="a COCO-layout set to make mosaics of (omit: only add empty images)")

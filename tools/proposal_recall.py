@@ -8,7 +8,6 @@ proposals count as missed.
 """
 import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
 import argparse
-import sys
 
 import numpy as np
 
@@ -17,11 +16,12 @@ from lib.config import add_config_arguments, config_from_arguments
 from lib.dataset import load_roidb
 from lib.dataset.proposals import read_proposals
 from lib.inference.evaluator import proposal_recall
-from lib.logger import setup_logging
+from lib.logger import report_user_errors, setup_logging
 
 COCO_SIZES = {"all": (-1, -1), "small (< 32 px)": (-1, 32), "medium (32-96 px)": (32, 96), "large (>= 96 px)": (96, -1)}
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_config_arguments(parser)
@@ -34,10 +34,7 @@ def main(argv=None):
     if not path:
         parser.error("no proposal file: give --proposals or set dataset.proposal")
     roidb, _ = load_roidb(cfg, args.image_set or cfg.dataset.image_set, training=False)
-    try:
-        proposals = read_proposals(path)
-    except (IOError, ValueError) as err:
-        sys.exit(f"error: {err}")
+    proposals = read_proposals(path)
     empty = np.zeros((0, 4), np.float32)
     ranges = dict(COCO_SIZES)
     for index, (lo, hi) in enumerate(cfg.TRAIN.VALID_RANGES):

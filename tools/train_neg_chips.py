@@ -41,6 +41,7 @@ def main(argv=None):
                                    parse_cli_overrides(args.rpn_set))
     except (ConfigError, ValueError) as err:
         sys.exit(f"config error: {err}")
+    pipeline.check_start()  # what can fail before any work, nothing written yet (as main_train.py)
     setup_logging(pipeline.output_dir, name="neg_chips")
     with logged_outcome("negative chip pipeline"):
         logger.info("negative chip pipeline for %s with overrides %s (RPN stages also %s)", args.cfg, args.set,

@@ -68,7 +68,7 @@ def main():
     params = MiningParams.from_config(cfg)
     stride = args.stride if args.stride else draw_epoch_stride(params, rng)
     chips = mine_image_chips(entry, params, stride, rng)
-    image = read_image(entry["image"])
+    image = read_image(entry["image"], cfg.dataset.MAX_IMAGE_PIXELS)
     if entry["flipped"]:
         image = cv2.flip(image, 1)
     parts = [scale_panel(image, entry, scale, level) for level, scale in enumerate(chips.scales)]

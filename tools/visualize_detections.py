@@ -26,6 +26,7 @@ import cv2
 import numpy as np
 
 from lib.dataset import load_roidb, read_image
+from lib.dataset.image_io import DEFAULT_MAX_PIXELS
 from lib.drawing import class_palette, draw_boxes, draw_detections, grid, legend
 from lib.logger import report_user_errors
 from lib.run.folder import add_model_arguments, config_from_model_arguments
@@ -76,16 +77,17 @@ def decode_masks(rles, height, width, path):
 
 
 def from_config(args):
-    """[(image id, path, gt boxes)], {category id: name} of the config's test set."""
+    """[(image id, path, gt boxes)], {category id: name} of the config's test set, and its pixel limit."""
     cfg = config_from_model_arguments(args)
     image_set = args.image_set or cfg.dataset.test_image_set
     roidb, dataset = load_roidb(cfg, image_set, training=False)
     names = {dataset.category_ids[label]: name for label, name in enumerate(dataset.classes) if label}
-    return [(entry["id"], entry["image"], entry["boxes"]) for entry in roidb], names
+    return [(entry["id"], entry["image"], entry["boxes"]) for entry in roidb], names, cfg.dataset.MAX_IMAGE_PIXELS
 
 
 def from_folder(folder, annotations):
-    """The same from a folder of images (ids from the file names) and an optional COCO instances file."""
+    """The same from a folder of images (ids from the file names) and an optional COCO instances file (the pixel
+    limit: dataset.MAX_IMAGE_PIXELS's default)."""
     gt, names = defaultdict(list), {}
     if annotations:
         try:
@@ -103,12 +105,13 @@ def from_folder(folder, annotations):
         if digits and os.path.splitext(name)[1].lower() in (".jpg", ".jpeg", ".png", ".bmp"):
             image_id = int(digits[-1])
             images.append((image_id, os.path.join(folder, name), np.array(gt[image_id], np.float32).reshape(-1, 4)))
-    return images, names
+    return images, names, DEFAULT_MAX_PIXELS
 
 
-def picture(path, gt_boxes, detections, names, palette, thresh, rles=(), results_path=""):
-    """One image, shrunk to CELL_WIDTH, with its ground truth and detections (and their masks)."""
-    image = read_image(path)
+def picture(path, max_pixels, gt_boxes, detections, names, palette, thresh, rles=(), results_path=""):
+    """One image (refused before decoding above ``max_pixels``), shrunk to CELL_WIDTH, with its ground truth and
+    detections (and their masks)."""
+    image = read_image(path, max_pixels)
     factor = CELL_WIDTH / image.shape[1]
     small = cv2.resize(image, (CELL_WIDTH, max(1, int(round(image.shape[0] * factor)))), interpolation=cv2.INTER_AREA)
     masks = decode_masks(list(rles), image.shape[0], image.shape[1], results_path)
@@ -144,7 +147,7 @@ def main(argv=None):
     if args.per_grid < 1 or args.images < 1:
         parser.error("--images and --per-grid must be at least 1")
     detections, segmentations = read_results(args.results)
-    images, names = from_config(args) if configured else from_folder(args.folder, args.annotations)
+    images, names, max_pixels = from_config(args) if configured else from_folder(args.folder, args.annotations)
     names.update({int(c): str(int(c)) for dets in detections.values() for c in dets[:, 5] if int(c) not in names})
     colours = class_palette(len(names) + 1)  # by label, as the demo and Detector.draw colour them
     palette = {category: colours[label] for label, category in enumerate(sorted(names), start=1)}
@@ -156,7 +159,7 @@ def main(argv=None):
     key = [("ground truth (white)", (200, 200, 200))] + [(f"{names[c]}", palette[c]) for c in sorted(names)]
     written = []
     for start in range(0, len(chosen), args.per_grid):
-        cells = [picture(path, gt, detections.get(image_id, np.zeros((0, 6), np.float32)), names, palette,
+        cells = [picture(path, max_pixels, gt, detections.get(image_id, np.zeros((0, 6), np.float32)), names, palette,
                          args.thresh, segmentations.get(image_id, ()), args.results)
                  for image_id, path, gt in chosen[start:start + args.per_grid]]
         sheet = grid(cells, columns=min(2, len(cells)))

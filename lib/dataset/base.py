@@ -4,9 +4,9 @@ A format is a subclass of ``Dataset`` in a file of its own, registered under its
 (``dataset.dataset``) in ``lib.dataset.roidb.DATASETS``; nothing else names a format. It reads its
 annotations into unflipped roidb entries (``load_entries``), says which files those are
 (``annotation_files``: the roidb cache is keyed on their content), names its classes (``classes[label]``,
-0 = ``__background__``) and the ids results are written with (``category_ids[label]``), and scores a test
-set's detections the way that dataset is scored (``evaluate``). Instances are pickled into the roidb
-cache, so they hold plain data.
+0 = ``__background__``; counted before any entry is read by ``class_count``) and the ids results are
+written with (``category_ids[label]``), and scores a test set's detections the way that dataset is scored
+(``evaluate``). Instances are pickled into the roidb cache, so they hold plain data.
 """
 import os
 
@@ -30,6 +30,14 @@ class Dataset:
         """The dataset of ``image_set`` under ``dataset.dataset_path`` (a format that prepares its files
         first, e.g. generates them, does it here)."""
         return cls(cfg.dataset.dataset_path, image_set)
+
+    @classmethod
+    def class_count(cls, cfg, image_set):
+        """The class count (background included) from the config and the class lists of the annotation
+        files alone, without reading the entries or preparing files: a training start checks
+        dataset.NUM_CLASSES against it before the roidb is built (lib.start_checks). Here: a format whose
+        ``from_config`` knows its classes; a format that learns them from its entries overrides this."""
+        return cls.from_config(cfg, image_set).num_classes
 
     @property
     def num_classes(self):

@@ -19,6 +19,7 @@ import contextlib
 import io
 import json
 import logging
+import mmap
 import os
 import re
 
@@ -29,7 +30,7 @@ from lib.atomic import write_json
 from lib.dataset.annotations import BoxReport, clean_boxes, escapes_folder, make_entry, split_image_sets
 from lib.dataset.base import Dataset
 from lib.dataset.polygons import pack_polygons
-from lib.dataset.synthetic import ensure_synthetic_dataset
+from lib.dataset.synthetic import CLASSES as SHAPES, ensure_synthetic_dataset
 from lib.errors import DataError, DataFileError
 
 
@@ -86,6 +87,41 @@ def _categories(data, path):
         duplicate = next(i for i in ids if ids.count(i) > 1)
         raise DataError(f"COCO annotation file {path}: category id {duplicate} appears twice")
     return sorted(categories)
+
+
+_CATEGORIES_KEY = b'"categories"'
+_FIRST_WINDOW = 1 << 20  # bytes after the key parsed at first (COCO's 80 categories: 6 kB), 4x more per retry
+
+
+def read_categories(path):
+    """``_categories`` of one annotation file at the cost of a byte scan: where the name ``"categories"``
+    occurs once in the file (COCO's own files), that key's value alone is parsed; otherwise, or where that
+    value does not parse, the whole file is read (``read_coco_json``, whose errors name the file)."""
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            at = data.find(_CATEGORIES_KEY)
+            categories = _json_value_at(data, at + len(_CATEGORIES_KEY)) \
+                if at >= 0 and data.find(_CATEGORIES_KEY, at + 1) < 0 else None
+    except (OSError, ValueError):  # unreadable, or empty (nothing to map): the whole read says what is wrong
+        categories = None
+    if type(categories) is not list or not categories:
+        return _categories(read_coco_json(path), path)
+    return _categories({"categories": categories}, path)
+
+
+def _json_value_at(data, start):
+    """The JSON value after the ``:`` at ``data[start:]`` (bytes), parsed from a window that grows until it
+    holds the value; None where there is no such value."""
+    window = _FIRST_WINDOW
+    while True:
+        text = data[start:start + window].decode("utf-8", "ignore")  # (a character cut at the window's end)
+        colon = re.match(r"\s*:\s*", text)
+        try:
+            return json.JSONDecoder().raw_decode(text, colon.end())[0] if colon else None
+        except json.JSONDecodeError:
+            if start + window >= len(data):
+                return None
+            window *= 4
 
 
 def _check_image(image, path):
@@ -178,6 +214,11 @@ class CocoDataset(Dataset):
         self.image_sets = split_image_sets(image_set)
         self.annotation_files = [annotation_file(self.dataset_path, name) for name in self.image_sets]
         self._coco = None
+
+    @classmethod
+    def class_count(cls, cfg, image_set):
+        """From the categories of the first annotation file (joined sets must share them: ``load_entries``)."""
+        return len(read_categories(cls.from_config(cfg, image_set).annotation_files[0])) + 1
 
     def load_entries(self, masks=False):
         """Unflipped roidb entries of every image, in file order, with the boxes' polygons when ``masks``; also
@@ -309,6 +350,11 @@ class CocoDataset(Dataset):
 class SyntheticDataset(CocoDataset):
     """The project's COCO-format shapes set (lib/dataset/synthetic.py), generated first when absent from
     ``dataset.synthetic_train``, ``synthetic_val`` and ``synthetic_seed``, in its own folder per settings."""
+
+    @classmethod
+    def class_count(cls, cfg, image_set):
+        """Its shapes and the background, known without generating the set."""
+        return len(SHAPES) + 1
 
     @classmethod
     def from_config(cls, cfg, image_set):

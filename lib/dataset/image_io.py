@@ -15,7 +15,11 @@ import re
 import cv2
 import numpy as np
 
+from configs.default import DEFAULTS
 from lib.errors import DataFileError
+
+# Where no config is at hand (a tool given a folder of images), the pixel limit is the key's default.
+DEFAULT_MAX_PIXELS = DEFAULTS["dataset"]["MAX_IMAGE_PIXELS"]
 
 # EXIF orientation is ignored: annotation files give boxes in the stored pixel frame (as PIL and
 # pycocotools see it), and rotating the pixels would move every object away from its box.
@@ -94,21 +98,21 @@ def declared_size(data):
     return None
 
 
-def read_image(path, max_pixels=None, expected_size=None):
+def read_image(path, max_pixels=DEFAULT_MAX_PIXELS, expected_size=None):
     """Return the image at ``path`` as BGR uint8 (H, W, 3); raise IOError naming the file otherwise
-    (unreadable, not an image, or a JPEG/PNG cut short). Before decoding, a JPEG/PNG declaring more than
-    ``max_pixels`` pixels, or a size other than ``expected_size`` (height, width: the annotated one), is
-    refused."""
+    (unreadable, not an image, or a JPEG/PNG cut short). Before decoding, a JPEG/PNG declaring a size other
+    than ``expected_size`` (height, width: the annotated one), or more than ``max_pixels`` pixels (pass the
+    config's dataset.MAX_IMAGE_PIXELS where there is a config; 0: no limit), is refused."""
     try:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as err:
         raise DataFileError(f"cannot read image {path}: {err.strerror or err}") from None
     size = declared_size(data)
-    if size is not None:
-        check_declared_pixels(path, size, max_pixels)
     if size is not None and expected_size is not None and size != tuple(expected_size):
         raise DataFileError(size_mismatch(path, size, expected_size))
+    if size is not None:
+        check_pixel_limit(path, size, max_pixels)
     if data.startswith(_JPEG_START) and _jpeg_truncated(data) or \
             data.startswith(_PNG_SIGNATURE) and _png_truncated(data):
         raise DataFileError(f"truncated image {path}: the file ends before its end-of-image marker "
@@ -121,9 +125,9 @@ def read_image(path, max_pixels=None, expected_size=None):
     return image
 
 
-def check_declared_pixels(path, size, max_pixels):
-    """Refuse, before decoding, an image whose header declares (height, width) ``size`` with more than
-    ``max_pixels`` pixels (dataset.MAX_IMAGE_PIXELS; None or 0: no limit)."""
+def check_pixel_limit(path, size, max_pixels):
+    """Refuse (DataFileError) an image whose file declares (height, width) ``size`` over ``max_pixels``
+    (dataset.MAX_IMAGE_PIXELS; 0: no limit), before anything decodes it."""
     if max_pixels and size[0] * size[1] > max_pixels:
         raise DataFileError(f"image {path} declares {size[1]}x{size[0]} pixels ({size[0] * size[1] / 1e6:.0f} Mpx), "
                             f"more than dataset.MAX_IMAGE_PIXELS ({max_pixels / 1e6:.0f} Mpx); not decoded (a "

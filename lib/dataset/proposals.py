@@ -14,6 +14,7 @@ The reference's published proposal files are pickles, and unpickling runs whatev
 names. They are refused here; ``convert_pickle`` (``tools/convert_proposals.py``) converts one whose
 source the user trusts, once, after a warning.
 """
+import contextlib
 import logging
 import os
 import pickle
@@ -50,6 +51,26 @@ def write_proposals(proposals, path):
 def read_proposals(path):
     """``{image_id: float32 (P, 4 or 5)}`` from a proposal file; errors name the file and say what is wrong
     (a legacy pickle: how to convert it)."""
+    with open_proposals(path) as npz:
+        version, image_ids, offsets, boxes = (npz[key] for key in KEYS)
+    problem = _check(version, image_ids, offsets, boxes)
+    if problem:
+        raise DataError(f"proposal file {path}: {problem}")
+    boxes = boxes.astype(np.float32, copy=False)
+    return {int(image_id): boxes[start:end] for image_id, start, end in zip(image_ids, offsets[:-1], offsets[1:])}
+
+
+def check_proposal_file(path):
+    """Refuse, as ``read_proposals`` would, a proposal file that cannot be read, is a pickle or is not an .npz
+    of the four arrays, reading its zip index only (cheap at any size): a training start's check."""
+    with open_proposals(path):
+        pass
+
+
+@contextlib.contextmanager
+def open_proposals(path):
+    """The open ``np.load`` of a proposal file (its index read, an array when indexed) after the checks that
+    need no array; an array that cannot be read inside the block is refused with the same message."""
     try:
         with open(path, "rb") as f:
             head = f.read(4)
@@ -69,15 +90,10 @@ def read_proposals(path):
             missing = [key for key in KEYS if key not in npz.files]
             if missing:
                 raise DataError(f"lacks array(s) {', '.join(missing)}")
-            version, image_ids, offsets, boxes = (npz[key] for key in KEYS)
+            yield npz
     except (ValueError, OSError, zipfile.BadZipFile, EOFError) as err:
         raise DataError(f"proposal file {path} is not a readable proposal .npz ({str(err).splitlines()[0]}); "
                         f"the format is described in lib/dataset/proposals.py") from None
-    problem = _check(version, image_ids, offsets, boxes)
-    if problem:
-        raise DataError(f"proposal file {path}: {problem}")
-    boxes = boxes.astype(np.float32, copy=False)
-    return {int(image_id): boxes[start:end] for image_id, start, end in zip(image_ids, offsets[:-1], offsets[1:])}
 
 
 def _check(version, image_ids, offsets, boxes):

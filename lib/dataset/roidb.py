@@ -63,7 +63,8 @@ def load_roidb(cfg, image_set, training=True):
         roidb = training_roidb(entries, flip, keep_empty) if training else entries
         write_cache(path, (dataset, roidb))
         logger.info("roidb of %s %r: %d entries, cached to %s", dataset.kind, image_set, len(roidb), path)
-    check_num_classes(cfg, dataset)
+    check_num_classes(cfg, dataset.num_classes, f"{dataset.kind} image set {dataset.image_set!r} in "
+                                                f"{dataset.dataset_path}")
     check_image_sizes(roidb, dataset, cfg.dataset.MAX_IMAGE_PIXELS)
     check_image_files(roidb)
     if not training and dataset.kind == "coco" and len(dataset.image_sets) == 1 and \
@@ -71,8 +72,8 @@ def load_roidb(cfg, image_set, training=True):
         roidb = [roidb[i] for i in python2_dict_order([entry["id"] for entry in roidb])]
     if training and cfg.dataset.INTEGER_BOXES:
         roidb = truncate_to_whole_pixels(roidb)
-    if training and cfg.TRAIN.USE_NEG_CHIPS and cfg.dataset.proposal:
-        attach_proposals(roidb, cfg.dataset.proposal, cfg.dataset.PROPOSAL_NMS)
+    if training and (proposals := neg_chip_proposals(cfg)):
+        attach_proposals(roidb, proposals, cfg.dataset.PROPOSAL_NMS)
     return roidb, dataset
 
 
@@ -86,12 +87,18 @@ def flip_entry(entry):
     return flipped
 
 
+def neg_chip_proposals(cfg):
+    """The proposal file training mines negative chips from: ``dataset.proposal`` with TRAIN.USE_NEG_CHIPS on,
+    else '' (none is read)."""
+    return cfg.dataset.proposal if cfg.TRAIN.USE_NEG_CHIPS else ""
+
+
 def keeps_empty_images(cfg):
     """Whether training keeps images without a usable box (TRAIN.EMPTY_IMAGES negative): only where they
     can give negative chips, i.e. with negative chips on and a proposal file; said once otherwise."""
     if cfg.TRAIN.EMPTY_IMAGES != "negative":
         return False
-    if cfg.TRAIN.USE_NEG_CHIPS and cfg.dataset.proposal:
+    if neg_chip_proposals(cfg):
         return True
     logger.info("TRAIN.EMPTY_IMAGES negative: images without boxes are still dropped, negative chips are off "
                 "(TRAIN.USE_NEG_CHIPS with a dataset.proposal file turns them on)")
@@ -138,14 +145,14 @@ def check_image_sizes(roidb, dataset, max_pixels):
                         f"image(s) are over it: fix their annotated sizes, or raise the limit for genuine large images")
 
 
-def check_num_classes(cfg, dataset):
-    """``cfg.dataset.NUM_CLASSES`` must be 0 (derive from the data) or agree with the dataset."""
+def check_num_classes(cfg, num_classes, where):
+    """``cfg.dataset.NUM_CLASSES`` must be 0 (derive from the data) or ``num_classes``, the class count
+    (background included) of the data ``where`` names."""
     expected = cfg.dataset.NUM_CLASSES
-    if expected and expected != dataset.num_classes:
+    if expected and expected != num_classes:
         raise ConfigError(
-            f"config key dataset.NUM_CLASSES is {expected}, but {dataset.kind} image set {dataset.image_set!r} "
-            f"in {dataset.dataset_path} has {dataset.num_classes - 1} categories, i.e. {dataset.num_classes} "
-            f"classes with background; set it to {dataset.num_classes} or to 0 to derive it")
+            f"config key dataset.NUM_CLASSES is {expected}, but {where} has {num_classes - 1} categories, i.e. "
+            f"{num_classes} classes with background; set it to {num_classes} or to 0 to derive it")
 
 
 def check_image_files(roidb):

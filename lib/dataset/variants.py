@@ -7,21 +7,20 @@ about 1/tile their size, as in aerial scenes. ``add_empty_images``: copies of so
 annotated box (and a 3 px margin) inpainted (``cv2.inpaint``), so the background, distractors included,
 stays and no object does; they are appended to the set without annotations.
 """
-import json
 import os
 
 import cv2
 import numpy as np
 
 from lib.atomic import write_bytes, write_json
+from lib.dataset.coco import read_coco_json
 from lib.dataset.image_io import read_image
 
 INPAINT_MARGIN = 3  # px around a box that are inpainted too (anti-aliased edges)
 
 
 def _read_set(root, image_set):
-    with open(os.path.join(root, "annotations", f"instances_{image_set}.json")) as f:
-        return json.load(f)
+    return read_coco_json(os.path.join(root, "annotations", f"instances_{image_set}.json"))
 
 
 def _write_image(image, root, image_set, name):

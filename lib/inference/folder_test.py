@@ -7,9 +7,7 @@ pipeline and progress bar), logs images/s, and writes into ``{run folder}/result
 and for geo-referenced images ``geojson/{file name}.geojson`` (lib.inference.geojson).
 Image ids are the file names' digits when all are distinct numbers (COCO's ``000000000139.jpg``), else
 1..N in sorted order. Sizes come from the file headers (Pillow, without decoding); a file that cannot be
-read, or whose header declares more than ``dataset.MAX_IMAGE_PIXELS``, is logged and skipped, as in the
-tester (Pillow's own decompression-bomb limit, 179 Mpx, is the project's instead: large images are read
-by windows).
+read, or whose header declares more than dataset.MAX_IMAGE_PIXELS, is logged and skipped, as in the tester.
 """
 import logging
 import os
@@ -17,10 +15,10 @@ import re
 import time
 
 import cv2
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 
 from lib.atomic import write_bytes, write_json
-from lib.dataset.image_io import check_declared_pixels, read_image
+from lib.dataset.image_io import check_pixel_limit, read_image
 from lib.inference.evaluator import coco_results
 from lib.inference.geojson import write_geojson
 from lib.run.folder import read_model_info
@@ -59,32 +57,34 @@ def image_ids(paths):
     return list(range(1, len(paths) + 1))
 
 
-def header_size(path, max_pixels):
-    """(height, width) from the image file's header (Pillow, nothing decoded); OSError when it cannot be
-    read or declares more than ``max_pixels`` (dataset.MAX_IMAGE_PIXELS)."""
-    pillow_limit, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None  # ours applies, not Pillow's
-    try:
-        with Image.open(path) as image:
-            width, height = image.size
-    finally:
-        Image.MAX_IMAGE_PIXELS = pillow_limit
-    check_declared_pixels(path, (height, width), max_pixels)
-    return height, width
-
-
 def image_entries(paths, max_pixels):
-    """(test entries without boxes, unreadable paths with their reason): what the tester's pipeline reads."""
+    """(test entries without boxes, unreadable paths with their reason): what the tester's pipeline reads.
+    An image whose header declares more than ``max_pixels`` (dataset.MAX_IMAGE_PIXELS) is unreadable."""
     entries, unreadable = [], []
     for image_id, path in zip(image_ids(paths), paths):
         try:
-            height, width = header_size(path, max_pixels)
-        except OSError as err:
+            height, width = header_size(path)
+            check_pixel_limit(path, (height, width), max_pixels)
+        except (OSError, UnidentifiedImageError) as err:
             unreadable.append((path, str(err)))
             continue
         entries.append({"image": path, "id": image_id, "height": height, "width": width, "flipped": False})
     for path, reason in unreadable:
         logger.error("skipping %s: %s", path, reason)
     return entries, unreadable
+
+
+def header_size(path):
+    """(height, width) of an image file from its header (Pillow decodes no pixel). Pillow's own
+    decompression-bomb limit (an error from 179 Mpx) is lifted for the call: the limit is
+    dataset.MAX_IMAGE_PIXELS, checked on the size returned."""
+    pillow_limit, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None
+    try:
+        with Image.open(path) as image:
+            width, height = image.size
+    finally:
+        Image.MAX_IMAGE_PIXELS = pillow_limit
+    return height, width
 
 
 def output_folder(cfg, source):
@@ -122,7 +122,8 @@ def detect_images(cfg, source, out_dir=None, draw=False, thresh=0.5, detector=No
                             out_dir)
     if draw:
         for i in tested:
-            _, encoded = cv2.imencode(".jpg", detector.draw(read_image(entries[i]["image"]), found[i], thresh))
+            image = read_image(entries[i]["image"], cfg.dataset.MAX_IMAGE_PIXELS)
+            _, encoded = cv2.imencode(".jpg", detector.draw(image, found[i], thresh))
             name = os.path.splitext(os.path.basename(entries[i]["image"]))[0] + ".jpg"
             write_bytes(encoded.tobytes(), os.path.join(out_dir, "drawn", name))
     speed = len(tested) / max(seconds, 1e-9)

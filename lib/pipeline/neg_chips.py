@@ -12,8 +12,9 @@ Stages, every one a set of config overrides of a config file + overrides (``{out
    ``{out}/{TRAIN.model_prefix}-{end_epoch:04d}.params``.
 4. eval: the tester on that checkpoint: ``{out}/results/{test_image_set}/test_summary.json``.
 
-A stage whose output exists is skipped (a warning says so when the output is older than its input:
-delete it to redo the stage), so a run that was stopped continues where it was; an unfinished training
+``NegChipPipeline.check_start`` refuses a doomed run before any stage starts, as main_train.py's start
+checks do. A stage whose output exists is skipped (a warning says so when the output is older than its
+input: delete it to redo the stage), so a run that was stopped continues where it was; an unfinished training
 stage resumes from its last complete epoch. ``rpn_overrides`` apply to stages 1 and 2 only. The RPN
 keeps the main run's TRAIN.lr_step steps that fall within its epochs, as the reference's script keeps the
 main schedule (its 5.33-epoch step is never reached in 2 epochs: no decay), unless ``rpn_overrides`` set one. The command line is tools/train_neg_chips.py
@@ -25,6 +26,7 @@ import os
 
 from lib.config import load_config
 from lib.run.checkpoint import checkpoint_prefix, output_dir, params_path
+from lib.start_checks import check_class_count, check_devices, check_training_start
 from lib.train.optimizer import lr_step_epochs
 
 logger = logging.getLogger(__name__)
@@ -122,6 +124,14 @@ class NegChipPipeline:
             ("TEST.EXTRACT_PROPOSALS", "false"), ("TEST.MODEL", self.sniper_checkpoint)])
         self.summary_file = summary_path(self.eval_cfg)
         self.output_dir = output_dir(base)
+
+    def check_start(self):
+        """What can fail before any work (lib.start_checks), before anything is written: every training check
+        of the RPN stage; the devices and class count of the SNIPER stage (its proposal file is the proposals
+        stage's output, the evaluation runs on its devices)."""
+        check_training_start(self.rpn_cfg, resume=True)  # the training stages resume
+        check_devices(self.sniper_cfg)
+        check_class_count(self.sniper_cfg)
 
     def run(self, evaluate=False):
         """Every stage in order; returns ``{stage: output path}`` (and ``summary``, the tester's dict,
