@@ -27,8 +27,8 @@ from lib.dataset import load_roidb
 from lib.dataset.pascal_voc import HASHED_IDS, read_class_names, voc_image_id
 from lib.dataset.proposals import write_proposals
 from lib.dataset.variants import add_empty_images, small_object_set
-from lib.inference.coco_summary import max_dets_for, parse_bands
-from lib.inference.evaluator import COCO_STAT_NAMES, evaluate_coco
+from lib.evaluation.coco_summary import max_dets_for, parse_bands
+from lib.evaluation.metrics import COCO_STAT_NAMES, evaluate_coco
 from lib.inference.folder_test import detect_images, image_ids, list_images
 from lib.run import checkpoint
 from lib.run.checkpoint import output_dir

@@ -31,6 +31,8 @@ from lib.dataset.base import Dataset
 from lib.dataset.polygons import pack_polygons
 from lib.dataset.synthetic import ensure_synthetic_dataset
 from lib.errors import DataError, DataFileError
+from lib.evaluation.coco_summary import COCO_BANDS, parse_bands
+from lib.evaluation.metrics import coco_results, evaluate_coco
 
 
 logger = logging.getLogger(__name__)
@@ -288,9 +290,6 @@ class CocoDataset(Dataset):
         """The results file (COCO format, original category ids: test-dev ready; masks as ``segmentation``),
         then COCO bbox (and segm) AP through pycocotools when the set has annotations, at ``scoring``'s
         TEST.EVAL_MAX_DETS (0: its MAX_PER_IMAGE) detections per image and size bands TEST.SIZE_BANDS."""
-        from lib.inference.coco_summary import COCO_BANDS, parse_bands
-        from lib.inference.evaluator import coco_results, evaluate_coco  # the scoring, with the other metrics
-
         image_ids = [entry["id"] for entry in entries]
         results = coco_results(detections, image_ids, self.category_ids, segmentations)
         path = os.path.join(out_dir, f"detections_{self.image_set}_results.json")

@@ -18,7 +18,7 @@ from PIL import Image, UnidentifiedImageError
 
 from lib.atomic import write_bytes, write_json
 from lib.dataset.image_io import read_image
-from lib.inference.evaluator import coco_results
+from lib.evaluation.metrics import coco_results
 from lib.run.folder import read_model_info
 
 logger = logging.getLogger(__name__)
