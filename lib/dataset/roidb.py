@@ -8,14 +8,13 @@ import os
 import numpy as np
 
 from lib.boxes import flip_boxes
-from lib.config import ConfigError
 from lib.dataset.coco import CocoDataset, SyntheticDataset
 from lib.dataset.pascal_voc import PascalVocDataset
 from lib.dataset.polygons import flip_polygons, select_polygons
 from lib.dataset.proposals import read_proposals
 from lib.dataset.reference_rules import python2_dict_order, suppress_pooled_proposals, truncate_to_whole_pixels
 from lib.dataset.roidb_cache import cache_path, read_cache, write_cache
-from lib.errors import DataError
+from lib.errors import ConfigError, DataError
 
 logger = logging.getLogger(__name__)
 

@@ -17,10 +17,11 @@ import mxnet as mx
 import numpy as np
 
 from lib.boxes import clip_boxes, decode
+from lib.config import images_per_device
 from lib.contexts import fp16_enabled, parse_contexts
 from lib.drawing import draw_detections
 from lib.inference.autofocus import run_autofocus
-from lib.inference.batching import images_per_device, plan
+from lib.inference.batching import plan
 from lib.inference.detections import Detections
 from lib.inference.masks import MaskHead
 from lib.inference.merge import merge_scales

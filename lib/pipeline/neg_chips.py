@@ -23,9 +23,8 @@ import json
 import logging
 import os
 
-from lib.config import load_config
+from lib.config import load_config, lr_step_epochs
 from lib.run.checkpoint import checkpoint_prefix, output_dir, params_path
-from lib.train.optimizer import lr_step_epochs
 
 logger = logging.getLogger(__name__)
 
