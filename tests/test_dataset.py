@@ -4,7 +4,6 @@ Datasets here are a few hand-written records in tmp_path, so each expected box i
 """
 import hashlib
 import hmac
-import io
 import json
 import logging
 import os
@@ -17,57 +16,17 @@ import cv2
 import numpy as np
 import pytest
 
+from dataset_helpers import CATEGORIES, GOOD, ann, by_id, dataset_cfg, image_record, npz_bytes, voc_xml, write_coco, \
+    write_voc
+
 from lib.bootstrap import ROOT
 from lib.boxes import flip_boxes
-from lib.config import load_config
 from lib.dataset import coco as coco_module
 from lib.dataset import load_roidb, read_image
 from lib.dataset import roidb as roidb_module
 from lib.dataset.annotations import make_entry
 from lib.dataset.base import Dataset
 from lib.dataset.proposals import write_proposals
-
-# Two categories with non-contiguous ids, listed out of order: labels follow sorted ids.
-CATEGORIES = [{"id": 7, "name": "seven"}, {"id": 2, "name": "two"}]
-
-
-def image_record(image_id, width=100, height=80):
-    return {"id": image_id, "file_name": f"{image_id}.jpg", "width": width, "height": height}
-
-
-def ann(ann_id, image_id, bbox, category_id=2, iscrowd=0, area=None):
-    record = {"id": ann_id, "image_id": image_id, "category_id": category_id, "bbox": bbox, "iscrowd": iscrowd}
-    record["area"] = area if area is not None else (bbox[2] * bbox[3] if _numeric(bbox) else 1.0)
-    return record
-
-
-def _numeric(bbox):
-    return isinstance(bbox, list) and len(bbox) == 4 and all(isinstance(v, (int, float)) for v in bbox)
-
-
-def write_coco(root, image_set, images, annotations, categories=CATEGORIES, image_files=True):
-    """A COCO-layout dataset under ``root``; returns the annotation file path."""
-    os.makedirs(os.path.join(root, "annotations"), exist_ok=True)
-    os.makedirs(os.path.join(root, "images", image_set), exist_ok=True)
-    path = os.path.join(root, "annotations", f"instances_{image_set}.json")
-    with open(path, "w") as f:
-        json.dump({"images": images, "annotations": annotations, "categories": categories}, f)
-    if image_files:
-        for image in images:
-            cv2.imwrite(os.path.join(root, "images", image_set, image["file_name"]),
-                        np.zeros((image["height"], image["width"], 3), np.uint8))
-    return path
-
-
-def dataset_cfg(tmp_path, dataset="coco", **overrides):
-    """The default config reading ``dataset`` from ``tmp_path/data``, caching under ``tmp_path/root``."""
-    return load_config(None, {"dataset.dataset": dataset, "dataset.dataset_path": str(tmp_path / "data"),
-                              "dataset.root_path": str(tmp_path / "root"), **overrides})
-
-
-def by_id(roidb, flipped=False):
-    return {entry["id"]: entry for entry in roidb if entry["flipped"] == flipped}
-
 
 # ---------------------------------------------------------------- COCO reading
 
@@ -424,16 +383,6 @@ def test_pooled_proposals_go_through_nms_before_mirroring(tmp_path, thresh):
     np.testing.assert_array_equal(by_id(roidb, flipped=True)[1]["proposals"], flip_boxes(kept, 100))
 
 
-def npz_bytes(**arrays):
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    return buffer.getvalue()
-
-
-GOOD = {"version": np.int64(1), "image_ids": np.array([1]), "offsets": np.array([0, 1]),
-        "boxes": np.zeros((1, 5), np.float32)}
-
-
 @pytest.mark.parametrize("content, error, message", [
     (None, IOError, "cannot read proposal file"),
     (b"not an npz", ValueError, "not a readable proposal .npz"),
@@ -501,28 +450,6 @@ def test_proposal_file_is_not_read_without_negative_chips(tmp_path):
 
 
 # ---------------------------------------------------------------- Pascal VOC
-
-
-def voc_xml(width, height, objects):
-    body = "".join(
-        f"<object><name>{name}</name><difficult>{int(difficult)}</difficult>"
-        f"<bndbox><xmin>{box[0]}</xmin><ymin>{box[1]}</ymin><xmax>{box[2]}</xmax><ymax>{box[3]}</ymax></bndbox>"
-        f"</object>" for name, box, difficult in objects)
-    size = f"<size><width>{width}</width><height>{height}</height><depth>3</depth></size>"
-    return f"<annotation>{size}{body}</annotation>"
-
-
-def write_voc(root, year, split, images):
-    """``images``: {name: xml text}; writes the list, the XMLs and blank JPEGs."""
-    base = os.path.join(root, f"VOC{year}")
-    for folder in ("Annotations", os.path.join("ImageSets", "Main"), "JPEGImages"):
-        os.makedirs(os.path.join(base, folder), exist_ok=True)
-    with open(os.path.join(base, "ImageSets", "Main", f"{split}.txt"), "w") as f:
-        f.write("".join(f"{name}\n" for name in images))
-    for name, xml in images.items():
-        with open(os.path.join(base, "Annotations", f"{name}.xml"), "w") as f:
-            f.write(xml)
-        cv2.imwrite(os.path.join(base, "JPEGImages", f"{name}.jpg"), np.zeros((4, 4, 3), np.uint8))
 
 
 def test_voc_boxes_difficult_and_joined_years(tmp_path, caplog):

@@ -6,11 +6,11 @@ import os
 
 import numpy as np
 import pytest
-from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
 from lib.atomic import write_json
 from lib.evaluation.metrics import coco_results, evaluate_coco, evaluate_voc, voc_ap, voc_class_ap
+from dataset_helpers import indexed_coco
 
 # Contiguous label l is COCO category CATEGORY_IDS[l]: non-contiguous ids as in COCO itself.
 CATEGORY_IDS = [0, 3, 7]
@@ -30,16 +30,6 @@ def make_coco_gt():
             annotations.append({"id": len(annotations) + 1, "image_id": image_id, "category_id": CATEGORY_IDS[label],
                                 "bbox": [x1, y1, w, h], "area": w * h, "iscrowd": 0})
     return indexed_coco(images, annotations, CATEGORY_IDS)
-
-
-def indexed_coco(images, annotations, category_ids):
-    """A pycocotools COCO of these images and annotations, categories ``category_ids[1:]`` named c<id>."""
-    coco = COCO()
-    coco.dataset = {"images": images, "annotations": annotations,
-                    "categories": [{"id": c, "name": f"c{c}"} for c in category_ids[1:]]}
-    with contextlib.redirect_stdout(io.StringIO()):
-        coco.createIndex()
-    return coco
 
 
 def perfect_detections():

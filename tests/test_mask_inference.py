@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from pycocotools import mask as mask_utils
 from network_helpers import inference_shapes
-from test_evaluator import indexed_coco
+from dataset_helpers import indexed_coco
 
 from lib.atomic import write_json
 from lib.config import load_config

@@ -39,8 +39,8 @@ from lib.train.optimizer import make_optimizer_params
 from lib.train.progress import RunProgress
 from lib.train.tensorboard import TensorBoardLog
 import main_train
-from test_dataset import ann, by_id, dataset_cfg, image_record, voc_xml, write_coco, write_voc
-from test_tester import IMAGES, OracleDetector, tiny  # noqa: F401  (tiny: a fixture)
+from dataset_helpers import ann, by_id, dataset_cfg, image_record, voc_xml, write_coco, write_voc
+from detector_helpers import IMAGES, OracleDetector
 
 TINY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "faster",
                     "sniper_synthetic_tiny.yml")
