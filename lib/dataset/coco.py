@@ -29,6 +29,7 @@ from lib.atomic import write_json
 from lib.dataset.annotations import BoxReport, clean_boxes, escapes_folder, make_entry, split_image_sets
 from lib.dataset.base import Dataset
 from lib.dataset.polygons import pack_polygons
+from lib.dataset.reference_rules import python2_dict_order
 from lib.dataset.synthetic import ensure_synthetic_dataset
 from lib.errors import DataError, DataFileError
 from lib.evaluation.coco_summary import COCO_BANDS, parse_bands
@@ -174,6 +175,7 @@ class CocoDataset(Dataset):
     """
 
     kind = "coco"
+    supports_masks = True
 
     def __init__(self, dataset_path, image_set):
         super().__init__(dataset_path, image_set)
@@ -260,6 +262,13 @@ class CocoDataset(Dataset):
                 entry.update(pack_polygons([_polygons(anns[row], report) for row in image_rows[~is_crowd]]))
             entries.append(entry)
         return entries
+
+    def reference_test_order(self, entries):
+        """One COCO set: the reference's order, its Python 2 dict of image ids; joined sets keep theirs
+        (the reference tests one set at a time)."""
+        if len(self.image_sets) != 1:
+            return entries
+        return [entries[i] for i in python2_dict_order([entry["id"] for entry in entries])]
 
     @property
     def coco(self):

@@ -12,7 +12,7 @@ from lib.dataset.coco import CocoDataset, SyntheticDataset
 from lib.dataset.pascal_voc import PascalVocDataset
 from lib.dataset.polygons import flip_polygons, select_polygons
 from lib.dataset.proposals import read_proposals
-from lib.dataset.reference_rules import python2_dict_order, suppress_pooled_proposals, truncate_to_whole_pixels
+from lib.dataset.reference_rules import suppress_pooled_proposals, truncate_to_whole_pixels
 from lib.dataset.roidb_cache import cache_path, read_cache, write_cache
 from lib.errors import ConfigError, DataError
 
@@ -48,7 +48,7 @@ def load_roidb(cfg, image_set, training=True):
     dataset = make_dataset(cfg, image_set)
     flip = bool(training and cfg.TRAIN.FLIP)
     masks = bool(training and cfg.TRAIN.WITH_MASK)
-    if masks and dataset.kind != "coco":
+    if masks and not dataset.supports_masks:
         raise ConfigError(f"config key TRAIN.WITH_MASK: instance masks need a COCO-format dataset (polygons), "
                           f"but dataset.dataset is {cfg.dataset.dataset!r}")
     keep_empty = training and keeps_empty_images(cfg)
@@ -65,9 +65,8 @@ def load_roidb(cfg, image_set, training=True):
     check_num_classes(cfg, dataset)
     check_image_sizes(roidb, dataset, cfg.dataset.MAX_IMAGE_PIXELS)
     check_image_files(roidb)
-    if not training and dataset.kind == "coco" and len(dataset.image_sets) == 1 and \
-            cfg.dataset.TEST_IMAGE_ORDER == "reference":  # (the reference tests one set at a time)
-        roidb = [roidb[i] for i in python2_dict_order([entry["id"] for entry in roidb])]
+    if not training and cfg.dataset.TEST_IMAGE_ORDER == "reference":
+        roidb = dataset.reference_test_order(roidb)
     if training and cfg.dataset.INTEGER_BOXES:
         roidb = truncate_to_whole_pixels(roidb)
     if training and cfg.TRAIN.USE_NEG_CHIPS and cfg.dataset.proposal:
