@@ -11,7 +11,7 @@ import numpy as np
 
 from lib.config import load_config
 from lib.inference.detector import DATA_NAMES, Detector
-from lib.run.folder import numbered_classes
+from lib.dataset.base import numbered_classes
 from symbols import inference_symbol
 
 NUM_CLASSES = 3  # background and the two categories of the tiny datasets below

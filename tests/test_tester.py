@@ -26,7 +26,7 @@ from lib.inference.detector import Detector, checkpoint_file, to_original, uniqu
 from lib.inference.pipeline import RoidbImages, prepare_image
 from lib.inference.merge import in_test_range, merge_scales, scale_candidates, suppress
 from lib.run.checkpoint import checkpoint_prefix, save_checkpoint
-from lib.run.folder import numbered_classes
+from lib.dataset.base import numbered_classes
 
 CLASSES = ["__background__", "class 1", "class 2"]
 
@@ -353,6 +353,15 @@ def test_checkpoint_missing_or_misshapen_parameters_are_clear_errors(tiny):
         Detector.from_params(cfg, CLASSES, partial, aux_params, source="source.params")
     with pytest.raises(ValueError, match=r"cls_score_weight has shape \(3, 128\), .* needs \(81, 128\)"):
         Detector.from_params(cfg, numbered_classes(81), arg_params, aux_params)
+
+
+def test_each_constructor_takes_the_class_names_of_a_detection_network(tiny, tmp_path):
+    cfg, arg_params, aux_params = tiny
+    with pytest.raises(TypeError, match="classes"):  # no default to fall back on
+        Detector.from_config(cfg, str(tmp_path / "absent.params"))
+    with pytest.raises(ValueError, match="needs its class names"):  # named before anything is bound
+        Detector.from_params(cfg, None, arg_params, aux_params)
+    assert Detector(cfg, None, rpn_only=True).classes is None  # the RPN-only network has none
 
 
 def test_extracted_proposals_load_back_for_chip_mining(tiny):

@@ -108,7 +108,7 @@ def test_where_every_image_fits_a_tile_the_tiled_test_is_the_whole_image_test():
     """The tiny network, randomly initialised, at the default's batching (two parts, two images per
     device, three scales): with tiles larger than every scaled image the pipeline runs the same batches on
     the same canvases, so the detections are equal (the same computation, not merely close)."""
-    from lib.run.folder import numbered_classes
+    from lib.dataset.base import numbered_classes
 
     def tiny_cfg(**extra):
         return load_config(None, {"symbol": "resnet_tiny", "gpus": "", "TEST.fp16": False, "dataset.NUM_CLASSES": NUM_CLASSES,

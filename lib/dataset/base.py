@@ -13,6 +13,11 @@ hold plain data.
 import os
 
 
+def numbered_classes(num_classes):
+    """Class names when only the count is known: background, then "class 1", ..."""
+    return ["__background__"] + [f"class {label}" for label in range(1, num_classes)]
+
+
 class Dataset:
     """One image set of a dataset format; ``classes`` and ``image_ids`` are known once entries are loaded,
     ``annotation_files`` (a list, or a property) from the start."""

@@ -8,6 +8,7 @@ import os
 import numpy as np
 
 from lib.boxes import flip_boxes
+from lib.dataset.base import numbered_classes
 from lib.dataset.coco import CocoDataset, SyntheticDataset
 from lib.dataset.pascal_voc import PascalVocDataset
 from lib.dataset.polygons import flip_polygons, select_polygons
@@ -72,6 +73,18 @@ def load_roidb(cfg, image_set, training=True):
     if training and cfg.TRAIN.USE_NEG_CHIPS and cfg.dataset.proposal:
         attach_proposals(roidb, cfg.dataset.proposal, cfg.dataset.PROPOSAL_NMS)
     return roidb, dataset
+
+
+def config_classes(cfg):
+    """The class names (background first) a config gives its data: numbered ``dataset.NUM_CLASSES`` names
+    when the count is set, else the classes of ``dataset.test_image_set`` when its annotations are on disk;
+    None when it cannot be read."""
+    if cfg.dataset.NUM_CLASSES:
+        return numbered_classes(cfg.dataset.NUM_CLASSES)
+    try:
+        return list(load_roidb(cfg, cfg.dataset.test_image_set, training=False)[1].classes)
+    except (FileNotFoundError, FileExistsError, ValueError):
+        return None
 
 
 def flip_entry(entry):

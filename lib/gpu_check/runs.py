@@ -332,7 +332,7 @@ def section_inference(plan, workdir, precision):
     from lib.dataset import load_roidb
     from lib.inference.detector import DATA_NAMES, Detector
     from lib.inference.pipeline import ArrayImages
-    from lib.run.folder import numbered_classes
+    from lib.dataset.base import numbered_classes
     from lib.train.pretrained import initial_params
     from symbols import inference_symbol
 

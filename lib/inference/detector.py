@@ -106,6 +106,9 @@ class Detector:
     """
 
     def __init__(self, cfg, classes, module=None, contexts=None, rpn_only=False, source="parameters"):
+        if classes is None and not rpn_only:
+            raise ValueError("a detection network needs its class names (background first): pass the dataset's, "
+                             "lib.run.folder.checkpoint_classes(params, cfg), or use Detector.from_checkpoint(MODEL)")
         self.cfg = cfg
         self.rpn_only = rpn_only
         self.source = source
@@ -138,9 +141,9 @@ class Detector:
         return detector
 
     @classmethod
-    def from_config(cls, cfg, params, classes=None, contexts=None, rpn_only=False):
-        """Checkpoint file ``params`` with the network of ``cfg``; ``classes`` (the caller resolves them:
-        the dataset's, or ``lib.run.folder.checkpoint_classes``) unless ``rpn_only``."""
+    def from_config(cls, cfg, params, classes, contexts=None, rpn_only=False):
+        """Checkpoint file ``params`` with the network of ``cfg`` for ``classes``, which the caller resolves
+        (the dataset's, or ``lib.run.folder.checkpoint_classes``); None for an ``rpn_only`` network."""
         arg_params, aux_params = load_params(params)
         logger.info("loaded %s", params)
         return cls.from_params(cfg, classes, arg_params, aux_params, contexts=contexts, rpn_only=rpn_only,
