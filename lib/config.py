@@ -16,7 +16,7 @@ import sys
 import yaml
 
 from configs.default import DEFAULTS
-from lib.errors import UserError
+from lib.errors import ConfigError
 
 # Keys that were renamed: using the old name is an error that names the new one.
 RENAMED_KEYS = {"TRAIN.scale": "TRAIN.fp16_loss_scale"}
@@ -25,10 +25,6 @@ RENAMED_KEYS = {"TRAIN.scale": "TRAIN.fp16_loss_scale"}
 DERIVED_KEYS = {"network.RPN_FEAT_STRIDE": "the backbone's stride (symbols/backbones.py, after `symbol`)",
                 "network.RCNN_FEAT_STRIDE": "the backbone's stride (symbols/backbones.py, after `symbol`)"}
 _KEY_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
-
-
-class ConfigError(UserError, ValueError):
-    """A configuration key or value that does not fit the defaults."""
 
 
 class FrozenConfigError(AttributeError):
@@ -311,7 +307,6 @@ VARIANT_KEYS = {
 
 def validate(cfg):
     """Cross-key and range checks that types alone cannot catch, each naming its key."""
-    from lib.start_checks import CONFIG_CHECKS
     from symbols.backbones import feature_stride
 
     _check(0 <= cfg.TRAIN.begin_epoch < cfg.TRAIN.end_epoch, "TRAIN.end_epoch", cfg.TRAIN.end_epoch,
@@ -374,8 +369,34 @@ def validate(cfg):
         _check(cfg.dataset.synthetic_train > 0, "dataset.synthetic_train", cfg.dataset.synthetic_train,
                "the synthetic dataset needs at least one training image")
         _check(cfg.dataset.synthetic_val >= 0, "dataset.synthetic_val", cfg.dataset.synthetic_val, "must be >= 0")
-    for check in CONFIG_CHECKS:  # lib/start_checks.py
-        check(cfg)
+    _check_dataset_kind(cfg)
+    _check_chip_fits(cfg)
+
+
+def _check_dataset_kind(cfg):
+    from lib.dataset.roidb import DATASETS
+
+    kind = cfg.dataset.dataset
+    if kind not in DATASETS:
+        raise ConfigError(f"config key dataset.dataset = {kind!r}: unknown dataset; expected one of "
+                          f"{', '.join(sorted(DATASETS))}")
+
+
+def _check_chip_fits(cfg):
+    """Some training scale must let a box of its valid range fit in a chip: a box of sqrt(area) ``lo``
+    (original pixels) is ``lo * factor`` pixels at a factor scale. A scale given in pixels (a side target)
+    can shrink any box to fit, so only an all-factor pyramid is checked."""
+    from lib.scales import pyramid
+
+    size = cfg.TRAIN.CHIP_SIZE
+    levels = pyramid(cfg.TRAIN, "TRAIN")
+    if not all(level.spec.factor > 0 for level in levels):
+        return
+    smallest = [max(level.valid_range[0], 0) * level.spec.factor for level in levels]
+    if min(smallest) > size:
+        raise ConfigError(f"config key TRAIN.CHIP_SIZE = {size}: no valid box fits in a chip at any training scale "
+                          f"(the smallest valid boxes are {', '.join(f'{s:g}' for s in smallest)} pixels at "
+                          f"TRAIN.SCALES {list(cfg.TRAIN.SCALES)}): raise CHIP_SIZE or lower TRAIN.VALID_RANGES")
 
 
 def _validate_auto_focus(cfg, num_test_scales):
@@ -414,9 +435,7 @@ def _parse_sections(cfg):
     test pyramids, the chip-mining parameters, the test batches and the lr schedule (ValueErrors naming
     their key)."""
     from chip_generator.mining import MiningParams
-    from lib.inference.batching import images_per_device
     from lib.scales import pyramid
-    from lib.train.optimizer import lr_step_epochs
     from symbols.backbones import backbone_of
 
     backbone_of(cfg)
@@ -424,6 +443,32 @@ def _parse_sections(cfg):
     MiningParams.from_config(cfg)  # the training pyramid included
     images_per_device(cfg.TEST, len(cfg.TEST.SCALES))
     lr_step_epochs(cfg.TRAIN)
+
+
+def images_per_device(test_cfg, num_levels):
+    """``TEST.BATCH_IMAGES`` as one count per level (a single number applies to every level)."""
+    value = test_cfg.BATCH_IMAGES
+    counts = tuple(value) if isinstance(value, (list, tuple)) else (value,) * num_levels
+    if len(counts) != num_levels or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1
+                                            for c in counts):
+        raise ValueError(f"config key TEST.BATCH_IMAGES = {value!r}: expected a positive integer or one per "
+                         f"test scale ({num_levels})")
+    return counts
+
+
+def lr_step_epochs(train):
+    """``TRAIN.lr_step`` "5.33" or "8,11" (or "" for none) -> the epochs at which the lr drops, each inside
+    the run (0 < epoch < TRAIN.end_epoch: a later step would never be taken)."""
+    text = train.lr_step
+    try:
+        epochs = [float(part) for part in str(text).split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"config key TRAIN.lr_step: expected comma-separated epochs, got {text!r}") from None
+    outside = [epoch for epoch in epochs if not 0 < epoch < train.end_epoch]
+    if outside:
+        raise ValueError(f"config key TRAIN.lr_step = {text!r}: step {outside[0]:g} is not inside the run "
+                         f"(0 < step < TRAIN.end_epoch {train.end_epoch}); '' for no step")
+    return epochs
 
 
 def dump_config(cfg):

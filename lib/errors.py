@@ -14,6 +14,10 @@ class UserError(Exception):
     """A mistake of the user's or of the environment: reported in one line, no traceback on the console."""
 
 
+class ConfigError(UserError, ValueError):
+    """A configuration key or value that does not fit the defaults (raised at load, naming the key)."""
+
+
 class DataError(UserError, ValueError):
     """An annotation, proposal or image set that cannot be used as it is (the message names the file and id)."""
 

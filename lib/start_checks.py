@@ -1,48 +1,15 @@
 """Checks that make a doomed run fail in seconds, before data loading, roidb building or proposal extraction.
 
 Each check is a small function of the config raising a ``ConfigError`` (or ``MachineError``, or a data
-error naming the file) that names the key, the value and what to do. The pure ones (``CONFIG_CHECKS``: the
-dataset kind, a chip size no valid box fits) run whenever a config is loaded (lib.config.validate, beside
-the sections' own parsing of the lr steps and pyramids); the ones that look at the machine or the disk run
-at an entry point's start (``check_training_start``, ``check_test_start``), before it writes anything: a
-refused start leaves no log, lock or run folder behind. A training start also reads what is cheap to read
-of its data (the class list, the proposal file's index), so a contradiction stops it before the roidb is
-built.
+error naming the file) that names the key, the value and what to do. They look at the machine or the disk and
+run at an entry point's start (``check_training_start``, ``check_test_start``), before it writes anything: a
+refused start leaves no log, lock or run folder behind. A training start also reads what is cheap to read of
+its data (the class list, the proposal file's index), so a contradiction stops it before the roidb is built.
+What a config alone decides is checked when it is loaded (lib.config.validate).
 """
 import os
 
-from lib.config import ConfigError
-from lib.errors import MachineError
-
-
-def check_dataset_kind(cfg):
-    from lib.dataset.roidb import DATASETS
-
-    kind = cfg.dataset.dataset
-    if kind not in DATASETS:
-        raise ConfigError(f"config key dataset.dataset = {kind!r}: unknown dataset; expected one of "
-                          f"{', '.join(sorted(DATASETS))}")
-
-
-def check_chip_fits(cfg):
-    """Some training scale must let a box of its valid range fit in a chip: a box of sqrt(area) ``lo``
-    (original pixels) is ``lo * factor`` pixels at a factor scale. A scale given in pixels (a side target)
-    can shrink any box to fit, so only an all-factor pyramid is checked."""
-    from lib.scales import pyramid
-
-    size = cfg.TRAIN.CHIP_SIZE
-    levels = pyramid(cfg.TRAIN, "TRAIN")
-    if not all(level.spec.factor > 0 for level in levels):
-        return
-    smallest = [max(level.valid_range[0], 0) * level.spec.factor for level in levels]
-    if min(smallest) > size:
-        raise ConfigError(f"config key TRAIN.CHIP_SIZE = {size}: no valid box fits in a chip at any training scale "
-                          f"(the smallest valid boxes are {', '.join(f'{s:g}' for s in smallest)} pixels at "
-                          f"TRAIN.SCALES {list(cfg.TRAIN.SCALES)}): raise CHIP_SIZE or lower TRAIN.VALID_RANGES")
-
-
-# Run by lib.config.validate on every loaded config (beside its sections' own parsing: lr steps, pyramids).
-CONFIG_CHECKS = (check_dataset_kind, check_chip_fits)
+from lib.errors import ConfigError, MachineError
 
 
 def check_output_path(cfg):

@@ -25,6 +25,9 @@ MASK_POOLED_SIZE = 14
 MASK_SIZE = 2 * MASK_POOLED_SIZE  # after the stride-2 deconvolution
 MASK_CONVS = 4
 MASK_ROIS_PER_CHIP = 50  # MultiProposalTargetMask's max_masks, MaskRcnnTarget's num_proposals
+# Floats per row of the training input gt_masks (the loader encodes its rows, lib/data/chip_masks.py): the
+# reference's max_poly_len, MaskRcnnTarget's max_polygon_len.
+MAX_POLYGON_LEN = 500
 # What the fork's MultiProposalTargetMask fixes in its kernel (lib/ops): the config must agree.
 MASK_PROPOSAL_FIXED = {"PROPOSAL_TARGET_RULES": "reference", "FG_THRESH": 0.5, "BBOX_STDS": [0.1, 0.1, 0.2, 0.2]}
 MASK_OPERATOR_FIXED = ("rules", "fg_thresh", "bbox_stds")  # MultiProposalTarget's attributes for those keys
@@ -42,7 +45,8 @@ def proposal_target_mask_attrs(cfg, chips_per_device):
             raise ValueError(f"config key TRAIN.{key} = {value!r}: the mask network's proposal targets "
                              f"(MultiProposalTargetMask, the reference's) have {fixed!r}")
     return {
-        **{key: value for key, value in proposal_target_attrs(cfg).items() if key not in MASK_OPERATOR_FIXED},
+        **{key: value for key, value in proposal_target_attrs(cfg, feature_stride(cfg)).items()
+           if key not in MASK_OPERATOR_FIXED},
         "batch_size": chips_per_device,
         "max_masks": MASK_ROIS_PER_CHIP,
         "max_gts": cfg.TRAIN.MAX_GT_PER_CHIP,

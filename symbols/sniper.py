@@ -32,7 +32,7 @@ import mxnet as mx
 from symbols.batch_norm import BatchNormPolicy
 from symbols.backbones import backbone_of
 from symbols.deformable import deformable_roi_pool
-from symbols.mask import MASK_ROIS_PER_CHIP, MASK_SIZE, mask_logits, mask_loss, mask_probabilities, \
+from symbols.mask import MASK_ROIS_PER_CHIP, MASK_SIZE, MAX_POLYGON_LEN, mask_logits, mask_loss, mask_probabilities, \
     proposal_target_mask_attrs
 
 FOCUS_CHANNELS = 256  # the FocusPixel branch's two hidden convolutions
@@ -154,7 +154,7 @@ def _training_outputs(cfg, features, rpn, num_classes, chips_per_device, rpn_onl
                                                      **proposal_target_mask_attrs(cfg, chips_per_device))
         else:
             targets = mx.sym.MultiProposalTarget(*proposal_inputs, name="proposal_target",
-                                                 **ops.proposal_target_attrs(cfg))
+                                                 **ops.proposal_target_attrs(cfg, backbone.stride))
     # rois (B*R, 5), labels (B*R,), box targets and weights (B*R, 4), R = TRAIN.RPN_POST_NMS_TOP_N
     rois, rcnn_label, rcnn_bbox_target, rcnn_bbox_weight = (mx.sym.BlockGrad(targets[i]) for i in range(4))
     if cfg.TRAIN.WITH_MASK:  # the mask operator's labels are (B*R, 1), as the fork's
@@ -188,7 +188,6 @@ def _mask_training_outputs(cfg, reduced, targets, head, num_fg_classes, chips_pe
                            compiled_deformable):
     """[mask_prob, mask_targets]: the mask loss on MultiProposalTargetMask's mask rois (B*50, 5) and their
     gt indices (B*50, 1), -1 for none, whose 28x28 targets MaskRcnnTarget rasterises from ``gt_masks``."""
-    from lib.data.chip_masks import MAX_POLYGON_LEN  # gt_masks (chips, TRAIN.MAX_GT_PER_CHIP, MAX_POLYGON_LEN)
     mask_rois, mask_ids = mx.sym.BlockGrad(targets[4]), mx.sym.BlockGrad(targets[5])
     with mx.AttrScope(ctx_group=PROPOSAL_TARGET_GROUP):
         mask_targets, class_ids = mx.sym.MaskRcnnTarget(

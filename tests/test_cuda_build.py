@@ -193,7 +193,7 @@ def test_progress_filter_passes_ninja_output_through(tmp_path):
 
 
 def test_object_checker_wants_sm_90_machine_code(tmp_path):
-    from test_cuda_kernels import elf_with_sections, fat_binary
+    from elf_helpers import elf_with_sections, fat_binary
     from lib.cuda_kernels import KIND_PTX, KIND_SASS
 
     good = tmp_path / "convolution.cu.o"

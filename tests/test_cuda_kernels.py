@@ -1,46 +1,11 @@
 """lib/cuda_kernels.py: the GPU architectures in a binary's .nv_fatbin section, read from hand-built ELF
 files, and which GPUs can run what (machine code within a major architecture, PTX at or below it)."""
-import struct
-
 import pytest
+
+from elf_helpers import elf_with_sections, fat_binary
 
 from lib.cuda_kernels import KIND_PTX, KIND_SASS, architectures, fatbin_entries, runnable_code
 from lib.ops import LIBRARY_PATH
-
-ENTRY_HEADER = 64
-
-
-def fat_binary(entries):
-    """One fat binary: its 16-byte header, then per (kind, arch, payload) a 64-byte entry header with the
-    kind at 0, the header size at 4, the payload size at 8 and the architecture at 28, then the payload."""
-    body = b""
-    for kind, arch, payload in entries:
-        header = bytearray(ENTRY_HEADER)
-        struct.pack_into("<HHIQ", header, 0, kind, 0x101, ENTRY_HEADER, len(payload))
-        struct.pack_into("<I", header, 28, arch)
-        body += bytes(header) + payload
-    return struct.pack("<IHHQ", 0xBA55ED50, 1, 16, len(body)) + body
-
-
-def elf_with_sections(sections):
-    """A minimal 64-bit little-endian ELF file with the named sections (and the section-name table)."""
-    names = b"\0" + b"".join(name.encode() + b"\0" for name, _ in sections) + b".shstrtab\0"
-    contents = [data for _, data in sections] + [names]
-    offsets, data, position = [], b"", 64
-    for content in contents:
-        offsets.append(position + len(data))
-        data += content
-    table = position + len(data)
-    headers = bytes(64)  # the null section
-    name_offset = 1
-    for index, content in enumerate(contents):
-        name = (list(n for n, _ in sections) + [".shstrtab"])[index]
-        headers += struct.pack("<IIQQQQIIQQ", name_offset, 1, 0, 0, offsets[index], len(content), 0, 0, 1, 0)
-        name_offset += len(name) + 1
-    ident = b"\x7fELF" + bytes([2, 1, 1]) + bytes(9)
-    header = ident + struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, table, 0, 64, 0, 0, 64, len(contents) + 1,
-                                 len(contents))
-    return header + data + headers
 
 
 def test_architectures_of_every_fat_binary_in_the_section(tmp_path):

@@ -4,7 +4,6 @@ Datasets here are a few hand-written records in tmp_path, so each expected box i
 """
 import hashlib
 import hmac
-import io
 import json
 import logging
 import os
@@ -17,57 +16,19 @@ import cv2
 import numpy as np
 import pytest
 
+from dataset_helpers import CATEGORIES, GOOD, ann, by_id, dataset_cfg, image_record, npz_bytes, png_bomb, png_header, \
+    voc_xml, write_coco, write_voc
+
 from lib.bootstrap import ROOT
 from lib.boxes import flip_boxes
-from lib.config import load_config
+from lib.config import ConfigError, load_config
 from lib.dataset import coco as coco_module
 from lib.dataset import load_roidb, read_image
 from lib.dataset import roidb as roidb_module
 from lib.dataset.annotations import make_entry
 from lib.dataset.base import Dataset
+from lib.dataset.polygons import pack_polygons
 from lib.dataset.proposals import write_proposals
-
-# Two categories with non-contiguous ids, listed out of order: labels follow sorted ids.
-CATEGORIES = [{"id": 7, "name": "seven"}, {"id": 2, "name": "two"}]
-
-
-def image_record(image_id, width=100, height=80):
-    return {"id": image_id, "file_name": f"{image_id}.jpg", "width": width, "height": height}
-
-
-def ann(ann_id, image_id, bbox, category_id=2, iscrowd=0, area=None):
-    record = {"id": ann_id, "image_id": image_id, "category_id": category_id, "bbox": bbox, "iscrowd": iscrowd}
-    record["area"] = area if area is not None else (bbox[2] * bbox[3] if _numeric(bbox) else 1.0)
-    return record
-
-
-def _numeric(bbox):
-    return isinstance(bbox, list) and len(bbox) == 4 and all(isinstance(v, (int, float)) for v in bbox)
-
-
-def write_coco(root, image_set, images, annotations, categories=CATEGORIES, image_files=True):
-    """A COCO-layout dataset under ``root``; returns the annotation file path."""
-    os.makedirs(os.path.join(root, "annotations"), exist_ok=True)
-    os.makedirs(os.path.join(root, "images", image_set), exist_ok=True)
-    path = os.path.join(root, "annotations", f"instances_{image_set}.json")
-    with open(path, "w") as f:
-        json.dump({"images": images, "annotations": annotations, "categories": categories}, f)
-    if image_files:
-        for image in images:
-            cv2.imwrite(os.path.join(root, "images", image_set, image["file_name"]),
-                        np.zeros((image["height"], image["width"], 3), np.uint8))
-    return path
-
-
-def dataset_cfg(tmp_path, dataset="coco", **overrides):
-    """The default config reading ``dataset`` from ``tmp_path/data``, caching under ``tmp_path/root``."""
-    return load_config(None, {"dataset.dataset": dataset, "dataset.dataset_path": str(tmp_path / "data"),
-                              "dataset.root_path": str(tmp_path / "root"), **overrides})
-
-
-def by_id(roidb, flipped=False):
-    return {entry["id"]: entry for entry in roidb if entry["flipped"] == flipped}
-
 
 # ---------------------------------------------------------------- COCO reading
 
@@ -476,16 +437,6 @@ def test_pooled_proposals_go_through_nms_before_mirroring(tmp_path, thresh):
     np.testing.assert_array_equal(by_id(roidb, flipped=True)[1]["proposals"], flip_boxes(kept, 100))
 
 
-def npz_bytes(**arrays):
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    return buffer.getvalue()
-
-
-GOOD = {"version": np.int64(1), "image_ids": np.array([1]), "offsets": np.array([0, 1]),
-        "boxes": np.zeros((1, 5), np.float32)}
-
-
 @pytest.mark.parametrize("content, error, message", [
     (None, IOError, "cannot read proposal file"),
     (b"not an npz", ValueError, "not a readable proposal .npz"),
@@ -553,28 +504,6 @@ def test_proposal_file_is_not_read_without_negative_chips(tmp_path):
 
 
 # ---------------------------------------------------------------- Pascal VOC
-
-
-def voc_xml(width, height, objects):
-    body = "".join(
-        f"<object><name>{name}</name><difficult>{int(difficult)}</difficult>"
-        f"<bndbox><xmin>{box[0]}</xmin><ymin>{box[1]}</ymin><xmax>{box[2]}</xmax><ymax>{box[3]}</ymax></bndbox>"
-        f"</object>" for name, box, difficult in objects)
-    size = f"<size><width>{width}</width><height>{height}</height><depth>3</depth></size>"
-    return f"<annotation>{size}{body}</annotation>"
-
-
-def write_voc(root, year, split, images):
-    """``images``: {name: xml text}; writes the list, the XMLs and blank JPEGs."""
-    base = os.path.join(root, f"VOC{year}")
-    for folder in ("Annotations", os.path.join("ImageSets", "Main"), "JPEGImages"):
-        os.makedirs(os.path.join(base, folder), exist_ok=True)
-    with open(os.path.join(base, "ImageSets", "Main", f"{split}.txt"), "w") as f:
-        f.write("".join(f"{name}\n" for name in images))
-    for name, xml in images.items():
-        with open(os.path.join(base, "Annotations", f"{name}.xml"), "w") as f:
-            f.write(xml)
-        cv2.imwrite(os.path.join(base, "JPEGImages", f"{name}.jpg"), np.zeros((4, 4, 3), np.uint8))
 
 
 def test_voc_boxes_difficult_and_joined_years(tmp_path, caplog):
@@ -845,30 +774,6 @@ def test_a_voc_list_entry_leading_outside_the_dataset_is_refused(tmp_path):
 # ---------------------------------------------------------------- images that would exhaust memory
 
 
-def png_chunk(kind, data):
-    import struct
-    import zlib
-
-    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-
-def png_header(width, height):
-    """The first bytes of a PNG declaring ``width`` x ``height`` (8-bit RGB): what a decompression bomb
-    shows before its tiny, highly compressed pixel data."""
-    import struct
-
-    return b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-
-
-def png_bomb(width, height):
-    """A whole PNG file of a few hundred bytes declaring ``width`` x ``height``: its header, a first
-    compressed row of zeros and the end chunk (what Pillow opens as an image of that size)."""
-    import zlib
-
-    return png_header(width, height) + png_chunk(b"IDAT", zlib.compress(bytes(1 + 3 * min(width, 1000)))) + \
-        png_chunk(b"IEND", b"")
-
-
 @pytest.mark.parametrize("ext", [".png", ".jpg"])
 def test_declared_size_reads_the_header_of_real_files(tmp_path, ext):
     from lib.dataset.image_io import declared_size
@@ -916,31 +821,55 @@ def test_an_annotated_size_over_the_pixel_limit_is_refused_at_load(tmp_path):
 
 
 class ToyDataset(Dataset):
-    """A format of one image given in code (module level: the roidb cache pickles it)."""
+    """A format of two images given in code (module level: the roidb cache pickles it): the first with a
+    box and its triangle, the second empty; the reference tests them last first."""
 
     kind = "toy"
     classes = ("__background__", "thing")
     category_ids = (0, 7)
+    supports_masks = True
 
     @property
     def annotation_files(self):
         return []
 
-    def load_entries(self):
-        self.image_ids = [1]
-        return [make_entry(os.path.join(self.dataset_path, "a.jpg"), 1, 20, 30, [[1, 2, 10, 12]], [1], [], [False])]
+    def load_entries(self, masks=False):
+        self.image_ids = [1, 2]
+        entries = [make_entry(os.path.join(self.dataset_path, "a.jpg"), 1, 20, 30, [[1, 2, 10, 12]], [1], [], [False]),
+                   make_entry(os.path.join(self.dataset_path, "b.jpg"), 2, 20, 30, [], [], [], [])]
+        if masks:
+            for entry, triangles in zip(entries, [[[np.array([1, 2, 10, 2, 10, 12])]], []]):
+                entry.update(pack_polygons(triangles))
+        return entries
+
+    def reference_test_order(self, entries):
+        return entries[::-1]
 
     def evaluate(self, entries, detections, out_dir, segmentations=None, scoring=None):
         return {"scored": [(e["id"], len(d)) for e, d in zip(entries, detections)]}
 
 
+class BoxOnlyToyDataset(ToyDataset):
+    supports_masks = False
+
+
 def test_a_dataset_format_is_one_subclass_and_its_registration(tmp_path, monkeypatch):
     # registered by name, the format's entries become the roidb (flips, cache) and its evaluate scores them
     os.makedirs(tmp_path / "data")
-    cv2.imwrite(str(tmp_path / "data" / "a.jpg"), np.zeros((20, 30, 3), np.uint8))
+    for name in ("a.jpg", "b.jpg"):
+        cv2.imwrite(str(tmp_path / "data" / name), np.zeros((20, 30, 3), np.uint8))
     monkeypatch.setitem(roidb_module.DATASETS, "toy", ToyDataset)
     cfg = dataset_cfg(tmp_path, "toy", **{"TRAIN.FLIP": True})
     roidb, dataset = load_roidb(cfg, "train")
     assert [(e["id"], e["flipped"]) for e in roidb] == [(1, False), (1, True)] and dataset.num_classes == 2
     np.testing.assert_array_equal(roidb[1]["boxes"], [[19, 2, 28, 12]])  # mirrored in a 30 px wide image
     assert dataset.evaluate(roidb[:1], [np.zeros((3, 6))], str(tmp_path)) == {"scored": [(1, 3)]}
+    # the format's own test order and masks, not COCO's
+    assert [e["id"] for e in load_roidb(cfg, "val", training=False)[0]] == [2, 1]
+    file_order = dataset_cfg(tmp_path, "toy", **{"dataset.TEST_IMAGE_ORDER": "file"})
+    assert [e["id"] for e in load_roidb(file_order, "val", training=False)[0]] == [1, 2]
+    masked, _ = load_roidb(dataset_cfg(tmp_path, "toy", **{"TRAIN.WITH_MASK": True, "TRAIN.FLIP": False}), "train")
+    np.testing.assert_array_equal(masked[0]["mask_coords"], [1, 2, 10, 2, 10, 12])
+    monkeypatch.setitem(roidb_module.DATASETS, "toy", BoxOnlyToyDataset)
+    with pytest.raises(ConfigError, match="TRAIN.WITH_MASK"):
+        load_roidb(dataset_cfg(tmp_path, "toy", **{"TRAIN.WITH_MASK": True}), "train")

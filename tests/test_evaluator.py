@@ -6,11 +6,11 @@ import os
 
 import numpy as np
 import pytest
-from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
 from lib.atomic import write_json
-from lib.inference.evaluator import coco_results, evaluate_coco, evaluate_voc, voc_ap, voc_class_ap
+from lib.evaluation.metrics import coco_results, evaluate_coco, evaluate_voc, voc_ap, voc_class_ap
+from dataset_helpers import indexed_coco
 
 # Contiguous label l is COCO category CATEGORY_IDS[l]: non-contiguous ids as in COCO itself.
 CATEGORY_IDS = [0, 3, 7]
@@ -30,16 +30,6 @@ def make_coco_gt():
             annotations.append({"id": len(annotations) + 1, "image_id": image_id, "category_id": CATEGORY_IDS[label],
                                 "bbox": [x1, y1, w, h], "area": w * h, "iscrowd": 0})
     return indexed_coco(images, annotations, CATEGORY_IDS)
-
-
-def indexed_coco(images, annotations, category_ids):
-    """A pycocotools COCO of these images and annotations, categories ``category_ids[1:]`` named c<id>."""
-    coco = COCO()
-    coco.dataset = {"images": images, "annotations": annotations,
-                    "categories": [{"id": c, "name": f"c{c}"} for c in category_ids[1:]]}
-    with contextlib.redirect_stdout(io.StringIO()):
-        coco.createIndex()
-    return coco
 
 
 def perfect_detections():
@@ -72,7 +62,7 @@ def test_results_precision_is_the_reference_s():
 def test_reference_round_agrees_with_decimal_half_up_on_random_values():
     from decimal import ROUND_HALF_UP, Decimal
 
-    from lib.inference.evaluator import reference_round
+    from lib.evaluation.metrics import reference_round
 
     rng = np.random.default_rng(0)
     values = np.concatenate([rng.uniform(-1000, 1000, 2000), rng.integers(-4000, 4000, 500) / 4.0,
@@ -194,7 +184,7 @@ def test_evaluate_voc_reports_map_at_0_7_beside_0_5(tmp_path):
 
 
 def test_proposal_recall_per_size_range_and_threshold_hand_worked():
-    from lib.inference.evaluator import proposal_recall
+    from lib.evaluation.metrics import proposal_recall
 
     gts = [np.array([[0, 0, 9, 9], [100, 100, 199, 199]], np.float32), np.array([[0, 0, 39, 39]], np.float32)]
     # image 0: the 10 px gt found exactly, the 100 px one at IoU 80 * 100 / (2 * 10000 - 8000) = 2 / 3;

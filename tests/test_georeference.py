@@ -14,7 +14,7 @@ from lib.dataset.georeference import Georeference, find_world_file, read_georefe
 from lib.inference import tester
 from lib.inference.folder_test import detect_images
 from lib.inference.geojson import detections_geojson
-from test_tester import CATEGORY_IDS, IMAGES, OracleDetector, tiny  # noqa: F401  (tiny: a fixture)
+from detector_helpers import CATEGORY_IDS, IMAGES, OracleDetector
 
 PIXELS = np.random.default_rng(5).integers(0, 255, (30, 40, 3), dtype=np.uint8)
 UTM_33N = 32633

@@ -15,7 +15,7 @@ import numpy as np
 import psutil
 import pytest
 
-from test_stall_warning import assert_each_stopped_worker_warned_once
+from stall_helpers import assert_each_stopped_worker_warned_once
 
 from lib.config import load_config, with_overrides
 from lib.data import ChipLoader, WorkerDiedError, WorkerError, WorkerStalledError

@@ -165,7 +165,7 @@ import numpy as np
 sys.path[:0] = [{root!r}, {tests!r}]
 path, side = sys.argv[1], 20000
 from lib.inference.pipeline import RoidbImages
-from test_tiling import stand_in_detector
+from detector_helpers import stand_in_detector
 detector = stand_in_detector(SCALES=[0.25, 0.1, 512.0], VALID_RANGES=[[-1, -1]] * 3, TILE=[1024, 128])
 entry = {{"image": path, "height": side, "width": side}}
 found = dict(detector.run(RoidbImages([entry])))[0]

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from pycocotools import mask as mask_utils
 from network_helpers import inference_shapes
-from test_evaluator import indexed_coco
+from dataset_helpers import indexed_coco
 
 from lib.atomic import write_json
 from lib.config import load_config
 from lib.drawing import draw_detections
 from lib.inference.detector import Detector
-from lib.inference.evaluator import coco_results, evaluate_coco
+from lib.evaluation.metrics import coco_results, evaluate_coco
 from lib.inference.masks import MaskHead, encode_masks, mask_levels, paste_masks
 from lib.scales import pyramid
 from symbols import inference_symbol

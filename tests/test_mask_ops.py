@@ -97,7 +97,7 @@ def test_scores_in_the_two_channel_view_give_the_same_outputs(op_name):
     from lib.config import load_config
 
     attrs = {"batch_size": 2} if op_name == "MultiProposalTargetMask" else \
-        lib.ops.proposal_target_attrs(load_config(None))
+        lib.ops.proposal_target_attrs(load_config(None), 16)
     stacked = [out.asnumpy() for out in op(*(mx.nd.array(x) for x in inputs), **attrs)]
     inputs[0] = inputs[0].reshape(2, 2, -1, inputs[0].shape[3])
     viewed = [out.asnumpy() for out in op(*(mx.nd.array(x) for x in inputs), **attrs)]

@@ -11,9 +11,16 @@ import lib.ops
 from lib.boxes import base_anchors, grid_anchors
 from lib.config import load_config
 from lib.ops.reference import multi_proposal_target
+from symbols.backbones import feature_stride
+
+
+def config_attrs(cfg):
+    """The operator's attributes as the training graph passes them: the config's and its backbone's stride."""
+    return lib.ops.proposal_target_attrs(cfg, feature_stride(cfg))
+
 
 # The published settings, as the training graph passes them (every attribute, from the config).
-PUBLISHED = lib.ops.proposal_target_attrs(load_config(None))
+PUBLISHED = config_attrs(load_config(None))
 NUM_ANCHORS = len(PUBLISHED["scales"]) * len(PUBLISHED["ratios"])
 RULES = ["reference", "exact"]
 ONE_ANCHOR = dict(scales=(1,), ratios=(1,))  # one 16 x 16 anchor [0, 0, 15, 15] per cell
@@ -505,8 +512,8 @@ def test_config_attributes_are_the_published_settings():
     assert PUBLISHED == {"rules": "reference", "feature_stride": 16, "scales": (2, 4, 7, 10, 13, 16, 24),
                          "ratios": (0.5, 1, 2), "rpn_pre_nms_top_n": 0, "rpn_post_nms_top_n": 300, "threshold": 0.7,
                          "rpn_min_size": 3, "fg_thresh": 0.5, "bbox_stds": (0.1, 0.1, 0.2, 0.2)}
-    exact = lib.ops.proposal_target_attrs(load_config(None, [("TRAIN.PROPOSAL_TARGET_RULES", "exact"),
-                                                              ("TRAIN.RPN_PRE_NMS_TOP_N", "6000")]))
+    exact = config_attrs(load_config(None, [("TRAIN.PROPOSAL_TARGET_RULES", "exact"),
+                                            ("TRAIN.RPN_PRE_NMS_TOP_N", "6000")]))
     assert exact == {**PUBLISHED, "rules": "exact", "rpn_pre_nms_top_n": 6000}
 
 
@@ -516,7 +523,7 @@ def test_config_attributes_are_the_published_settings():
 ])
 def test_bad_config_values_are_named(key, value, message):
     with pytest.raises(ValueError) as excinfo:
-        lib.ops.proposal_target_attrs(load_config(None, [(key, value)]))
+        config_attrs(load_config(None, [(key, value)]))
     assert message in str(excinfo.value)
 
 

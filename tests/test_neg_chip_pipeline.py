@@ -14,7 +14,7 @@ from lib.data.epoch_plan import EpochPlan, mine_images
 from lib.dataset.proposals import read_proposals
 from lib.inference.detector import Detector
 from lib.run.checkpoint import load_params
-from lib.run.folder import numbered_classes
+from lib.dataset.base import numbered_classes
 from chip_generator.mining import MiningParams
 from lib.pipeline.neg_chips import NegChipPipeline
 from symbols import inference_symbol
@@ -116,7 +116,7 @@ def test_rpn_checkpoint_loads_into_the_proposal_graph_only(finished):
     for name, shape in needed.items():
         if name not in shapes:
             assert name in given and given[name].shape == shape, name
-    Detector.from_config(cfg, outputs["rpn"], rpn_only=True)
+    Detector.from_config(cfg, outputs["rpn"], None, rpn_only=True)
     with pytest.raises(ValueError, match="lacks"):  # no R-CNN head in an RPN-only checkpoint
         Detector.from_config(cfg, outputs["rpn"], numbered_classes(num_classes))
 

@@ -11,7 +11,7 @@ import pytest
 from lib.run import checkpoint
 from lib.train.optimizer import master_params
 from lib.run.optimizer_states import load_optimizer_states, read_optimizer_states, state_arrays
-from test_fp16 import BATCH, W16, mixed_precision_module, numpy_sgd
+from fp16_helpers import BATCH, W16, mixed_precision_module, numpy_sgd
 
 
 class WritesMarker:

@@ -27,8 +27,8 @@ from lib.dataset import load_roidb
 from lib.dataset.pascal_voc import HASHED_IDS, read_class_names, voc_image_id
 from lib.dataset.proposals import write_proposals
 from lib.dataset.variants import add_empty_images, small_object_set
-from lib.inference.coco_summary import max_dets_for, parse_bands
-from lib.inference.evaluator import COCO_STAT_NAMES, evaluate_coco
+from lib.evaluation.coco_summary import max_dets_for, parse_bands
+from lib.evaluation.metrics import COCO_STAT_NAMES, evaluate_coco
 from lib.inference.folder_test import detect_images, image_entries, image_ids, list_images
 from lib.run import checkpoint
 from lib.run.checkpoint import output_dir
@@ -39,8 +39,8 @@ from lib.train.optimizer import make_optimizer_params
 from lib.train.progress import RunProgress
 from lib.train.tensorboard import TensorBoardLog
 import main_train
-from test_dataset import ann, by_id, dataset_cfg, image_record, png_bomb, voc_xml, write_coco, write_voc
-from test_tester import IMAGES, OracleDetector, tiny  # noqa: F401  (tiny: a fixture)
+from dataset_helpers import ann, by_id, dataset_cfg, image_record, png_bomb, voc_xml, write_coco, write_voc
+from detector_helpers import IMAGES, OracleDetector
 
 TINY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "faster",
                     "sniper_synthetic_tiny.yml")

@@ -8,12 +8,12 @@ import signal
 import time
 
 import cv2
-import mxnet as mx
 import numpy as np
 import pytest
 from tqdm import tqdm
 
-from test_stall_warning import assert_each_stopped_worker_warned_once
+from detector_helpers import CATEGORY_IDS, IMAGES, OracleDetector, write_tiny_coco
+from stall_helpers import assert_each_stopped_worker_warned_once
 
 from lib.boxes import bbox_overlaps
 from lib.config import load_config, with_overrides
@@ -23,14 +23,12 @@ from lib.dataset.proposals import read_proposals
 from lib.scales import ScaleSpec, pyramid
 from lib.inference import tester
 from lib.inference.batching import extraction_order, part_bounds, plan_level, reference_order
-from lib.inference.detector import DATA_NAMES, Detector, checkpoint_file, to_original, unique_rows
+from lib.inference.detector import Detector, checkpoint_file, to_original, unique_rows
 from lib.inference.pipeline import RoidbImages, prepare_image
 from lib.inference.merge import in_test_range, merge_scales, scale_candidates, suppress
 from lib.run.checkpoint import checkpoint_prefix, save_checkpoint
-from lib.run.folder import numbered_classes
-from symbols import inference_symbol
+from lib.dataset.base import numbered_classes
 
-NUM_CLASSES = 3  # background and the two categories of the tiny datasets below
 CLASSES = ["__background__", "class 1", "class 2"]
 
 
@@ -194,102 +192,9 @@ def test_boxes_are_clipped_in_the_scaled_image_then_divided_by_the_scale():
 # ---------------------------------------------------------------------------------------------------
 # The tester end to end on tiny COCO- and VOC-format datasets written here.
 
-CATEGORY_IDS = [0, 4, 9]  # COCO ids of contiguous labels 1, 2
-# image set -> [(file name, image id, height, width, [(x1, y1, x2, y2 inclusive), label])]; every image has
-# its own size, which is how the oracle network below recognises it. "broken.jpg" cannot be decoded.
-IMAGES = {
-    "val": [("a.png", 7, 60, 80, [((10, 12, 29, 35), 1), ((40, 5, 75, 50), 2)]),
-            ("b.png", 8, 90, 50, [((3, 4, 12, 15), 2), ((20, 30, 44, 80), 1)]),
-            ("c.png", 9, 40, 40, [((0, 0, 39, 39), 1)]),
-            ("broken.jpg", 10, 30, 30, [((2, 2, 20, 20), 1)])],
-    "train": [("t1.png", 1, 50, 70, [((5, 5, 30, 30), 1)]),
-              ("t2.png", 2, 66, 40, [((10, 10, 25, 40), 2)]),
-              ("broken.jpg", 3, 30, 30, [((2, 2, 20, 20), 1)])],
-}
-
-
-def write_tiny_coco(root):
-    rng = np.random.default_rng(0)
-    for image_set, images in IMAGES.items():
-        os.makedirs(os.path.join(root, "images", image_set))
-        records, annotations = [], []
-        for name, image_id, height, width, objects in images:
-            path = os.path.join(root, "images", image_set, name)
-            if name == "broken.jpg":
-                with open(path, "wb") as f:
-                    f.write(b"not an image")
-            else:
-                cv2.imwrite(path, rng.integers(0, 255, (height, width, 3), dtype=np.uint8))
-            records.append({"id": image_id, "file_name": name, "height": height, "width": width})
-            for (x1, y1, x2, y2), label in objects:
-                w, h = x2 - x1 + 1, y2 - y1 + 1
-                annotations.append({"id": len(annotations) + 100 * image_id, "image_id": image_id, "iscrowd": 0,
-                                    "category_id": CATEGORY_IDS[label], "bbox": [x1, y1, w, h], "area": w * h})
-        os.makedirs(os.path.join(root, "annotations"), exist_ok=True)
-        with open(os.path.join(root, "annotations", f"instances_{image_set}.json"), "w") as f:
-            json.dump({"images": records, "annotations": annotations,
-                       "categories": [{"id": c, "name": f"cat{c}"} for c in CATEGORY_IDS[1:]]}, f)
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """(cfg, arg_params, aux_params): the tiny network, randomly initialised, on the tiny dataset."""
-    root = tmp_path_factory.mktemp("tiny")
-    write_tiny_coco(str(root / "data"))
-    cfg = load_config(None, [
-        ("symbol", "resnet_tiny"), ("output_path", str(root / "output")), ("dataset.dataset_path", str(root / "data")),
-        ("dataset.root_path", str(root)), ("dataset.image_set", "train"), ("dataset.test_image_set", "val"),
-        ("dataset.NUM_CLASSES", "3"), ("gpus", ""), ("TEST.fp16", "false"),
-        ("dataset.TEST_IMAGE_ORDER", "file"),  # the tests name the images by their place in IMAGES
-        ("TEST.SCALES", "[[96, 128], [64, 96], [32, 48]]"),
-        ("TEST.RPN_PRE_NMS_TOP_N", "500"), ("TEST.RPN_POST_NMS_TOP_N", "50"), ("TEST.NUM_PROPOSALS", "20"),
-    ])
-    module = mx.mod.Module(inference_symbol(cfg, NUM_CLASSES), data_names=DATA_NAMES, label_names=None)
-    module.bind([("data", (1, 3, 64, 64)), ("im_info", (1, 3)), ("im_ids", (1,)), ("chip_ids", (1,))],
-                for_training=False)
-    mx.random.seed(0)
-    module.init_params(mx.init.Normal(0.05))
-    arg_params, aux_params = module.get_params()
-    return cfg, arg_params, aux_params
-
-
 def tiny_images():
     rng = np.random.default_rng(3)
     return [rng.integers(0, 255, shape, dtype=np.uint8) for shape in [(40, 70, 3), (90, 30, 3), (12, 9, 3)]]
-
-
-class OracleDetector(Detector):
-    """The tester's Detector with the network replaced by an oracle: the proposal layer returns each
-    image's gt boxes (scaled, repeated to a fixed count as the proposal layer pads), the regressor zero
-    deltas, the classifier the gt class. It recognises an image by its resized size (``im_info``).
-    Everything around the network (batching, canvases, decoding, mapping back to original pixels,
-    merging, results, evaluation) is the real code."""
-
-    def __init__(self, cfg, images=IMAGES, rois_per_image=12):
-        super().__init__(cfg, numbered_classes(NUM_CLASSES if cfg.dataset.dataset == "coco" else 21),
-                         contexts=[mx.cpu()], source="oracle")
-        self.rois_per_image = rois_per_image
-        self.gts = {}
-        for records in images.values():
-            for name, _, h, w, objects in records:
-                for level in self.levels if name != "broken.jpg" else ():
-                    s = level.spec.image_scale(h, w)
-                    resized = cv2.resize(np.zeros((h, w), np.uint8), None, fx=s, fy=s).shape
-                    assert self.gts.setdefault(resized, (objects, s)) == (objects, s), "ambiguous test images"
-        self.canvases = []
-
-    def forward(self, data, im_info):
-        self.canvases.append(data.shape)
-        n = self.rois_per_image
-        rois = np.zeros((len(data), n, 5), np.float32)
-        scores = np.zeros((len(data), n, len(self.classes)), np.float32)
-        for slot, (height, width, _) in enumerate(im_info):
-            objects, s = self.gts.get((int(height), int(width)), ([((0, 0, 1, 1), 0)], 1.0))  # padding slots
-            rows = np.resize(np.arange(len(objects)), n)
-            rois[slot, :, 1:] = np.array([box for box, _ in objects], np.float32)[rows] * s
-            scores[slot, np.arange(n), np.array([label for _, label in objects])[rows]] = 1
-        return {"rois_output": rois.reshape(-1, 5), "cls_prob_reshape_output": scores,
-                "bbox_pred_reshape_output": np.zeros((len(data), n, 4), np.float32)}
 
 
 def test_unique_rows_keeps_first_occurrences_in_order():
@@ -449,6 +354,15 @@ def test_checkpoint_missing_or_misshapen_parameters_are_clear_errors(tiny):
         Detector.from_params(cfg, CLASSES, partial, aux_params, source="source.params")
     with pytest.raises(ValueError, match=r"cls_score_weight has shape \(3, 128\), .* needs \(81, 128\)"):
         Detector.from_params(cfg, numbered_classes(81), arg_params, aux_params)
+
+
+def test_each_constructor_takes_the_class_names_of_a_detection_network(tiny, tmp_path):
+    cfg, arg_params, aux_params = tiny
+    with pytest.raises(TypeError, match="classes"):  # no default to fall back on
+        Detector.from_config(cfg, str(tmp_path / "absent.params"))
+    with pytest.raises(ValueError, match="needs its class names"):  # named before anything is bound
+        Detector.from_params(cfg, None, arg_params, aux_params)
+    assert Detector(cfg, None, rpn_only=True).classes is None  # the RPN-only network has none
 
 
 def test_extracted_proposals_load_back_for_chip_mining(tiny):

@@ -1,9 +1,9 @@
 """The tiled test (TEST.TILE, lib.inference.tiling): tile geometry, the border and ownership rules
 hand-worked, equivalence with the whole-image test, and canvases bounded by the tile size."""
-import cv2
-import mxnet as mx
 import numpy as np
 import pytest
+
+from detector_helpers import NUM_CLASSES, ComponentNetwork, random_tiny_params, stand_in_detector
 
 from lib.config import load_config
 from lib.inference.detector import Detector
@@ -58,42 +58,6 @@ def test_a_detection_cut_by_an_inner_tile_border_is_dropped_for_the_tile_holding
                                   [True, False])  # centres 350 (the core's first column) and 340
 
 
-class ComponentNetwork:
-    """A translation-equivariant stand-in for the network: every bright blob of the canvas (pixels above
-    the mean, inside the image's ``im_info`` extent) is a detection of class 1, its box the blob's
-    bounding box in canvas pixels, its score a function of its size; padded to a fixed roi count by
-    repeats, as the proposal layer pads."""
-
-    ROIS = 16
-
-    def __init__(self):
-        self.canvases = []
-
-    def __call__(self, data, im_info):
-        self.canvases.append(data.shape)
-        rois = np.zeros((len(data), self.ROIS, 5), np.float32)
-        scores = np.zeros((len(data), self.ROIS, 2), np.float32)
-        for slot, (height, width, _) in enumerate(im_info):
-            mask = (data[slot, :, :int(height), :int(width)].sum(axis=0) > 0).astype(np.uint8)
-            count, _, stats, _ = cv2.connectedComponentsWithStats(mask, connectivity=4)
-            boxes = [[x, y, x + w, y + h] for x, y, w, h, _ in stats[1:]] or [[0, 0, 1, 1]]
-            rows = np.resize(np.arange(len(boxes)), self.ROIS)
-            rois[slot, :, 1:] = np.array(boxes, np.float32)[rows]
-            sides = np.array([b[2] - b[0] for b in boxes], np.float32)[rows]
-            scores[slot, :, 1] = 0.5 + 0.4 * np.tanh(sides / 100) if count > 1 else 0
-            scores[slot, :, 0] = 1 - scores[slot, :, 1]
-        return {"rois_output": rois.reshape(-1, 5), "cls_prob_reshape_output": scores,
-                "bbox_pred_reshape_output": np.zeros((len(data), self.ROIS, 4), np.float32)}
-
-
-def stand_in_detector(other_keys=(), **test_overrides):
-    cfg = load_config(None, {"symbol": "resnet_tiny", "TEST.fp16": False, "TEST.BATCH_IMAGES": 2, "TEST.SOFT_NMS": False,
-                     **{f"TEST.{key}": value for key, value in test_overrides.items()}, **dict(other_keys)})
-    detector = Detector(cfg, ["__background__", "blob"], contexts=[mx.cpu()], source="stand-in")
-    detector.forward = ComponentNetwork()
-    return detector
-
-
 def blob_image(height, width, squares):
     """Black image with white squares ``(x, y, side)``."""
     image = np.zeros((height, width, 3), np.uint8)
@@ -144,19 +108,14 @@ def test_where_every_image_fits_a_tile_the_tiled_test_is_the_whole_image_test():
     """The tiny network, randomly initialised, at the default's batching (two parts, two images per
     device, three scales): with tiles larger than every scaled image the pipeline runs the same batches on
     the same canvases, so the detections are equal (the same computation, not merely close)."""
-    from test_tester import DATA_NAMES, NUM_CLASSES, inference_symbol, numbered_classes
+    from lib.dataset.base import numbered_classes
 
     def tiny_cfg(**extra):
         return load_config(None, {"symbol": "resnet_tiny", "gpus": "", "TEST.fp16": False, "dataset.NUM_CLASSES": NUM_CLASSES,
                           "TEST.SCALES": [[96, 128], [64, 96], [32, 48]], "TEST.RPN_PRE_NMS_TOP_N": 500,
                           "TEST.RPN_POST_NMS_TOP_N": 50, **extra})
 
-    module = mx.mod.Module(inference_symbol(tiny_cfg(), NUM_CLASSES), data_names=DATA_NAMES, label_names=None)
-    module.bind([("data", (1, 3, 64, 64)), ("im_info", (1, 3)), ("im_ids", (1,)), ("chip_ids", (1,))],
-                for_training=False)
-    mx.random.seed(0)
-    module.init_params(mx.init.Normal(0.05))
-    args, auxs = module.get_params()
+    args, auxs = random_tiny_params(tiny_cfg())
     rng = np.random.default_rng(3)
     images = [rng.integers(0, 255, shape, dtype=np.uint8) for shape in [(40, 70, 3), (90, 30, 3), (12, 9, 3),
                                                                         (60, 60, 3), (33, 80, 3)]]

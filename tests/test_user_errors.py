@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 
-from test_dataset import GOOD, ann, image_record, npz_bytes, write_coco
+from dataset_helpers import GOOD, ann, image_record, npz_bytes, write_coco
 
 from lib.bootstrap import ROOT
 from lib.config import ConfigError, load_config

@@ -9,7 +9,7 @@ import cv2
 import numpy as np
 import pytest
 
-from test_dataset import png_bomb
+from dataset_helpers import png_bomb
 
 from lib.bootstrap import ROOT
 from lib.drawing import class_palette, draw_boxes, draw_detections, grid, legend

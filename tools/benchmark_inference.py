@@ -40,7 +40,8 @@ from lib.config import with_overrides
 from lib.inference.detector import DATA_NAMES, Detector, checkpoint_file
 from lib.inference.pipeline import RoidbImages
 from lib.logger import report_user_errors
-from lib.run.folder import add_model_arguments, config_from_model_arguments, numbered_classes
+from lib.dataset.base import numbered_classes
+from lib.run.folder import add_model_arguments, config_from_model_arguments
 from lib.scales import ScaleLevel, pyramid
 from symbols import inference_symbol
 

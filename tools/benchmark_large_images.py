@@ -72,7 +72,7 @@ def run_mode(args):
     from lib.dataset import load_roidb
     from lib.inference.autofocus import AutoFocusStats, run_autofocus
     from lib.inference.detector import Detector
-    from lib.inference.evaluator import coco_results, evaluate_coco
+    from lib.evaluation.metrics import coco_results, evaluate_coco
     from lib.inference.pipeline import RoidbImages
     from lib.inference.tiling import run_tiled
 

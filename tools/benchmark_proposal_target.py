@@ -31,8 +31,10 @@ from lib.boxes import base_anchors, bbox_overlaps, encode, grid_anchors
 from lib.config import load_config
 from lib.logger import report_user_errors
 from lib.ops.reference import multi_proposal_target
+from symbols.backbones import feature_stride
 
-ATTRS = lib.ops.proposal_target_attrs(load_config(None))  # the published settings
+PUBLISHED = load_config(None)
+ATTRS = lib.ops.proposal_target_attrs(PUBLISHED, feature_stride(PUBLISHED))  # the published settings
 CHIP, STRIDE, FEAT = 512, ATTRS["feature_stride"], 32
 VALID_RANGES = [[0, 80 * 3.0], [32 * 1.667, 150 * 1.667], [120 * 0.4, CHIP]]  # chip pixels per scale
 VARIANTS = [

@@ -15,7 +15,7 @@ from lib.benchmarking import markdown_table
 from lib.config import add_config_arguments, config_from_arguments
 from lib.dataset import load_roidb
 from lib.dataset.proposals import read_proposals
-from lib.inference.evaluator import proposal_recall
+from lib.evaluation.metrics import proposal_recall
 from lib.logger import report_user_errors, setup_logging
 
 COCO_SIZES = {"all": (-1, -1), "small (< 32 px)": (-1, 32), "medium (32-96 px)": (32, 96), "large (>= 96 px)": (96, -1)}

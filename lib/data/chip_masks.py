@@ -16,8 +16,7 @@ without polygons (RLE-only annotation) is ``[category, 0, -1, ...]``: an empty m
 import numpy as np
 
 from lib.data.chip_boxes import chip_origin
-
-MAX_POLYGON_LEN = 500  # floats per row: the reference's max_poly_len, MaskRcnnTarget's max_polygon_len
+from symbols.mask import MAX_POLYGON_LEN  # floats per row: the network's gt_masks input (MaskRcnnTarget's)
 
 
 def encode_polygons(counts, lengths, coords, categories, out):

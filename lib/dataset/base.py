@@ -5,10 +5,17 @@ A format is a subclass of ``Dataset`` in a file of its own, registered under its
 annotations into unflipped roidb entries (``load_entries``), says which files those are
 (``annotation_files``: the roidb cache is keyed on their content), names its classes (``classes[label]``,
 0 = ``__background__``; counted before any entry is read by ``class_count``) and the ids results are
-written with (``category_ids[label]``), and scores a test set's detections the way that dataset is scored
-(``evaluate``). Instances are pickled into the roidb cache, so they hold plain data.
+written with (``category_ids[label]``), says whether it has instance masks (``supports_masks``) and in which
+order the reference tests its images (``reference_test_order``), and scores a test set's detections the way
+that dataset is scored (``evaluate``, the tester's one evaluator interface). Instances are pickled into the
+roidb cache, so they hold plain data.
 """
 import os
+
+
+def numbered_classes(num_classes):
+    """Class names when only the count is known: background, then "class 1", ..."""
+    return ["__background__"] + [f"class {label}" for label in range(1, num_classes)]
 
 
 class Dataset:
@@ -18,6 +25,7 @@ class Dataset:
     kind = None  # the format's name in log lines and cache file names
     classes = None
     category_ids = None  # per label; a format without ids of its own gives the labels themselves
+    supports_masks = False  # True: load_entries(masks=True) gives each box's polygons (TRAIN.WITH_MASK)
 
     def __init__(self, dataset_path, image_set):
         self.dataset_path = os.path.abspath(dataset_path)
@@ -45,12 +53,19 @@ class Dataset:
         return len(self.classes)
 
     def load_entries(self):
-        """Unflipped roidb entries of every image, in the dataset's order (sets ``classes`` and ``image_ids``)."""
+        """Unflipped roidb entries of every image, in the dataset's order (sets ``classes`` and ``image_ids``);
+        a format that ``supports_masks`` also takes ``masks=True`` (the polygons, lib/dataset/polygons.py)."""
         raise NotImplementedError
+
+    def reference_test_order(self, entries):
+        """The test ``entries`` in the order the reference tests this format's images
+        (``dataset.TEST_IMAGE_ORDER: reference``); the dataset's own order unless a format says otherwise."""
+        return entries
 
     def evaluate(self, entries, detections, out_dir, segmentations=None, scoring=None):
         """Score ``detections`` (per entry, (N, 6) ``[x1, y1, x2, y2, score, label]``) of the tested
         ``entries`` into ``out_dir``, with ``segmentations`` (per entry, one COCO RLE per detection row:
         a mask network's) where the format scores masks, and the test section ``scoring`` (TEST.EVAL_MAX_DETS,
-        SIZE_BANDS, ...) where the format reads it; returns what goes into the test summary."""
+        SIZE_BANDS, ...) where the format reads it; returns what goes into the test summary (``stats``: the
+        metrics, when the set has annotations; ``results``: a results file, when the format writes one)."""
         raise NotImplementedError

@@ -30,8 +30,11 @@ from lib.atomic import write_json
 from lib.dataset.annotations import BoxReport, clean_boxes, escapes_folder, make_entry, split_image_sets
 from lib.dataset.base import Dataset
 from lib.dataset.polygons import pack_polygons
+from lib.dataset.reference_rules import python2_dict_order
 from lib.dataset.synthetic import CLASSES as SHAPES, ensure_synthetic_dataset
 from lib.errors import DataError, DataFileError
+from lib.evaluation.coco_summary import COCO_BANDS, parse_bands
+from lib.evaluation.metrics import coco_results, evaluate_coco
 
 
 logger = logging.getLogger(__name__)
@@ -208,6 +211,7 @@ class CocoDataset(Dataset):
     """
 
     kind = "coco"
+    supports_masks = True
 
     def __init__(self, dataset_path, image_set):
         super().__init__(dataset_path, image_set)
@@ -300,6 +304,13 @@ class CocoDataset(Dataset):
             entries.append(entry)
         return entries
 
+    def reference_test_order(self, entries):
+        """One COCO set: the reference's order, its Python 2 dict of image ids; joined sets keep theirs
+        (the reference tests one set at a time)."""
+        if len(self.image_sets) != 1:
+            return entries
+        return [entries[i] for i in python2_dict_order([entry["id"] for entry in entries])]
+
     @property
     def coco(self):
         """pycocotools ``COCO`` over all the image sets (loaded on first use: training never needs it)."""
@@ -329,9 +340,6 @@ class CocoDataset(Dataset):
         """The results file (COCO format, original category ids: test-dev ready; masks as ``segmentation``),
         then COCO bbox (and segm) AP through pycocotools when the set has annotations, at ``scoring``'s
         TEST.EVAL_MAX_DETS (0: its MAX_PER_IMAGE) detections per image and size bands TEST.SIZE_BANDS."""
-        from lib.inference.coco_summary import COCO_BANDS, parse_bands
-        from lib.inference.evaluator import coco_results, evaluate_coco  # the scoring, with the other metrics
-
         image_ids = [entry["id"] for entry in entries]
         results = coco_results(detections, image_ids, self.category_ids, segmentations)
         path = os.path.join(out_dir, f"detections_{self.image_set}_results.json")

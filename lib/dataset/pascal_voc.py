@@ -25,6 +25,7 @@ from tqdm import tqdm
 from lib.dataset.annotations import BoxReport, clean_boxes, escapes_folder, make_entry, split_image_sets
 from lib.dataset.base import Dataset
 from lib.errors import DataError, DataFileError
+from lib.evaluation.metrics import evaluate_voc
 
 VOC_CLASSES = (
     "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow",
@@ -219,8 +220,6 @@ class PascalVocDataset(Dataset):
         """VOC AP per class at IoU 0.5 against the entries' boxes, difficult ones ignored (11-point AP for
         VOC2007); VOC has no masks to score ``segmentations`` against (TRAIN.WITH_MASK is refused for it) and
         no COCO settings to read from ``scoring``."""
-        from lib.inference.evaluator import evaluate_voc  # the scoring, with the other metrics
-
         return {"stats": evaluate_voc(detections, [e["boxes"] for e in entries], [e["gt_classes"] for e in entries],
                                       [e["difficult"] for e in entries], list(self.classes), out_dir,
                                       self.use_07_metric)}

@@ -8,14 +8,14 @@ import os
 import numpy as np
 
 from lib.boxes import flip_boxes
-from lib.config import ConfigError
+from lib.dataset.base import numbered_classes
 from lib.dataset.coco import CocoDataset, SyntheticDataset
 from lib.dataset.pascal_voc import PascalVocDataset
 from lib.dataset.polygons import flip_polygons, select_polygons
 from lib.dataset.proposals import read_proposals
-from lib.dataset.reference_rules import python2_dict_order, suppress_pooled_proposals, truncate_to_whole_pixels
+from lib.dataset.reference_rules import suppress_pooled_proposals, truncate_to_whole_pixels
 from lib.dataset.roidb_cache import cache_path, read_cache, write_cache
-from lib.errors import DataError
+from lib.errors import ConfigError, DataError
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ def load_roidb(cfg, image_set, training=True):
     dataset = make_dataset(cfg, image_set)
     flip = bool(training and cfg.TRAIN.FLIP)
     masks = bool(training and cfg.TRAIN.WITH_MASK)
-    if masks and dataset.kind != "coco":
+    if masks and not dataset.supports_masks:
         raise ConfigError(f"config key TRAIN.WITH_MASK: instance masks need a COCO-format dataset (polygons), "
                           f"but dataset.dataset is {cfg.dataset.dataset!r}")
     keep_empty = training and keeps_empty_images(cfg)
@@ -67,14 +67,25 @@ def load_roidb(cfg, image_set, training=True):
                                                 f"{dataset.dataset_path}")
     check_image_sizes(roidb, dataset, cfg.dataset.MAX_IMAGE_PIXELS)
     check_image_files(roidb)
-    if not training and dataset.kind == "coco" and len(dataset.image_sets) == 1 and \
-            cfg.dataset.TEST_IMAGE_ORDER == "reference":  # (the reference tests one set at a time)
-        roidb = [roidb[i] for i in python2_dict_order([entry["id"] for entry in roidb])]
+    if not training and cfg.dataset.TEST_IMAGE_ORDER == "reference":
+        roidb = dataset.reference_test_order(roidb)
     if training and cfg.dataset.INTEGER_BOXES:
         roidb = truncate_to_whole_pixels(roidb)
     if training and (proposals := neg_chip_proposals(cfg)):
         attach_proposals(roidb, proposals, cfg.dataset.PROPOSAL_NMS)
     return roidb, dataset
+
+
+def config_classes(cfg):
+    """The class names (background first) a config gives its data: numbered ``dataset.NUM_CLASSES`` names
+    when the count is set, else the classes of ``dataset.test_image_set`` when its annotations are on disk;
+    None when it cannot be read."""
+    if cfg.dataset.NUM_CLASSES:
+        return numbered_classes(cfg.dataset.NUM_CLASSES)
+    try:
+        return list(load_roidb(cfg, cfg.dataset.test_image_set, training=False)[1].classes)
+    except (FileNotFoundError, FileExistsError, ValueError):
+        return None
 
 
 def flip_entry(entry):

@@ -213,8 +213,10 @@ def section_proposal_target(plan, workdir):
     import numpy as np
 
     from lib import ops
+    from symbols.backbones import feature_stride
 
     cfg = run_config(plan, workdir)
+    attrs = ops.proposal_target_attrs(cfg, feature_stride(cfg))
     rng = np.random.default_rng(5)
     chips, feat = plan["proposal_target_chips"], 32
     anchors = cfg.network.NUM_ANCHORS
@@ -230,7 +232,7 @@ def section_proposal_target(plan, workdir):
 
     def outputs(context):
         arrays = [mx.nd.array(x, ctx=context) for x in inputs]
-        return [o.asnumpy() for o in mx.nd.MultiProposalTarget(*arrays, **ops.proposal_target_attrs(cfg))]
+        return [o.asnumpy() for o in mx.nd.MultiProposalTarget(*arrays, **attrs)]
     on_device, on_cpu = outputs(device(plan, 0)), outputs(mx.cpu())
     mismatched = [i for i, (a, b) in enumerate(zip(on_device, on_cpu)) if not np.array_equal(a, b)]
     return {"outputs": [list(o.shape) for o in on_cpu], "mismatched_outputs": mismatched,
@@ -330,7 +332,7 @@ def section_inference(plan, workdir, precision):
     from lib.dataset import load_roidb
     from lib.inference.detector import DATA_NAMES, Detector
     from lib.inference.pipeline import ArrayImages
-    from lib.run.folder import numbered_classes
+    from lib.dataset.base import numbered_classes
     from lib.train.pretrained import initial_params
     from symbols import inference_symbol
 

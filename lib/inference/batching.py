@@ -29,17 +29,6 @@ class TestBatch:
     canvas: tuple
 
 
-def images_per_device(test_cfg, num_levels):
-    """``TEST.BATCH_IMAGES`` as one count per level (a single number applies to every level)."""
-    value = test_cfg.BATCH_IMAGES
-    counts = tuple(value) if isinstance(value, (list, tuple)) else (value,) * num_levels
-    if len(counts) != num_levels or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1
-                                            for c in counts):
-        raise ValueError(f"config key TEST.BATCH_IMAGES = {value!r}: expected a positive integer or one per "
-                         f"test scale ({num_levels})")
-    return counts
-
-
 def reference_order(widths, heights, batch_size):
     """Positions into the given images, in the reference's batch order with its padding repeats; the
     length is a multiple of ``batch_size``. Ordering uses NumPy's default (unstable) argsort of the areas,

@@ -17,10 +17,11 @@ import mxnet as mx
 import numpy as np
 
 from lib.boxes import clip_boxes, decode
+from lib.config import images_per_device
 from lib.contexts import fp16_enabled, parse_contexts
 from lib.drawing import draw_detections
 from lib.inference.autofocus import run_autofocus
-from lib.inference.batching import images_per_device, plan
+from lib.inference.batching import plan
 from lib.inference.detections import Detections
 from lib.inference.masks import MaskHead
 from lib.inference.merge import merge_scales
@@ -105,6 +106,9 @@ class Detector:
     """
 
     def __init__(self, cfg, classes, module=None, contexts=None, rpn_only=False, source="parameters"):
+        if classes is None and not rpn_only:
+            raise ValueError("a detection network needs its class names (background first): pass the dataset's, "
+                             "lib.run.folder.checkpoint_classes(params, cfg), or use Detector.from_checkpoint(MODEL)")
         self.cfg = cfg
         self.rpn_only = rpn_only
         self.source = source
@@ -137,9 +141,9 @@ class Detector:
         return detector
 
     @classmethod
-    def from_config(cls, cfg, params, classes=None, contexts=None, rpn_only=False):
-        """Checkpoint file ``params`` with the network of ``cfg``; ``classes`` (the caller resolves them:
-        the dataset's, or ``lib.run.folder.checkpoint_classes``) unless ``rpn_only``."""
+    def from_config(cls, cfg, params, classes, contexts=None, rpn_only=False):
+        """Checkpoint file ``params`` with the network of ``cfg`` for ``classes``, which the caller resolves
+        (the dataset's, or ``lib.run.folder.checkpoint_classes``); None for an ``rpn_only`` network."""
         arg_params, aux_params = load_params(params)
         logger.info("loaded %s", params)
         return cls.from_params(cfg, classes, arg_params, aux_params, contexts=contexts, rpn_only=rpn_only,

@@ -19,7 +19,7 @@ from PIL import Image, UnidentifiedImageError
 
 from lib.atomic import write_bytes, write_json
 from lib.dataset.image_io import check_pixel_limit, read_image
-from lib.inference.evaluator import coco_results
+from lib.evaluation.metrics import coco_results
 from lib.inference.geojson import write_geojson
 from lib.run.folder import read_model_info
 

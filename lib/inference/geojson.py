@@ -15,7 +15,7 @@ import os
 
 from lib.atomic import write_json
 from lib.dataset.georeference import read_georeference
-from lib.inference.evaluator import coco_results
+from lib.evaluation.metrics import coco_results
 
 logger = logging.getLogger(__name__)
 

@@ -126,7 +126,7 @@ def extract_proposals(cfg, detector=None):
     unflipped pixels to ``proposal_file(cfg)`` (lib.dataset.proposals); returns the path."""
     image_set = cfg.dataset.image_set
     roidb, _ = load_roidb(cfg, image_set, training=False)
-    detector = detector or Detector.from_config(cfg, checkpoint_file(cfg), rpn_only=True)
+    detector = detector or Detector.from_config(cfg, checkpoint_file(cfg), None, rpn_only=True)
     found, skipped = run_images(roidb, detector, cfg.TEST.NUM_PROCESS, "proposals")
     proposals = {roidb[i]["id"]: found[i] for i in sorted(found)}
     path = proposal_file(cfg)

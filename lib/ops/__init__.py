@@ -3,7 +3,7 @@
 Importing this package loads the library once with ``mx.library.load``, after which
 
     rois, labels, bbox_targets, bbox_weights = mx.sym.MultiProposalTarget(
-        cls_prob, bbox_pred, im_info, gt_boxes, valid_ranges, **proposal_target_attrs(cfg))
+        cls_prob, bbox_pred, im_info, gt_boxes, valid_ranges, **proposal_target_attrs(cfg, feature_stride))
 
 works, as do ``mx.nd.MultiProposalTarget`` and the aliases ``mx.sym.contrib.MultiProposalTarget`` /
 ``mx.nd.contrib.MultiProposalTarget``. Every attribute is required (rules, feature_stride, scales,
@@ -158,16 +158,15 @@ KEYWORD_INPUTS = {"MultiProposalTargetMask": ("cls_prob", "bbox_pred", "im_info"
 PROPOSAL_TARGET_RULES = ("reference", "exact")
 
 
-def proposal_target_attrs(cfg):
-    """MultiProposalTarget attributes from the config (the training graph's only source of them), so
-    its anchors are the RPN targets' anchors. The operator encodes targets with zero means: a config
+def proposal_target_attrs(cfg, feature_stride):
+    """MultiProposalTarget attributes from the config (the training graph's only source of them) and the
+    backbone's ``feature_stride`` (its record's, symbols.backbones.feature_stride), so its anchors are the
+    RPN targets' anchors. The operator encodes targets with zero means: a config
     with non-zero TRAIN.BBOX_MEANS would train targets the checkpoint code then mis-corrects.
     TRAIN.PROPOSAL_TARGET_RULES picks the rule set, TRAIN.RPN_PRE_NMS_TOP_N = 0 sends every box to NMS."""
     if any(cfg.TRAIN.BBOX_MEANS):
         raise ValueError(f"config key TRAIN.BBOX_MEANS = {list(cfg.TRAIN.BBOX_MEANS)}: the MultiProposalTarget "
                          f"operator encodes box targets with zero means; set it to [0, 0, 0, 0]")
-    from symbols.backbones import feature_stride  # the backbone record (symbols imports lib.ops lazily too)
-
     rules = cfg.TRAIN.PROPOSAL_TARGET_RULES
     if rules not in PROPOSAL_TARGET_RULES:
         raise ValueError(f"config key TRAIN.PROPOSAL_TARGET_RULES = {rules!r}: must be one of "
@@ -177,7 +176,7 @@ def proposal_target_attrs(cfg):
                          f"(0: every proposal enters NMS)")
     return {
         "rules": rules,
-        "feature_stride": feature_stride(cfg),
+        "feature_stride": feature_stride,
         "scales": tuple(cfg.network.ANCHOR_SCALES),
         "ratios": tuple(cfg.network.ANCHOR_RATIOS),
         "rpn_pre_nms_top_n": cfg.TRAIN.RPN_PRE_NMS_TOP_N,

@@ -35,7 +35,7 @@ from lib.inference.merge import merge_scales
 from lib.scales import parse_valid_ranges
 from lib.dataset.coco import CocoDataset
 from lib.dataset.reference_rules import truncate_to_whole_pixels
-from lib.inference.evaluator import coco_results
+from lib.evaluation.metrics import coco_results
 
 CHIP_SIZE = 512
 STRIDES = (32, 56, 59, 64)

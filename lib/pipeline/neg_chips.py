@@ -24,10 +24,9 @@ import json
 import logging
 import os
 
-from lib.config import load_config
+from lib.config import load_config, lr_step_epochs
 from lib.run.checkpoint import checkpoint_prefix, output_dir, params_path
 from lib.start_checks import check_class_count, check_devices, check_training_start
-from lib.train.optimizer import lr_step_epochs
 
 logger = logging.getLogger(__name__)
 

@@ -88,36 +88,21 @@ def read_model_info(params):
     return info
 
 
-def numbered_classes(num_classes):
-    """Class names when only the count is known: background, then "class 1", ..."""
-    return ["__background__"] + [f"class {label}" for label in range(1, num_classes)]
-
-
 def checkpoint_classes(params, cfg):
-    """The class names (background first) of detection checkpoint ``params`` used with the config ``cfg``:
-    its metadata's, else, for a checkpoint from before checkpoints carried metadata, what the config says
-    of its data: numbered ``dataset.NUM_CLASSES`` names, else the classes of its test set when the
-    annotations are on disk."""
+    """The class names (background first) of detection checkpoint ``params`` used with the config ``cfg``,
+    resolved once by an entry point that has a checkpoint file and a config: the run record's (the
+    checkpoint's metadata), else, for a checkpoint from before checkpoints carried metadata, the config's
+    (``lib.dataset.config_classes``)."""
+    from lib.dataset import config_classes
+
     info = read_model_info(params)
     if info is not None:
         return list(info["classes"])
-    if cfg.dataset.NUM_CLASSES:
-        return numbered_classes(cfg.dataset.NUM_CLASSES)
-    classes = _test_set_classes(cfg)
+    classes = config_classes(cfg)
     if classes is None:
         raise ModelError(f"{params} has no metadata naming its classes and the test set's annotations "
                          f"are not on disk: set dataset.NUM_CLASSES (background included) to use it")
     return classes
-
-
-def _test_set_classes(cfg):
-    """Class names of ``dataset.test_image_set`` (background first), or None when it cannot be read."""
-    from lib.dataset import load_roidb
-
-    try:
-        return list(load_roidb(cfg, cfg.dataset.test_image_set, training=False)[1].classes)
-    except (FileNotFoundError, FileExistsError, ValueError):
-        return None
 
 
 def newest_checkpoint(folder, prefix):

@@ -17,7 +17,7 @@ import os
 
 from lib.atomic import write_json
 from lib.errors import UserError
-from lib.inference.coco_summary import max_dets_for, parse_bands, stat_names
+from lib.evaluation.coco_summary import max_dets_for, parse_bands, stat_names
 from lib.run.folder import BEST_FILE
 from lib.run.checkpoint import output_dir
 

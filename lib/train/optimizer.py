@@ -7,20 +7,7 @@ lr/S * (S*g + wd*S*w) equals the fp32 update lr * (g + wd*w), applied to fp32 ma
 import mxnet as mx
 import numpy as np
 
-
-def lr_step_epochs(train):
-    """``TRAIN.lr_step`` "5.33" or "8,11" (or "" for none) -> the epochs at which the lr drops, each inside
-    the run (0 < epoch < TRAIN.end_epoch: a later step would never be taken)."""
-    text = train.lr_step
-    try:
-        epochs = [float(part) for part in str(text).split(",") if part.strip()]
-    except ValueError:
-        raise ValueError(f"config key TRAIN.lr_step: expected comma-separated epochs, got {text!r}") from None
-    outside = [epoch for epoch in epochs if not 0 < epoch < train.end_epoch]
-    if outside:
-        raise ValueError(f"config key TRAIN.lr_step = {text!r}: step {outside[0]:g} is not inside the run "
-                         f"(0 < step < TRAIN.end_epoch {train.end_epoch}); '' for no step")
-    return epochs
+from lib.config import lr_step_epochs
 
 
 def lr_steps(train, iters_per_epoch):

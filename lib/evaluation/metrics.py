@@ -16,7 +16,7 @@ import numpy as np
 
 from lib.atomic import write_json
 from lib.boxes import bbox_overlaps
-from lib.inference.coco_summary import COCO_BANDS, band_stat, configure, max_dets_for, per_class_size_ap, \
+from lib.evaluation.coco_summary import COCO_BANDS, band_stat, configure, max_dets_for, per_class_size_ap, \
     stat_names, summary_stats, summary_text
 
 logger = logging.getLogger(__name__)
@@ -105,7 +105,7 @@ def log_per_class_table(table, output_dir, title, filename="per_class_ap.json"):
 def _cocoeval(coco_gt, results, iou_type, image_ids, max_dets, bands):
     """(stats, summary text, per-category table, per-category x per-size table) of COCOeval ``iou_type``
     ("bbox" or "segm") on ``results``, at ``max_dets`` detections per image and the size ``bands``
-    (lib/inference/coco_summary.py)."""
+    (lib/evaluation/coco_summary.py)."""
     from pycocotools.cocoeval import COCOeval
 
     if not results:
