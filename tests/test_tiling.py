@@ -7,9 +7,10 @@ import pytest
 
 from lib.config import load_config
 from lib.inference.detector import Detector
+from lib.inference.merge import candidate_rows
 from lib.inference.pipeline import ArrayImages
 from lib.inference.regions import Region
-from lib.inference.tiling import Tiling, in_core, region_candidates, run_tiled
+from lib.inference.tiling import Tiling, in_core, region_thresholded, run_tiled
 
 
 def test_spans_cover_the_axis_with_whole_pixel_tiles_the_last_ending_at_the_edge():
@@ -46,7 +47,8 @@ def test_a_detection_cut_by_an_inner_tile_border_is_dropped_for_the_tile_holding
     size, valid, thresh = (300, 1000), (-1, -1), 0.001
 
     def kept(tile, boxes):  # boxes in the tile's own pixels
-        rows = region_candidates(tile, (np.array(boxes, np.float64), scores[:len(boxes)]), size, valid, thresh)
+        rows = candidate_rows(region_thresholded(tile, (np.array(boxes, np.float64), scores[:len(boxes)]), size,
+                                                 thresh), valid)
         return rows[:, :4].tolist()
 
     assert kept(tiles[0], [[380, 50, 400, 90], [0, 50, 30, 90]]) == [[0, 50, 30, 90]]

@@ -13,11 +13,11 @@ import os
 import re
 import time
 
-import cv2
 from PIL import Image, UnidentifiedImageError
 
-from lib.atomic import write_bytes, write_json
+from lib.atomic import write_json
 from lib.dataset.image_io import read_image
+from lib.drawing import write_picture
 from lib.inference.evaluator import coco_results
 from lib.run.folder import read_model_info
 
@@ -104,9 +104,9 @@ def detect_images(cfg, source, out_dir=None, draw=False, thresh=0.5, detector=No
                os.path.join(out_dir, "image_info.json"))
     if draw:
         for i in tested:
-            _, encoded = cv2.imencode(".jpg", detector.draw(read_image(entries[i]["image"]), found[i], thresh))
             name = os.path.splitext(os.path.basename(entries[i]["image"]))[0] + ".jpg"
-            write_bytes(encoded.tobytes(), os.path.join(out_dir, "drawn", name))
+            write_picture(detector.draw(read_image(entries[i]["image"]), found[i], thresh),
+                          os.path.join(out_dir, "drawn", name))
     speed = len(tested) / max(seconds, 1e-9)
     logger.info("tested %d of %d images of %s in %.1f s (%.2f images/s); %d detections written to %s",
                 len(tested), len(paths), source, seconds, speed, len(results), out_dir)
