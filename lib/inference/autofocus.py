@@ -14,8 +14,11 @@ contiguous parts of the set its driver splits the images (and their chips) into 
 
 Detections of a region are shifted by its (fractional) origin, those cut by an inner chip edge are
 dropped (``focus_chips.border_keep_mask``), and every level's are kept in the level's valid range above
-``TEST.SCORE_THRESH`` (lib.inference.merge); an image's candidates of all levels are then suppressed
-and capped as for whole images (``merge.suppress``: soft-NMS or NMS, ``TEST.MAX_PER_IMAGE``).
+``TEST.SCORE_THRESH`` (lib.inference.merge); an image's candidates of all levels (level after level, its
+regions in order, as the reference's ``aggregate`` pools its chips) are then suppressed and capped as for
+whole images (``merge.suppress``: soft-NMS or NMS, ``TEST.MAX_PER_IMAGE``). With TEST.USE_CACHE a level's
+candidates and FocusPixel maps come from its cache when it was made for the same regions
+(lib.inference.scale_cache), and the next level's FocusChips are made again from the cached maps.
 
 With ``TEST.TILE`` (lib.inference.tiling), every region larger than a tile at its level runs in tiles,
 under the same border rule: on a large image the coarsest scale is tiled (or, when it fits, read reduced
