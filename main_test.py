@@ -8,6 +8,9 @@ epoch ``TEST.TEST_EPOCH`` of the config's run. Runs the multi-scale tester on ``
 proposals of ``dataset.image_set`` for negative chip mining. With ``--images FOLDER|LIST`` it tests every image of a
 folder (or listed in a text file) without annotations: COCO-format results, and drawn images with ``--draw``
 (lib/inference/folder_test.py). Both also write GeoJSON for geo-referenced images (lib/inference/geojson.py).
+``--vis`` draws every test image's detections at each scale and merged into ``{results}/vis/scale{n}/`` and
+``vis/final/``; ``--set TEST.USE_CACHE true`` caches each scale's detections and merges again from them, without
+the network, in the next run (lib/inference/scale_cache.py).
 """
 from lib.bootstrap import use_project_python
 
@@ -16,7 +19,7 @@ if __name__ == "__main__":
 
 import argparse
 
-from lib.config import dump_config
+from lib.config import ConfigError, dump_config
 from lib.logger import log_config, logged_outcome, report_user_errors, setup_logging
 from lib.run.folder import add_model_arguments, config_from_model_arguments
 
@@ -27,15 +30,23 @@ def parse_args(argv=None):
     parser.add_argument("--images", help="a folder of images, or a text file listing image paths, to test without "
                                          "annotations (results in {run}/results/images_NAME/ or --out)")
     parser.add_argument("--draw", action="store_true", help="with --images: also write each image with its detections")
+    parser.add_argument("--vis", action="store_true", help="draw each test image's detections at every scale and "
+                                                            "merged (results folder, vis/)")
     parser.add_argument("--draw-thresh", type=float, default=0.5, help="score of the detections drawn (0.5)")
     parser.add_argument("--out", help="with --images: the output folder")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.vis and args.images:
+        parser.error("--vis draws the detections of the dataset test; with --images use --draw")
+    return args
 
 
 @report_user_errors  # a user's mistake (lib/errors.py) in one line, before and after logging starts
 def main(argv=None):
     args = parse_args(argv)
     cfg = config_from_model_arguments(args)
+    if args.vis and cfg.TEST.EXTRACT_PROPOSALS:
+        raise ConfigError("--vis draws detections: TEST.EXTRACT_PROPOSALS true extracts proposals, which it does not "
+                          "draw (set it false, or leave out --vis)")
     from lib.inference.tester import extract_proposals, test
     from lib.start_checks import check_test_start
     from lib.run.checkpoint import output_dir
@@ -51,7 +62,7 @@ def main(argv=None):
         elif cfg.TEST.EXTRACT_PROPOSALS:
             extract_proposals(cfg)
         else:
-            test(cfg)
+            test(cfg, vis=args.vis, vis_thresh=args.draw_thresh)
 
 
 if __name__ == "__main__":

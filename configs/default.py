@@ -239,6 +239,10 @@ DEFAULTS = {
         "SIZE_BANDS": [["small", 0, 32], ["medium", 32, 96], ["large", 96, -1]],
         "TEST_EPOCH": 7,
         "MODEL": "",  # checkpoint "prefix-epoch.params" path; "" uses the training output folder
+        # Cache each scale's detections in {results}/scale_cache/ and read back those made by the same checkpoint,
+        # images and settings (lib/inference/scale_cache.py): a second test merges again without the network, so
+        # VALID_RANGES, NMS, SOFT_NMS, SOFT_NMS_SIGMA and MAX_PER_IMAGE can change. The reference: one flag a scale.
+        "USE_CACHE": False,
         "EXTRACT_PROPOSALS": False,
         "PROPOSAL_SAVE_PATH": "",  # "" -> {output}/proposals
         "NUM_PROPOSALS": 300,  # per scale, saved by proposal extraction

@@ -5,11 +5,15 @@ Images are BGR uint8, boxes inclusive-pixel ``(x1, y1, x2, y2)``; colours are BG
 returns a new image and leaves its input untouched. One palette (``class_palette``, indexed by label,
 0 the background) colours a class alike in the demo and every viewer; lines and text grow with the
 image; a detection's tag stays inside the image and is moved off the tags already placed.
+``write_picture`` saves one atomically.
 """
 import functools
+import os
 
 import cv2
 import numpy as np
+
+from lib.atomic import write_bytes
 
 FONT = cv2.FONT_HERSHEY_SIMPLEX
 WHITE, BLACK = (255, 255, 255), (0, 0, 0)
@@ -200,3 +204,12 @@ def grid(pictures, columns, background=255):
         top, left = (index // columns) * height, (index % columns) * width
         canvas[top:top + picture.shape[0], left:left + picture.shape[1]] = picture
     return canvas
+
+
+def write_picture(picture, path):
+    """``picture`` (BGR uint8) encoded as ``path``'s extension says (JPEG, PNG, ...) and written atomically
+    (lib.atomic), its folder made."""
+    ok, encoded = cv2.imencode(os.path.splitext(path)[1] or ".png", picture)
+    if not ok:
+        raise OSError(f"cannot encode a picture of shape {picture.shape} as {path}")
+    write_bytes(encoded.tobytes(), path)

@@ -1,7 +1,8 @@
 """Detectors for tests: the tiny COCO-format set of known images (``IMAGES``, ``write_tiny_coco``) behind
 conftest's ``tiny`` fixture, the tiny network with random parameters (``random_tiny_params``), an oracle
 network that returns each image's gt boxes (``OracleDetector``) and a translation-equivariant stand-in
-network (``ComponentNetwork``, ``stand_in_detector``)."""
+network (``ComponentNetwork``, ``stand_in_detector``) with its black images of white squares (``blob_image``,
+``BLOB_IMAGES``)."""
 import json
 import os
 
@@ -134,3 +135,17 @@ def stand_in_detector(other_keys=(), **test_overrides):
     detector = Detector(cfg, ["__background__", "blob"], contexts=[mx.cpu()], source="stand-in")
     detector.forward = ComponentNetwork()
     return detector
+
+
+def blob_image(height, width, squares):
+    """Black image with white squares ``(x, y, side)``."""
+    image = np.zeros((height, width, 3), np.uint8)
+    for x, y, side in squares:
+        image[y:y + side, x:x + side] = 255
+    return image
+
+
+# objects of 12-60 px, some on the tile borders of both scales, none touching another
+BLOB_SQUARES = [(5, 5, 20), (190, 40, 30), (380, 100, 40), (590, 200, 25), (640, 20, 60), (150, 330, 12),
+                (700, 300, 50), (290, 250, 24)]
+BLOB_IMAGES = [blob_image(420, 900, BLOB_SQUARES), blob_image(380, 260, BLOB_SQUARES[:2] + [(100, 300, 30)])]

@@ -185,6 +185,44 @@ def test_published_coco_settings():
     assert (cfg.dataset.image_set, cfg.dataset.test_image_set) == ("train2014+val2014", "test-dev2015")
 
 
+def _reference_test_settings(test):
+    """What the reference's sniper_res50_e2e.yml and sniper_res101_e2e_pascal_voc.yml say for testing:
+    BATCH_IMAGES [2, 2, 4] with CONCURRENT_JOBS 2, the resolution scales and ranges, soft-NMS (NMS -1) at
+    sigma 0.55, 200 per image."""
+    assert (test.BATCH_IMAGES, test.BATCH_PARTS) == ((2, 2, 4), 2)
+    assert test.SCALES == ((1400, 2000), (800, 1280), (480, 512))
+    assert test.VALID_RANGES == ((-1, 90), (32, 180), (75, -1))
+    assert (test.SOFT_NMS, test.SOFT_NMS_SIGMA, test.MAX_PER_IMAGE, test.TEST_EPOCH) == (True, 0.55, 200, 7)
+
+
+def test_published_res50_settings():
+    cfg = load_config("configs/faster/sniper_res50_e2e.yml")
+    assert cfg.symbol == "resnet50" and cfg.dataset.NUM_CLASSES == 81 and cfg.dataset.dataset == "coco"
+    # its YAML trains on all of train and val and tests on test-dev; main_train.py forces the factor scales on
+    # an 81-class COCO config
+    assert (cfg.dataset.image_set, cfg.dataset.test_image_set) == ("train2014+val2014", "test-dev2015")
+    assert cfg.TRAIN.SCALES == (3.0, 1.667, 512.0)
+    assert cfg.TRAIN.VALID_RANGES == ((-1, 80), (32, 150), (120, -1))
+    assert (cfg.TRAIN.lr, cfg.TRAIN.lr_step, cfg.TRAIN.warmup_lr, cfg.TRAIN.end_epoch) == (0.015, "5.33", 0.0005, 7)
+    assert (cfg.TRAIN.BATCH_IMAGES, cfg.TRAIN.USE_NEG_CHIPS) == (16, True)
+    assert cfg.dataset.proposal.endswith("coco_train2014+val2014.npz")
+    _reference_test_settings(cfg.TEST)
+
+
+def test_published_pascal_voc_settings():
+    cfg = load_config("configs/faster/sniper_res101_e2e_pascal_voc.yml")
+    assert cfg.symbol == "resnet101" and cfg.dataset.NUM_CLASSES == 21 and cfg.dataset.dataset == "pascal_voc"
+    assert (cfg.dataset.image_set, cfg.dataset.test_image_set) == ("2007_trainval+2012_trainval", "2007_test")
+    # 21 classes: main_train.py leaves the YAML's resolution scales, and negative chips come from the provided
+    # proposals (USE_NEG_CHIPS defaults to true, proposal: rpn)
+    assert cfg.TRAIN.SCALES == ((1400, 2000), (800, 1280), (-1, 512))
+    assert cfg.TRAIN.VALID_RANGES == ((-1, 80), (32, 150), (120, -1))
+    assert cfg.TRAIN.USE_NEG_CHIPS is True
+    assert cfg.dataset.proposal.endswith(".npz") and "2007_trainval+2012_trainval" in cfg.dataset.proposal
+    assert (cfg.TRAIN.lr, cfg.TRAIN.lr_step, cfg.TRAIN.end_epoch, cfg.TRAIN.BATCH_IMAGES) == (0.015, "5.33", 7, 16)
+    _reference_test_settings(cfg.TEST)
+
+
 def test_minival_config_is_the_published_one_on_the_minival_split():
     published = plain(load_config("configs/faster/sniper_res101_e2e.yml"))
     minival = plain(load_config("configs/faster/sniper_res101_e2e_minival.yml"))

@@ -30,7 +30,7 @@ def test_main_test_logs_the_effective_config_as_yaml_to_the_log_file_only(tmp_pa
     config = tmp_path / "exp.yml"
     config.write_text("TEST:\n  TEST_EPOCH: 3\n")
     tested = []
-    monkeypatch.setattr(tester, "test", tested.append)
+    monkeypatch.setattr(tester, "test", lambda cfg, **options: tested.append(cfg))
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
     try:
@@ -132,7 +132,7 @@ def test_a_failing_training_run_ends_its_log_with_the_error_and_traceback(tmp_pa
     (SystemExit("error: no checkpoint"), "ERROR lib.logger: testing stopped: error: no checkpoint"),
 ])
 def test_main_test_log_ends_with_finished_or_the_error(tmp_path, monkeypatch, outcome, last_line):
-    def fake_test(cfg):
+    def fake_test(cfg, **options):
         if outcome is not None:
             raise outcome
     monkeypatch.setattr(tester, "test", fake_test)
@@ -146,6 +146,20 @@ def test_main_test_log_ends_with_finished_or_the_error(tmp_path, monkeypatch, ou
     with open(log) as f:
         lines = f.read().rstrip("\n").splitlines()
     assert lines[-1].endswith(last_line)
+
+
+def test_main_test_vis_draws_the_dataset_test_only(tmp_path, monkeypatch, capsys):
+    options = []
+    monkeypatch.setattr(tester, "test", lambda cfg, **given: options.append(given))
+    run_in_process(main_test, ["--cfg", TINY, "--vis", "--draw-thresh", "0.3", "--set", "output_path", str(tmp_path)])
+    assert options == [{"vis": True, "vis_thresh": 0.3}]
+    with pytest.raises(SystemExit) as info:
+        main_test.main(["--cfg", TINY, "--vis", "--images", str(tmp_path)])
+    assert info.value.code == 2 and "with --images use --draw" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        main_test.main(["--cfg", TINY, "--vis", "--set", "TEST.EXTRACT_PROPOSALS", "true"])
+    assert info.value.code == 1 and "TEST.EXTRACT_PROPOSALS true extracts proposals" in capsys.readouterr().err
+    assert options == [{"vis": True, "vis_thresh": 0.3}]
 
 
 @pytest.mark.parametrize("program", ["main_train.py", "main_test.py"])

@@ -185,6 +185,24 @@ def built_chip(tmp_path, overrides, scale_index, im_scale, box):
     return {name: array[0] for name, array in ring.slot(0).items()}
 
 
+def test_chip_pixels_are_the_references_double_mean_subtraction_bit_for_bit(tmp_path):
+    # the reference's data worker: rim[j] = im[:, :, 2 - j] - PIXEL_MEANS[2 - j] with the YAML's float64 means,
+    # stored once into its float32 input; means a float32 cannot hold exactly round differently when made
+    # float32 first (about a quarter of the pixels)
+    means = (103.06, 115.90, 123.15)
+    arrays = built_chip(tmp_path, [("network.PIXEL_MEANS", str(list(means)))], 0, 1.0, (0, 0, 119, 89))
+    image = cv2.imread(str(tmp_path / "image.jpg"), cv2.IMREAD_COLOR)
+    crop = cv2.resize(image[0:89, 0:119], None, None, fx=1.0, fy=1.0, interpolation=cv2.INTER_LINEAR)
+    expected = np.zeros((3, 512, 512), np.float32)
+    for j in range(3):
+        expected[j, :89, :119] = crop[:, :, 2 - j] - np.array(means)[2 - j]
+    np.testing.assert_array_equal(arrays["data"], expected)
+    single = np.zeros_like(expected)
+    for j in range(3):
+        single[j, :89, :119] = crop[:, :, 2 - j] - np.float32(means[2 - j])
+    assert (single != expected).any()  # the test can tell the two
+
+
 @pytest.mark.parametrize("border", ["chip", "content"])
 def test_anchor_border_is_measured_from_the_whole_input_by_default(tmp_path, border):
     # at 3x the image is 360 x 270: the 32 x 32 anchor of cell (h 25, w 25), x 392..423, is over the padding,

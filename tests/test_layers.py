@@ -19,15 +19,15 @@ from lib.bootstrap import ROOT
 LAYERS = (
     ("programs",),
     ("lib.parity", "lib.gpu_check", "lib.pipeline", "lib.commit_comparison", "lib.scales_fit"),
-    ("lib.train", "lib.pixel_budget", "lib.gluoncv_resnet"),
+    ("lib.train", "lib.pixel_budget", "lib.gluoncv_resnet", "lib.downloads"),
     ("lib.inference", "lib.start_checks"),
     ("lib.run", "lib.data"),
     ("lib.config",),
     ("symbols", "lib.dataset"),
     ("lib.ops", "lib.evaluation", "chip_generator"),
-    ("lib.scales", "lib.boxes", "lib.logger"),
+    ("lib.scales", "lib.boxes", "lib.logger", "lib.drawing"),
     ("lib.errors", "lib.atomic", "lib.bootstrap", "lib.benchmarking", "lib.contexts", "lib.cuda_kernels",
-     "lib.distributed", "lib.drawing", "configs", "lib"),
+     "lib.distributed", "configs", "lib"),
 )
 PACKAGES = ("lib", "symbols", "chip_generator", "configs")
 PROGRAMS = ("main_train", "main_test", "demo", "setup", "tools", "_bootstrap")  # _bootstrap: tools/_bootstrap.py

@@ -3,13 +3,15 @@ hand-worked, equivalence with the whole-image test, and canvases bounded by the 
 import numpy as np
 import pytest
 
-from detector_helpers import NUM_CLASSES, ComponentNetwork, random_tiny_params, stand_in_detector
+from detector_helpers import BLOB_IMAGES as IMAGES, BLOB_SQUARES as SQUARES, NUM_CLASSES, ComponentNetwork, blob_image, \
+    random_tiny_params, stand_in_detector
 
 from lib.config import load_config
 from lib.inference.detector import Detector
+from lib.inference.merge import candidate_rows
 from lib.inference.pipeline import ArrayImages
 from lib.inference.regions import Region
-from lib.inference.tiling import Tiling, in_core, region_candidates, run_tiled
+from lib.inference.tiling import Tiling, in_core, region_thresholded, run_tiled
 
 
 def test_spans_cover_the_axis_with_whole_pixel_tiles_the_last_ending_at_the_edge():
@@ -46,7 +48,8 @@ def test_a_detection_cut_by_an_inner_tile_border_is_dropped_for_the_tile_holding
     size, valid, thresh = (300, 1000), (-1, -1), 0.001
 
     def kept(tile, boxes):  # boxes in the tile's own pixels
-        rows = region_candidates(tile, (np.array(boxes, np.float64), scores[:len(boxes)]), size, valid, thresh)
+        rows = candidate_rows(region_thresholded(tile, (np.array(boxes, np.float64), scores[:len(boxes)]), size,
+                                                 thresh), valid)
         return rows[:, :4].tolist()
 
     assert kept(tiles[0], [[380, 50, 400, 90], [0, 50, 30, 90]]) == [[0, 50, 30, 90]]
@@ -58,22 +61,10 @@ def test_a_detection_cut_by_an_inner_tile_border_is_dropped_for_the_tile_holding
                                   [True, False])  # centres 350 (the core's first column) and 340
 
 
-def blob_image(height, width, squares):
-    """Black image with white squares ``(x, y, side)``."""
-    image = np.zeros((height, width, 3), np.uint8)
-    for x, y, side in squares:
-        image[y:y + side, x:x + side] = 255
-    return image
-
-
 def sorted_rows(rows):
     return rows[np.lexsort(rows.T[::-1])]
 
 
-# objects of 12-60 px, some on the tile borders of both scales, none touching another
-SQUARES = [(5, 5, 20), (190, 40, 30), (380, 100, 40), (590, 200, 25), (640, 20, 60), (150, 330, 12), (700, 300, 50),
-           (290, 250, 24)]
-IMAGES = [blob_image(420, 900, SQUARES), blob_image(380, 260, SQUARES[:2] + [(100, 300, 30)])]
 
 
 def test_tiled_detections_are_the_whole_image_detections_of_a_translation_equivariant_network():

@@ -162,6 +162,24 @@ def test_checkpoint_stores_denormalised_regressor_and_round_trips(tmp_path):
     assert checkpoint.last_complete_epoch(prefix) == 3
 
 
+def test_a_reference_checkpoint_reads_with_its_test_ready_regressor(tmp_path):
+    # the reference's checkpoint callback saves arg:bbox_pred_weight (training, normalised) beside
+    # arg:bbox_pred_weight_test (multiplied by the stds), as mx.model.save_checkpoint writes them
+    weight, bias = np.ones((4, 2), np.float32), np.ones(4, np.float32)
+    stds = np.array([0.1, 0.1, 0.2, 0.2], np.float32)
+    path = str(tmp_path / "SNIPER-0007.params")
+    mx.nd.save(path, {"arg:bbox_pred_weight": mx.nd.array(weight), "arg:bbox_pred_bias": mx.nd.array(bias),
+                      "arg:bbox_pred_weight_test": mx.nd.array(weight * stds[:, None]),
+                      "arg:bbox_pred_bias_test": mx.nd.array(bias * stds), "arg:conv0_weight": mx.nd.ones(3),
+                      "aux:bn0_moving_var": mx.nd.ones(2)})
+    args, aux, training = checkpoint.load_params(path, with_training_values=True)
+    assert sorted(args) == ["bbox_pred_bias", "bbox_pred_weight", "conv0_weight"] and sorted(aux) == ["bn0_moving_var"]
+    np.testing.assert_allclose(args["bbox_pred_weight"].asnumpy(), [[0.1, 0.1], [0.1, 0.1], [0.2, 0.2], [0.2, 0.2]])
+    np.testing.assert_allclose(args["bbox_pred_bias"].asnumpy(), stds)
+    assert sorted(training) == ["bbox_pred_bias", "bbox_pred_weight"]
+    np.testing.assert_array_equal(training["bbox_pred_weight"].asnumpy(), weight)
+
+
 def test_interrupted_write_leaves_no_checkpoint(tmp_path, monkeypatch):
     prefix = str(tmp_path / "model")
 

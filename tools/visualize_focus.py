@@ -74,7 +74,8 @@ def main():
     seen = [{"regions": [], "focus": [], "probs": [], "chips": []} for _ in test.SCALES]
 
     def on_region(level, region, result, chips):
-        boxes, probs = focus_pixel_boxes(result[2], region.box, result[3], stride, thresholds[level])
+        _, focus_map, scale = result
+        boxes, probs = focus_pixel_boxes(focus_map, region.box, scale, stride, thresholds[level])
         seen[level]["regions"].append(region.box)
         seen[level]["focus"].append(boxes)
         seen[level]["probs"].append(probs)

@@ -66,7 +66,8 @@ class ChipWorker:
         self.rpn_only = rpn_only
         self.mining = MiningParams.from_config(cfg)
         self.targeter = AnchorTargeter(AnchorTargetParams.from_config(cfg))
-        self.pixel_means = np.asarray(cfg.network.PIXEL_MEANS, np.float32)
+        # the config's doubles, as the reference subtracts them (lib.data.pixels rounds once, to float32)
+        self.pixel_means = tuple(float(mean) for mean in cfg.network.PIXEL_MEANS)
         self.channel_order = cfg.network.CHANNEL_ORDER
         self.crop = cfg.TRAIN.CHIP_CROP
         self.min_gt_size = float(cfg.TRAIN.RPN_MIN_GT_SIZE)

@@ -14,8 +14,11 @@ contiguous parts of the set its driver splits the images (and their chips) into 
 
 Detections of a region are shifted by its (fractional) origin, those cut by an inner chip edge are
 dropped (``focus_chips.border_keep_mask``), and every level's are kept in the level's valid range above
-``TEST.SCORE_THRESH`` (lib.inference.merge); an image's candidates of all levels are then suppressed
-and capped as for whole images (``merge.suppress``: soft-NMS or NMS, ``TEST.MAX_PER_IMAGE``).
+``TEST.SCORE_THRESH`` (lib.inference.merge); an image's candidates of all levels (level after level, its
+regions in order, as the reference's ``aggregate`` pools its chips) are then suppressed and capped as for
+whole images (``merge.suppress``: soft-NMS or NMS, ``TEST.MAX_PER_IMAGE``). With TEST.USE_CACHE a level's
+candidates and FocusPixel maps come from its cache when it was made for the same regions
+(lib.inference.scale_cache), and the next level's FocusChips are made again from the cached maps.
 
 With ``TEST.TILE`` (lib.inference.tiling), every region larger than a tile at its level runs in tiles,
 under the same border rule: on a large image the coarsest scale is tiled (or, when it fits, read reduced
@@ -28,9 +31,10 @@ import numpy as np
 
 from lib.inference.batching import part_bounds
 from lib.inference.focus_chips import FocusChipParams, focus_chips
-from lib.inference.merge import suppress
+from lib.inference.merge import concat_candidates, merge_candidates
 from lib.inference.regions import Region, run_regions
-from lib.inference.tiling import Tiling, plan_regions, region_candidates, whole_region
+from lib.inference.scale_cache import LevelResult
+from lib.inference.tiling import Tiling, plan_regions, region_thresholded, whole_region
 
 logger = logging.getLogger(__name__)
 
@@ -76,29 +80,27 @@ class AutoFocusStats:
         return sum(level.full_pixels for level in self.levels)
 
 
-@dataclass
-class _ImageState:
-    candidates: list = field(default_factory=list)  # (N, 6) per processed region, level after level
-    chips: list = field(default_factory=list)  # FocusChips found at the current level, for the next
-
-
-def run_autofocus(detector, source, num_workers=0, stats=None, on_region=None):
+def run_autofocus(detector, source, num_workers=0, stats=None, on_region=None, cache=None, merge=True):
     """Yield ``(index, detections (N, 6) or IOError)`` per image of ``source`` once its last level is done
     (see the module docstring). ``stats`` (an AutoFocusStats) receives a LevelStats per level;
     ``on_region(level, region, result, chips)`` sees every processed region (tools/visualize_focus.py):
-    ``result`` is ``(boxes, scores, focus_map, scale)`` in the region's own original pixels, ``chips``
-    the FocusChips it gave for the next level."""
+    ``result`` is ``(candidates, focus_map, scale)``, its Candidates (lib.inference.merge) in the image's
+    original pixels before the level's range, its FocusPixel map and the map's scale, ``chips`` the
+    FocusChips it gave for the next level. ``cache`` (a lib.inference.scale_cache.ScaleCache) gives the
+    levels it holds for the regions they process and stores the others; with ``merge`` false an image's
+    result is its Candidates per level (its regions' in region order), before the ranges."""
     cfg, levels = detector.cfg, detector.levels
     test, network = cfg.TEST, cfg.network
     sizes = source.sizes()
     tiling = Tiling.from_config(test)
-    states = {index: _ImageState() for index in range(len(sizes))}
+    found = {index: [] for index in range(len(sizes))}  # per image, its Candidates of each level so far
+    chips = {index: [] for index in found}  # FocusChips found at the current level, for the next
     for number, level in enumerate(levels):
         if number > 0 and test.DO_PRUNING[number]:
-            regions = [Region(index, tuple(chip)) for index, state in states.items() for chip in state.chips]
+            regions = [Region(index, tuple(chip)) for index in found for chip in chips[index]]
         else:
             regions = [whole_region(source, index, sizes[index], level.spec.image_scale(*sizes[index]))
-                       for index in states]
+                       for index in found]
         if tiling is not None:  # TEST.TILE: every region larger than a tile in tiles (lib.inference.tiling)
             regions = [tile for region in regions
                        for tile in tiling.split(region, level.spec.image_scale(*sizes[region.image]))]
@@ -106,28 +108,60 @@ def run_autofocus(detector, source, num_workers=0, stats=None, on_region=None):
                        if number + 1 < len(levels) and test.DO_PRUNING[number + 1] else None)
         scales = [level.spec.image_scale(*sizes[region.image]) for region in regions]
         level_stats = LevelStats(len(regions), sum(r.extent[0] * r.extent[1] * s * s for r, s in zip(regions, scales)),
-                                 sum(h * w * level.spec.image_scale(h, w) ** 2 for h, w in (sizes[i] for i in states)))
-        for state in states.values():
-            state.chips = []
-        batches = level_batches(regions, scales, len(sizes), level.spec, detector._batch_counts([level])[0],
-                                test.BATCH_PARTS, network.IMAGE_STRIDE)
-        for position, result in run_regions(_FocusNetwork(detector), source, regions, batches, cfg, num_workers,
-                                            states):
-            region = regions[position]
-            if isinstance(result, Exception):
-                yield region.image, result
+                                 sum(h * w * level.spec.image_scale(h, w) ** 2 for h, w in (sizes[i] for i in found)))
+        result = cache.load(number, regions) if cache is not None else None
+        if result is None:
+            batches = level_batches(regions, scales, len(sizes), level.spec, detector._batch_counts([level])[0],
+                                    test.BATCH_PARTS, network.IMAGE_STRIDE)
+            result = _run_level(detector, source, regions, batches, num_workers, found)
+            if cache is not None:
+                cache.save(number, result, regions)
+        for index, message in result.unreadable.items():
+            if found.pop(index, None) is not None:
+                yield index, IOError(message)
+        level_parts = {index: [] for index in found}
+        chips = {index: [] for index in found}
+        for region, image, candidates, focus_map, scale in zip(regions, result.units, result.candidates, result.maps,
+                                                                result.map_scales):
+            if image not in found:
                 continue
-            state = states[region.image]
-            chips = _region_outcome(region, result[0], sizes[region.image], level, chip_params, test, state)
+            level_parts[image].append(candidates)
+            region_chips = focus_chips(focus_map, region.box, scale, chip_params) if chip_params else np.zeros((0, 4))
+            chips[image].extend(tuple(float(v) for v in chip) for chip in region_chips)
             if on_region is not None:
-                on_region(number, region, result[0], chips)
+                on_region(number, region, (candidates, focus_map, scale), region_chips)
+        for index, parts in level_parts.items():
+            found[index].append(concat_candidates(parts))
         if stats is not None:
             stats.levels.append(level_stats)
         logger.info("AutoFocus level %d (scale %s): %d regions, %.1f%% of the pixels of whole images", number,
                     test.SCALES[number], level_stats.regions,
                     100.0 * level_stats.pixels / max(level_stats.full_pixels, 1e-9))
-    for index, state in states.items():
-        yield index, suppress(np.concatenate(state.candidates) if state.candidates else np.zeros((0, 6)), test)
+    ranges = [level.valid_range for level in levels]
+    for index, per_level in found.items():
+        yield index, merge_candidates(per_level, ranges, test) if merge else per_level
+
+
+def _run_level(detector, source, regions, batches, num_workers, alive):
+    """The LevelResult of a level's ``regions`` (of the images in ``alive``) run through the network: one
+    unit per region, in order, with its Candidates in the image (shifted, not cut by an inner chip edge,
+    above the score threshold), its FocusPixel map and the map's scale (the batch's scale is the read
+    pixels'); the regions of an unreadable image get nothing."""
+    sizes, score_thresh = source.sizes(), detector.cfg.TEST.SCORE_THRESH
+    outcomes, result = {}, LevelResult()
+    for position, found in run_regions(_FocusNetwork(detector), source, regions, batches, detector.cfg, num_workers,
+                                       dict(alive)):
+        region = regions[position]
+        if isinstance(found, Exception):
+            result.unreadable[region.image] = str(found)
+            continue
+        boxes, scores, focus_map, scale = found[0]
+        outcomes[position] = (region_thresholded(region, (boxes, scores), sizes[region.image], score_thresh),
+                              focus_map, scale / region.shrink)
+    nothing = (concat_candidates([]), np.zeros((0, 0), np.float32), 0.0)
+    for position, region in enumerate(regions):
+        result.add(region.image, *outcomes.get(position, nothing))
+    return result
 
 
 def level_batches(regions, scales, image_count, spec, batch_size, parts, canvas_multiple=0):
@@ -144,15 +178,3 @@ def level_batches(regions, scales, image_count, spec, batch_size, parts, canvas_
         batches += plan_regions(regions[first:last], scales[first:last], spec, batch_size, 1, canvas_multiple,
                                 offset=int(first))
     return batches
-
-
-def _region_outcome(region, result, size, level, chip_params, test, state):
-    """Keep a region's detections (shifted to the image, not cut by an inner chip edge, in the level's range)
-    in ``state`` and collect its FocusChips for the next level; returns those chips."""
-    focus_map, scale = result[2], result[3] / region.shrink  # the batch's scale is the read pixels'
-    state.candidates.append(region_candidates(region, result, size, level.valid_range, test.SCORE_THRESH))
-    chips = np.zeros((0, 4))
-    if chip_params is not None:
-        chips = focus_chips(focus_map, region.box, scale, chip_params)
-        state.chips.extend(tuple(float(v) for v in chip) for chip in chips)
-    return chips

@@ -24,8 +24,9 @@ from lib.inference.autofocus import run_autofocus
 from lib.inference.batching import plan
 from lib.inference.detections import Detections
 from lib.inference.masks import MaskHead
-from lib.inference.merge import merge_scales
+from lib.inference.merge import merge_candidates, merge_scales, thresholded_levels
 from lib.inference.pipeline import ArrayImages, run_pipeline
+from lib.inference.scale_cache import cached_levels
 from lib.inference.tiling import run_tiled
 from lib.run.checkpoint import CheckpointError, checkpoint_prefix, load_params, params_path
 from lib.run.folder import load_run
@@ -260,6 +261,33 @@ class Detector:
         yield from run_pipeline(self, source, self.plan(source.sizes(), levels), len(levels),
                                 combine or self.combiner(levels), network.PIXEL_MEANS, network.CHANNEL_ORDER,
                                 num_workers, timeout=self.cfg.TEST.LOADER_TIMEOUT, warn_after=self.cfg.TEST.STALL_WARN)
+
+    def fresh_levels(self, source, numbers, num_workers=0):
+        """Yield ``(index, [Candidates of each level in numbers] or IOError)`` per image of ``source``, from
+        the network: what ``run`` merges, before the valid ranges (lib.inference.merge); whole images, or
+        TEST.TILE tiles (AutoFocus's levels depend on each other: ``run_levels``)."""
+        if self.cfg.TEST.TILE:
+            yield from run_tiled(self, source, num_workers, numbers=numbers, merge=False)
+            return
+        yield from self.run(source, [self.levels[number] for number in numbers], num_workers,
+                            combine=functools.partial(thresholded_levels, score_thresh=self.cfg.TEST.SCORE_THRESH))
+
+    def run_levels(self, source, num_workers=0, cache=None):
+        """Yield ``(index, [Candidates per level of the config's pyramid] or IOError)`` per image of
+        ``source``: what ``run`` yields before merging (``merge_levels`` merges), with the levels ``cache``
+        (lib.inference.scale_cache.ScaleCache, TEST.USE_CACHE) holds read back instead of run, the others
+        cached. Images come in set order once the last level is done."""
+        if self.rpn_only:
+            raise RuntimeError("this Detector holds the RPN-only network; it gives proposals, not detections")
+        if self.autofocus:
+            yield from run_autofocus(self, source, num_workers, cache=cache, merge=False)
+        else:
+            yield from cached_levels(self, source, num_workers, cache)
+
+    def merge_levels(self, per_level):
+        """An image's final detections (N, 6) from its Candidates per level (``run_levels``): the valid
+        ranges, suppression and cap of the config."""
+        return merge_candidates(per_level, [level.valid_range for level in self.levels], self.cfg.TEST)
 
     def _results(self, images, levels=None, combine=None):
         found = dict(self.run(ArrayImages(images), levels, combine=combine))

@@ -14,11 +14,11 @@ import os
 import re
 import time
 
-import cv2
 from PIL import Image, UnidentifiedImageError
 
-from lib.atomic import write_bytes, write_json
+from lib.atomic import write_json
 from lib.dataset.image_io import check_pixel_limit, read_image
+from lib.drawing import write_picture
 from lib.evaluation.metrics import coco_results
 from lib.inference.geojson import write_geojson
 from lib.run.folder import read_model_info
@@ -122,10 +122,9 @@ def detect_images(cfg, source, out_dir=None, draw=False, thresh=0.5, detector=No
                             out_dir)
     if draw:
         for i in tested:
-            image = read_image(entries[i]["image"], cfg.dataset.MAX_IMAGE_PIXELS)
-            _, encoded = cv2.imencode(".jpg", detector.draw(image, found[i], thresh))
             name = os.path.splitext(os.path.basename(entries[i]["image"]))[0] + ".jpg"
-            write_bytes(encoded.tobytes(), os.path.join(out_dir, "drawn", name))
+            image = read_image(entries[i]["image"], cfg.dataset.MAX_IMAGE_PIXELS)
+            write_picture(detector.draw(image, found[i], thresh), os.path.join(out_dir, "drawn", name))
     speed = len(tested) / max(seconds, 1e-9)
     logger.info("tested %d of %d images of %s in %.1f s (%.2f images/s); %d detections written to %s",
                 len(tested), len(paths), source, seconds, speed, len(results), out_dir)

@@ -7,7 +7,13 @@ survivors of all scales are pooled and suppressed per class (Gaussian soft-NMS o
 image: the ``TEST.MAX_PER_IMAGE``-th best score is the threshold and every detection scoring at least
 that much stays, so ties at the threshold may keep a few more. Rows are ``[x1, y1, x2, y2, score,
 label]`` throughout.
+
+A scale's detections above ``TEST.SCORE_THRESH`` before its valid range are ``Candidates`` (what the
+reference's tester keeps per scale, and what lib.inference.scale_cache stores): ``merge_candidates`` applies
+the ranges, the suppression and the cap, the settings that can change without the network.
 """
+from typing import NamedTuple
+
 import numpy as np
 
 from lib.boxes import nms, soft_nms
@@ -26,22 +32,53 @@ def in_test_range(boxes, valid_range):
     return mask
 
 
+class Candidates(NamedTuple):
+    """A scale's detections above the score threshold, before its valid range: ``boxes`` (N, 4) in original
+    pixels at the precision they were computed in (the range is tested on them), ``scores`` float32 (N,),
+    ``labels`` int32 (N,) (1..C-1); roi by roi, classes in order within a roi."""
+
+    boxes: np.ndarray
+    scores: np.ndarray
+    labels: np.ndarray
+
+
+def thresholded(boxes, scores, score_thresh):
+    """Candidates of class-agnostic ``boxes`` (R, 4) x ``scores`` (R, C): per foreground class, the scores
+    above ``score_thresh``."""
+    boxes = np.asarray(boxes).reshape(-1, 4)
+    scores = np.asarray(scores, dtype=np.float32)
+    if scores.ndim != 2 or len(scores) != len(boxes):
+        raise ValueError(f"scores must be (R, C) for {len(boxes)} boxes, got shape {scores.shape}")
+    rows, classes = np.nonzero(scores[:, 1:] > score_thresh)
+    return Candidates(boxes[rows], scores[rows, classes + 1], (classes + 1).astype(np.int32))
+
+
+def thresholded_levels(per_level, score_thresh):
+    """``[(boxes, scores), ...]`` of an image's levels -> their Candidates (a pipeline combiner)."""
+    return [thresholded(boxes, scores, score_thresh) for boxes, scores in per_level]
+
+
+def concat_candidates(parts):
+    """One Candidates of ``parts`` in order (an image's regions at a level); none: an empty one."""
+    if not parts:
+        return Candidates(np.zeros((0, 4)), np.zeros(0, np.float32), np.zeros(0, np.int32))
+    return Candidates(*(np.concatenate(column) for column in zip(*parts)))
+
+
+def candidate_rows(candidates, valid_range):
+    """float32 rows ``[x1, y1, x2, y2, score, label]`` of the Candidates inside ``valid_range``."""
+    keep = in_test_range(candidates.boxes, valid_range)
+    return np.hstack([np.asarray(candidates.boxes)[keep].astype(np.float32), candidates.scores[keep, None],
+                      candidates.labels[keep, None].astype(np.float32)]).astype(np.float32)
+
+
 def scale_candidates(boxes, scores, valid_range, score_thresh):
     """Detections of one scale: class-agnostic ``boxes`` (R,4, original pixels) x ``scores`` (R,C).
 
     Keeps boxes inside ``valid_range`` (tested at the boxes' own precision) and, per foreground class,
     scores above ``score_thresh``; rows come roi by roi, classes in order within a roi.
     """
-    boxes = np.asarray(boxes).reshape(-1, 4)
-    scores = np.asarray(scores, dtype=np.float32)
-    if scores.ndim != 2 or len(scores) != len(boxes):
-        raise ValueError(f"scores must be (R, C) for {len(boxes)} boxes, got shape {scores.shape}")
-    keep = in_test_range(boxes, valid_range)
-    boxes, scores = boxes[keep].astype(np.float32), scores[keep, 1:]
-    rows, classes = np.nonzero(scores > score_thresh)
-    return np.hstack([
-        boxes[rows], scores[rows, classes][:, None], (classes + 1).astype(np.float32)[:, None]
-    ]).astype(np.float32)
+    return candidate_rows(thresholded(boxes, scores, score_thresh), valid_range)
 
 
 def cap_per_image(detections, max_per_image):
@@ -70,11 +107,19 @@ def suppress(candidates, test_cfg):
     return cap_per_image(merged, test_cfg.MAX_PER_IMAGE)
 
 
+def merge_candidates(per_level, valid_ranges, test_cfg):
+    """Merge an image's Candidates, one per parsed ``(lo, hi)`` of ``valid_ranges``: each level's inside its
+    range, pooled level after level, suppressed and capped (``suppress``)."""
+    if len(per_level) != len(valid_ranges):
+        raise ValueError(f"{len(per_level)} scales of detections for {len(valid_ranges)} valid ranges")
+    rows = [candidate_rows(candidates, valid_range) for candidates, valid_range in zip(per_level, valid_ranges)]
+    return suppress(np.concatenate(rows) if rows else np.zeros((0, 6), np.float32), test_cfg)
+
+
 def merge_scales(per_scale, valid_ranges, test_cfg):
     """Merge ``[(boxes (R,4), scores (R,C)), ...]``, one pair per parsed ``(lo, hi)`` of ``valid_ranges``
-    (the test pyramid's); ``test_cfg`` (the TEST section) gives the suppression and the cap."""
+    (the test pyramid's); ``test_cfg`` (the TEST section) gives the score threshold, the suppression and
+    the cap."""
     if len(per_scale) != len(valid_ranges):
         raise ValueError(f"{len(per_scale)} scales of detections for {len(valid_ranges)} valid ranges")
-    candidates = [scale_candidates(boxes, scores, valid_range, test_cfg.SCORE_THRESH)
-                  for (boxes, scores), valid_range in zip(per_scale, valid_ranges)]
-    return suppress(np.concatenate(candidates), test_cfg)
+    return merge_candidates(thresholded_levels(per_scale, test_cfg.SCORE_THRESH), valid_ranges, test_cfg)

@@ -9,7 +9,9 @@ training images, unflipped) and writes the proposal file (``lib.dataset.proposal
 Images are batched as the reference batches them (lib.inference.batching) and prepared and merged in
 ``TEST.NUM_PROCESS`` worker processes around the network (lib.inference.pipeline). An image that cannot
 be read, or whose file is not of its annotated size, is logged with its path, left out and counted as
-skipped.
+skipped. With ``TEST.USE_CACHE`` each scale's detections are cached in the results folder and read back
+by the next test of the same checkpoint, images and settings (lib.inference.scale_cache), which then only
+merges; ``vis`` draws each scale's and the final detections of every image (``main_test.py --vis``).
 """
 import logging
 import os
@@ -20,11 +22,15 @@ from tqdm import tqdm
 
 from lib.atomic import write_json
 from lib.dataset import load_roidb
+from lib.dataset.image_io import read_roidb_image
 from lib.dataset.proposals import write_proposals
+from lib.drawing import write_picture
 from lib.inference.detector import Detector, checkpoint_file
 from lib.inference.geojson import write_geojson
 from lib.inference.masks import image_segmentations
+from lib.inference.merge import candidate_rows, suppress
 from lib.inference.pipeline import RoidbImages, metered
+from lib.inference.scale_cache import ScaleCache
 from lib.run.checkpoint import output_dir
 
 logger = logging.getLogger(__name__)
@@ -44,11 +50,12 @@ def proposal_file(cfg):
     return path
 
 
-def run_images(roidb, detector, num_workers, desc, speed=None):
+def run_images(roidb, detector, num_workers, desc, speed=None, run=None):
     """``detector`` over every roidb entry (lib.inference.pipeline, ``num_workers`` processes); returns
     (results by roidb index, skipped entries). Unreadable images are logged with their path and skipped.
     The bar counts network passes (a batch at one scale), the work an ETA must extrapolate, not images
-    started. ``speed`` (a dict), when given, gets the seconds end to end and in the network."""
+    started. ``speed`` (a dict), when given, gets the seconds end to end and in the network. ``run``
+    (default ``detector.run``) is what yields ``(index, result or IOError)`` for ``(source, num_workers)``."""
     outputs, skipped = {}, []
     started = time.perf_counter()
     with tqdm(total=0, desc=desc, unit="pass") as bar:
@@ -57,7 +64,7 @@ def run_images(roidb, detector, num_workers, desc, speed=None):
             bar.update(1)
 
         with metered(on_pass) as meter:
-            for index, result in detector.run(RoidbImages(roidb), num_workers=num_workers):
+            for index, result in (run or detector.run)(RoidbImages(roidb), num_workers=num_workers):
                 if isinstance(result, Exception):
                     logger.error("skipping image id %s: %s", roidb[index]["id"], result)
                     skipped.append(roidb[index])
@@ -77,12 +84,14 @@ def images_per_second(images, seconds, network_seconds):
             "seconds": round(seconds, 3), "network_seconds": round(network_seconds, 3)}
 
 
-def test(cfg, detector=None, checkpoint=None, out_dir=None, max_images=0):
+def test(cfg, detector=None, checkpoint=None, out_dir=None, max_images=0, vis=False, vis_thresh=0.5):
     """Detect on ``dataset.test_image_set`` with ``detector``, or one loaded from ``checkpoint`` (default:
     ``TEST.MODEL`` or epoch ``TEST.TEST_EPOCH`` of the config's run), write the results and evaluate
     them; returns a summary dict (COCO stats or VOC APs, image counts, skipped images), also written as
     ``test_summary.json``. ``out_dir`` replaces ``results_dir(cfg)``; ``max_images`` > 0 tests (and scores)
-    the set's first that many images only (evaluation while training)."""
+    the set's first that many images only (evaluation while training). With ``TEST.USE_CACHE`` the scales
+    come from their caches where valid (lib.inference.scale_cache); ``vis`` draws the detections scoring
+    at least ``vis_thresh`` (``draw_levels``)."""
     image_set = cfg.dataset.test_image_set
     roidb, dataset = load_roidb(cfg, image_set, training=False)
     if max_images:
@@ -90,16 +99,27 @@ def test(cfg, detector=None, checkpoint=None, out_dir=None, max_images=0):
     detector = detector or Detector.from_config(cfg, checkpoint or checkpoint_file(cfg), dataset.classes)
     logger.info("testing %d images of %s at scales %s on %s", len(roidb), image_set, cfg.TEST.SCALES,
                 detector.contexts)
-    speed = {}
-    found, skipped = run_images(roidb, detector, cfg.TEST.NUM_PROCESS, "testing", speed)
-    tested = sorted(found)
     out_dir = out_dir or results_dir(cfg)
+    speed, cache, levels = {}, None, None
+    if cfg.TEST.USE_CACHE or vis:  # each scale's detections, merged here
+        cache = ScaleCache.for_test(detector, roidb, out_dir) if cfg.TEST.USE_CACHE else None
+        levels, skipped = run_images(roidb, detector, cfg.TEST.NUM_PROCESS, "testing", speed,
+                                     run=lambda source, num_workers: detector.run_levels(source, num_workers, cache))
+        found = {index: detector.merge_levels(per_level) for index, per_level in levels.items()}
+    else:
+        found, skipped = run_images(roidb, detector, cfg.TEST.NUM_PROCESS, "testing", speed)
+    tested = sorted(found)
     summary = {"image_set": image_set, "checkpoint": detector.source,
                "images": len(roidb), "tested": len(tested), "skipped": len(skipped),
                "skipped_images": [entry["image"] for entry in skipped], "speed": speed}
+    if cache is not None:
+        summary["scale_cache"] = {"folder": cache.folder, "read": cache.read, "written": cache.written}
     logger.info("speed: %s images/s end to end, %s images/s in the network alone (%.1f s, of which %.1f s in the "
                 "network)", _rate(speed["images_per_s"]), _rate(speed["network_images_per_s"]), speed["seconds"],
                 speed["network_seconds"])
+    if vis:
+        draw_levels(detector, [roidb[i] for i in tested], [levels[i] for i in tested], [found[i] for i in tested],
+                    os.path.join(out_dir, VIS_FOLDER), vis_thresh)
     segmentations = None
     if detector.mask_head is not None:  # instance masks of the final detections (lib.inference.masks)
         by_index = image_segmentations(detector.mask_head, RoidbImages(roidb), {i: found[i] for i in tested})
@@ -114,6 +134,28 @@ def test(cfg, detector=None, checkpoint=None, out_dir=None, max_images=0):
     write_json(summary, os.path.join(out_dir, "test_summary.json"))
     logger.info("tested %d of %d images of %s, %d skipped", len(tested), len(roidb), image_set, len(skipped))
     return summary
+
+
+VIS_FOLDER = "vis"
+
+
+def draw_levels(detector, entries, levels, found, folder, thresh):
+    """For each entry, ``{folder}/scale{n}/{id}.jpg``: scale n's detections (its Candidates suppressed and
+    capped as the final ones, before its valid range: what the reference's VISUALIZE_INTERMEDIATE_SCALES
+    draws), and ``{folder}/final/{id}.jpg``: the final detections; those scoring at least ``thresh``."""
+    test_cfg = detector.cfg.TEST
+    for entry, per_level, final in zip(tqdm(entries, desc="drawing", unit="image"), levels, found):
+        try:
+            image = read_roidb_image(entry)
+        except IOError as err:
+            logger.error("not drawing image id %s: %s", entry["id"], err)
+            continue
+        name = f"{entry['id']}.jpg"
+        for number, candidates in enumerate(per_level):
+            rows = suppress(candidate_rows(candidates, (-1, -1)), test_cfg)
+            write_picture(detector.draw(image, rows, thresh), os.path.join(folder, f"scale{number}", name))
+        write_picture(detector.draw(image, final, thresh), os.path.join(folder, "final", name))
+    logger.info("drew the detections of %d images at every scale and merged into %s", len(entries), folder)
 
 
 def _rate(value):

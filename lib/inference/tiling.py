@@ -31,7 +31,7 @@ import numpy as np
 
 from lib.inference.batching import plan_level
 from lib.inference.focus_chips import BORDER_MARGIN, border_keep_mask
-from lib.inference.merge import scale_candidates, suppress
+from lib.inference.merge import concat_candidates, merge_candidates, thresholded
 from lib.inference.regions import Region, run_regions
 from lib.dataset.large_images import is_large, shrink_factor
 
@@ -112,16 +112,16 @@ def plan_tiles(tiles, scales, spec, batch_size, canvas_multiple, offset=0):
                                       min(batch_size, len(tiles) - start), 1, canvas_multiple, offset + start)]
 
 
-def region_candidates(region, result, image_size, valid_range, score_thresh):
-    """A region's (boxes in read pixels, scores) -> candidate rows ``[x1, y1, x2, y2, score, label]`` in
-    the image: shifted back, those cut by an inner region edge dropped, those of a tile centred outside
-    its core left to the tile that owns them, in the level's range."""
+def region_thresholded(region, result, image_size, score_thresh):
+    """A region's (boxes in read pixels, scores) -> its Candidates (lib.inference.merge) in the image: shifted
+    back, those cut by an inner region edge dropped, those of a tile centred outside its core left to the
+    tile that owns them, above ``score_thresh``; the level's range is applied when merging."""
     boxes, scores = result[:2]
     boxes = region.to_image(boxes)
     keep = border_keep_mask(boxes, region.box, image_size[1], image_size[0])
     if region.core is not None:
         keep &= in_core(boxes, region.core)
-    return scale_candidates(boxes[keep], np.asarray(scores)[keep], valid_range, score_thresh)
+    return thresholded(boxes[keep], np.asarray(scores)[keep], score_thresh)
 
 
 def in_core(boxes, core):
@@ -130,17 +130,20 @@ def in_core(boxes, core):
     return (centre_x >= core[0]) & (centre_x < core[2]) & (centre_y >= core[1]) & (centre_y < core[3])
 
 
-def run_tiled(detector, source, num_workers=0, stats=None):
+def run_tiled(detector, source, num_workers=0, stats=None, numbers=None, merge=True):
     """Yield ``(index, detections (N, 6) or IOError)`` per image of ``source`` with ``detector``'s test
     pyramid, every level in tiles of TEST.TILE (module docstring). ``stats``, a list, receives per level
-    ``(regions, network pixels)``."""
+    ``(regions, network pixels)``. ``numbers`` (default: all) are the levels to run; with ``merge`` false
+    an image's result is its Candidates per level run (lib.inference.merge), before the ranges."""
     cfg = detector.cfg
     test, network = cfg.TEST, cfg.network
     tiling = Tiling.from_config(test)
-    tiling.check_overlap(detector.levels)
+    numbers = list(range(len(detector.levels))) if numbers is None else list(numbers)
+    tiling.check_overlap([detector.levels[number] for number in numbers])
     sizes = source.sizes()
     regions, region_levels, batches = [], [], []
-    for number, level in enumerate(detector.levels):
+    for number in numbers:
+        level = detector.levels[number]
         wholes, tiles = ([], []), ([], [])  # (regions, scales) of the images that fit, of the tiles of the others
         for index, size in enumerate(sizes):
             scale = level.spec.image_scale(*size)
@@ -164,17 +167,17 @@ def run_tiled(detector, source, num_workers=0, stats=None):
                                                                       lb[0]))]
     remaining = np.bincount([r.image for r in regions], minlength=len(sizes))
     candidates = {index: [] for index in range(len(sizes))}
+    ranges = [detector.levels[number].valid_range for number in numbers]
     for position, result in run_regions(detector, source, regions, batches, cfg, num_workers, candidates):
         region = regions[position]
         if isinstance(result, Exception):
             yield region.image, result
             continue
-        found = candidates[region.image]
-        level = detector.levels[region_levels[position]]
-        found.append((position, region_candidates(region, result[0], sizes[region.image], level.valid_range,
-                                                  test.SCORE_THRESH)))
+        candidates[region.image].append(
+            (position, region_thresholded(region, result[0], sizes[region.image], test.SCORE_THRESH)))
         remaining[region.image] -= 1
         if not remaining[region.image]:
             # in region order (level after level, tiles in order): the whole-image test's candidate order
-            rows = [rows for _, rows in sorted(candidates.pop(region.image), key=lambda pr: pr[0])]
-            yield region.image, suppress(np.concatenate(rows), test)
+            found = sorted(candidates.pop(region.image), key=lambda pc: pc[0])
+            per_level = [concat_candidates([c for p, c in found if region_levels[p] == number]) for number in numbers]
+            yield region.image, merge_candidates(per_level, ranges, test) if merge else per_level

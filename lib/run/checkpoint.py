@@ -35,6 +35,7 @@ logger = logging.getLogger(__name__)
 BBOX_PRED_WEIGHT = "bbox_pred_weight"
 BBOX_PRED_BIAS = "bbox_pred_bias"
 TRAIN_KIND = "train"  # key prefix of the regressor's exact training values
+REFERENCE_TEST_SUFFIX = "_test"  # the reference's checkpoints: arg:NAME_test is the test-ready value of arg:NAME
 
 
 class CheckpointError(UserError, ValueError):
@@ -141,7 +142,10 @@ def load_params(path, with_training_values=False, plain_names=True):
 
     ``with_training_values`` also returns the dict of exact training values saved under ``train:``.
     Keys without a kind (e.g. Gluon ``save_parameters``) count as arguments, or are an error naming the
-    key when ``plain_names`` is false.
+    key when ``plain_names`` is false. A checkpoint of the reference, whose training callback saves the
+    test-ready box regressor as ``arg:bbox_pred_weight_test`` beside the training ``arg:bbox_pred_weight``
+    (its ``load_param(process=True)`` swaps them), reads as this project's: the ``_test`` value under
+    ``arg:``, the training one under ``train:``.
     """
     if not os.path.isfile(path):
         raise FileNotFoundError(f"checkpoint not found: {path}{_what_exists(path)}")
@@ -153,6 +157,11 @@ def load_params(path, with_training_values=False, plain_names=True):
     if not isinstance(blob, dict):
         raise CheckpointError(f"checkpoint {path} holds a list, not named parameters")
     arg_params, aux_params, training_values = {}, {}, {}
+    for key in [k for k in blob if k.startswith("arg:") and k.endswith(REFERENCE_TEST_SUFFIX)]:
+        name = key[len("arg:"):-len(REFERENCE_TEST_SUFFIX)]
+        if f"arg:{name}" in blob:
+            blob[f"{TRAIN_KIND}:{name}"] = blob.pop(f"arg:{name}")
+        blob[f"arg:{name}"] = blob.pop(key)
     for key, value in blob.items():
         kind, _, name = key.partition(":")
         if kind == "arg":
