@@ -95,8 +95,9 @@ DEFAULTS = {
         "model_prefix": "SNIPER",
         # Evaluation while training (lib/train/evaluation.py): every EVAL_EVERY epochs and after the last (0: off),
         # on the test set's first EVAL_IMAGES images (0: all); the best epoch by EVAL_METRIC (a COCO stat: AP,
-        # AP50, AP75, APs, APm, APl, AR100...; a VOC set has one, mAP) is named in {run folder}/best.json, which
-        # --model RUN_FOLDER then uses; EARLY_STOP > 0 stops after that many evaluations without improvement.
+        # AP50, AP75, APs, APm, APl, AR100...; with WITH_MASK also segm_AP, segm_AP50...; a VOC set has one, mAP) is
+        # named in {run folder}/best.json, which --model RUN_FOLDER then uses; EARLY_STOP > 0 stops after that many
+        # evaluations without improvement.
         "EVAL_EVERY": 0,
         "EVAL_IMAGES": 0,
         "EVAL_METRIC": "AP",

@@ -197,6 +197,48 @@ def test_evaluation_keys_are_checked_before_training(tmp_path):
     assert metric_value({"mAP": 0.7, "AP": {"cat": 0.7}}, "AP50") == 0.7  # a VOC set: its one metric
 
 
+class MaskTester:
+    """The tester of a mask network: the bbox stats, and the segm ones nested under "segm" (evaluate_coco)."""
+
+    def __init__(self, bbox_aps, segm_aps):
+        self.aps = list(zip(bbox_aps, segm_aps))
+
+    def __call__(self, cfg, checkpoint, out_dir, max_images):
+        box, segm = self.aps.pop(0)
+        return {"tested": 3, "stats": {"AP": box, "AP50": 2 * box, "segm": {"AP": segm, "AP50": 2 * segm}}}
+
+
+def test_a_mask_network_picks_its_best_epoch_by_segm_ap_and_logs_segm_beside_bbox(tmp_path):
+    cfg = eval_cfg(tmp_path, **{"TRAIN.WITH_MASK": "true", "TRAIN.EVAL_EVERY": "1", "TRAIN.end_epoch": "3",
+                                "TRAIN.EVAL_METRIC": "segm_AP"})
+    assert {"AP", "segm_AP", "segm_AP50", "segm_APs", "segm_AR100"} <= set(metric_names(cfg))
+    # bbox AP is best after epoch 1, segm AP after epoch 2: the chosen metric decides
+    evaluation = TrainingEvaluation(cfg, 0, test=MaskTester([0.5, 0.3, 0.4], [0.1, 0.35, 0.2]))
+    events = RecordedEvents()
+    progress = RunProgress(os.path.join(output_dir(cfg), "metrics.jsonl"), 0, 3, 0, events=events)
+    for epoch in range(1, 4):
+        progress.start_epoch(epoch - 1, 10)
+        progress.end_epoch_updates(10)
+        evaluation.after_epoch(epoch, fake_params(cfg, epoch), progress)
+    best = json.load(open(os.path.join(output_dir(cfg), "best.json")))
+    assert best["metric"] == "segm_AP" and (best["best"]["epoch"], best["best"]["value"]) == (2, 0.35)
+    assert best["history"][0]["stats"] == {"AP": 0.5, "AP50": 1.0, "segm_AP": 0.1, "segm_AP50": 0.2}
+    records = [json.loads(line) for line in open(os.path.join(output_dir(cfg), "metrics.jsonl"))]
+    assert [(r["eval"]["AP"], r["eval"]["segm_AP"]) for r in records] == [(0.5, 0.1), (0.3, 0.35), (0.4, 0.2)]
+    assert events.calls[1] == (20, {"eval/AP": 0.3, "eval/AP50": 0.6, "eval/segm_AP": 0.35, "eval/segm_AP50": 0.7})
+
+
+def test_segm_metrics_are_refused_at_load_for_a_network_without_masks(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        eval_cfg(tmp_path, **{"TRAIN.EVAL_METRIC": "segm_APs"})
+    assert str(info.value) == ("config key TRAIN.EVAL_METRIC = 'segm_APs': segm metrics need a mask network "
+                               "(TRAIN.WITH_MASK true); choose a bbox metric such as 'APs'")
+    assert not any(name.startswith("segm_") for name in metric_names(eval_cfg(tmp_path)))
+    assert eval_cfg(tmp_path, **{"TRAIN.EVAL_METRIC": "segm_APs", "TRAIN.WITH_MASK": "true"}).TRAIN.WITH_MASK
+    with pytest.raises(EvaluationError, match="segm_AR1': the evaluation gives AP, segm_AP$"):
+        metric_value({"AP": 0.5, "segm": {"AP": 0.2}}, "segm_AR1")
+
+
 def test_training_evaluates_its_checkpoints_and_names_the_best(tmp_path):
     # the tiny config on 2 synthetic training images, evaluated on the first of 2 validation images, with
     # gradients accumulated over 2 batches
