@@ -232,8 +232,9 @@ DEFAULTS = {
         "SOFT_NMS_SIGMA": 0.55,
         "SCORE_THRESH": 0.001,
         "MAX_PER_IMAGE": 200,
-        # Detections per image COCO evaluation scores (pycocotools' last maxDets): 100 is COCO's standard (the
-        # published numbers); 0 follows MAX_PER_IMAGE (at least 100), for scenes with more than 100 objects.
+        # Detections per image and category COCO evaluation scores (pycocotools' last maxDets): 100 is COCO's standard
+        # (the published numbers); 0 follows MAX_PER_IMAGE (at least 100), for scenes with more than 100 objects
+        # (the test warns when the scored images have them: lib.inference.coco_summary.dense_scene_warning).
         "EVAL_MAX_DETS": 100,
         # COCO evaluation's size bands: [name, lo, hi] in sqrt(area) px (-1 open); small/medium/large report as
         # APs/APm/APl, any other name as AP_{name} (e.g. [[tiny, 0, 16], [small, 16, 32], ...]).

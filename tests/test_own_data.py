@@ -27,7 +27,7 @@ from lib.dataset import load_roidb
 from lib.dataset.pascal_voc import HASHED_IDS, read_class_names, voc_image_id
 from lib.dataset.proposals import write_proposals
 from lib.dataset.variants import add_empty_images, small_object_set
-from lib.inference.coco_summary import max_dets_for, parse_bands
+from lib.inference.coco_summary import dense_scene_warning, max_dets_for, parse_bands
 from lib.inference.evaluator import COCO_STAT_NAMES, evaluate_coco
 from lib.inference.folder_test import detect_images, image_ids, list_images
 from lib.run import checkpoint
@@ -329,6 +329,64 @@ def test_a_dense_scene_is_scored_at_every_detection_kept(tmp_path):
     stats = evaluate_coco(coco_gt(objects), path, str(tmp_path), max_dets=200)
     assert stats["AP"] == pytest.approx(1.0) and stats["AR200"] == pytest.approx(1.0)
     assert max_dets_for(50) == [1, 10, 100] and max_dets_for(300) == [1, 10, 300]
+
+
+def scene_gt(images):
+    """A pycocotools COCO of images 1..N; ``images``: per image [(category id, objects, crowd)]."""
+    coco = COCO()
+    annotations = []
+    for image_id, groups in enumerate(images, start=1):
+        for category, count, crowd in groups:
+            annotations += [{"id": len(annotations) + 1, "image_id": image_id, "category_id": category,
+                             "bbox": [0, 0, 10, 10], "area": 100, "iscrowd": int(crowd)} for _ in range(count)]
+    coco.dataset = {"images": [{"id": i, "width": 640, "height": 640} for i in range(1, len(images) + 1)],
+                    "annotations": annotations, "categories": [{"id": 1, "name": "one"}, {"id": 2, "name": "two"}]}
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco.createIndex()
+    return coco
+
+
+def test_dense_scenes_cut_by_the_scored_detections_are_warned_about_once_with_the_count():
+    # image 1: 150 objects of category 1 (more than 100); image 2: 60 + 60 objects (100 or fewer per category:
+    # pycocotools caps per image and category) and 150 detections of category 1 (dense: 60 >= 100 / 2);
+    # image 3: 10 objects, 150 detections (not dense); image 4: 120 crowd regions (not objects)
+    gt = scene_gt([[(1, 150, False)], [(1, 60, False), (2, 60, False)], [(1, 10, False)], [(2, 120, True)]])
+    results = [{"image_id": image, "category_id": 1} for image in (2, 3) for _ in range(150)]
+    test = load_config(None).TEST
+    assert (test.EVAL_MAX_DETS, test.MAX_PER_IMAGE) == (100, 200)
+    assert dense_scene_warning(gt, results, [1, 2, 3, 4], test) == (
+        "COCO evaluation scores at most 100 detections per image and category, so the AP and AR of dense scenes "
+        "are capped: 1 of 4 scored images have more objects of one category (up to 150), 1 more keep more "
+        "detections for a category of at least 50 objects; set TEST.EVAL_MAX_DETS 0 to score every detection "
+        "the test keeps")
+    assert dense_scene_warning(gt, results, [2, 3, 4], test).endswith(  # the scored images only
+        "capped: 1 of 3 scored images keep more detections for a category of at least 50 objects; set "
+        "TEST.EVAL_MAX_DETS 0 to score every detection the test keeps")
+    assert dense_scene_warning(gt, results, [3, 4], test) is None
+    follows = load_config(None, [("TEST.EVAL_MAX_DETS", "0")]).TEST  # scores the test's 200: nothing cut
+    assert dense_scene_warning(gt, results, [1, 2, 3, 4], follows) is None
+    fewer = load_config(None, [("TEST.EVAL_MAX_DETS", "0"), ("TEST.MAX_PER_IMAGE", "100")]).TEST
+    assert dense_scene_warning(gt, results, [1, 2], fewer).endswith(
+        "up to 150), 1 more keep more detections for a category of at least 50 objects; raise TEST.MAX_PER_IMAGE "
+        "(100) above 150")
+
+
+def test_the_test_of_a_dense_set_warns_and_eval_max_dets_0_scores_it_whole(tmp_path, caplog):
+    # 120 objects of category 2 (label 1), all found, ranked: at maxDets 100 precision 1 up to recall
+    # 100/120, nothing beyond: AP = recall points 0, 0.01, .. 0.83 (84 of 101); scored whole: 1
+    write_coco(str(tmp_path / "data"), "val", [image_record(1, 400, 400)],
+               [ann(i + 1, 1, [20 * (i % 20), 20 * (i // 20), 12, 12]) for i in range(120)])
+    _, dataset = load_roidb(dataset_cfg(tmp_path), "val", training=False)
+    detections = [np.array([[20 * (i % 20), 20 * (i // 20), 20 * (i % 20) + 11, 20 * (i // 20) + 11, 1 - i / 1000, 1]
+                            for i in range(120)], np.float32)]
+    for eval_max_dets, warnings, ap in (("100", 1, 84 / 101), ("0", 0, 1.0)):
+        caplog.clear()
+        scoring = load_config(None, [("TEST.EVAL_MAX_DETS", eval_max_dets)]).TEST
+        with caplog.at_level(logging.WARNING):
+            stats = dataset.evaluate([{"id": 1}], detections, str(tmp_path / eval_max_dets), scoring=scoring)["stats"]
+        messages = [r.getMessage() for r in caplog.records if "dense scenes" in r.getMessage()]
+        assert len(messages) == warnings and stats["AP"] == pytest.approx(ap)
+        assert all("1 of 1 scored images have more objects of one category (up to 120)" in m for m in messages)
 
 
 def test_size_bands_and_the_per_class_size_table(tmp_path):

@@ -288,7 +288,7 @@ class CocoDataset(Dataset):
         """The results file (COCO format, original category ids: test-dev ready; masks as ``segmentation``),
         then COCO bbox (and segm) AP through pycocotools when the set has annotations, at ``scoring``'s
         TEST.EVAL_MAX_DETS (0: its MAX_PER_IMAGE) detections per image and size bands TEST.SIZE_BANDS."""
-        from lib.inference.coco_summary import COCO_BANDS, parse_bands
+        from lib.inference.coco_summary import COCO_BANDS, dense_scene_warning, parse_bands, scored_max_dets
         from lib.inference.evaluator import coco_results, evaluate_coco  # the scoring, with the other metrics
 
         image_ids = [entry["id"] for entry in entries]
@@ -300,8 +300,12 @@ class CocoDataset(Dataset):
             logger.info("%s has no annotations (e.g. test-dev): results written for submission, not evaluated",
                         self.image_set)
             return {"results": path}
-        max_dets = (scoring.EVAL_MAX_DETS or scoring.MAX_PER_IMAGE) if scoring is not None else 100
-        bands = parse_bands(scoring.SIZE_BANDS) if scoring is not None else COCO_BANDS
+        max_dets, bands = 100, COCO_BANDS
+        if scoring is not None:
+            max_dets, bands = scored_max_dets(scoring), parse_bands(scoring.SIZE_BANDS)
+            warning = dense_scene_warning(self.coco, results, image_ids, scoring)
+            if warning:
+                logger.warning("%s", warning)
         stats = evaluate_coco(self.coco, path, out_dir, image_ids=image_ids, max_dets=max_dets, bands=bands)
         return {"results": path, "stats": stats}
 

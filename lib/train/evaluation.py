@@ -19,7 +19,7 @@ import os
 
 from lib.atomic import write_json
 from lib.errors import UserError
-from lib.inference.coco_summary import max_dets_for, parse_bands, stat_names
+from lib.inference.coco_summary import parse_bands, scored_max_dets, stat_names
 from lib.run.folder import BEST_FILE
 from lib.run.checkpoint import output_dir
 
@@ -36,8 +36,7 @@ class EvaluationError(UserError, ValueError):
 def metric_names(cfg):
     """The metrics TRAIN.EVAL_METRIC may name: the COCO stats of the test settings (with TRAIN.WITH_MASK also
     their segm twins, ``segm_AP`` ...), and VOC's mAP."""
-    max_dets = max_dets_for(cfg.TEST.EVAL_MAX_DETS or cfg.TEST.MAX_PER_IMAGE)[-1]
-    names = tuple(stat_names(parse_bands(cfg.TEST.SIZE_BANDS), max_dets))
+    names = tuple(stat_names(parse_bands(cfg.TEST.SIZE_BANDS), scored_max_dets(cfg.TEST)))
     segm = tuple(SEGM_PREFIX + name for name in names) if cfg.TRAIN.WITH_MASK else ()
     return names + segm + (VOC_METRIC,)
 
