@@ -15,11 +15,12 @@ import sys
 
 from lib.config import add_config_arguments, config_from_arguments
 from lib.dataset import load_roidb
-from lib.logger import setup_logging
+from lib.logger import report_user_errors, setup_logging
 from lib.scales_fit import DEFAULT_KEEP, DEFAULT_MAX_FACTOR, FitError, fit_pyramid, report, training_images, \
     write_fitted_config
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_arguments(parser)
