@@ -2,11 +2,15 @@
 evaluation, own Pascal VOC-format sets, a folder of images, gradient accumulation, TensorBoard, and the
 variant sets BENCHMARKS.md measures on."""
 import contextlib
+import glob
 import importlib.util
 import io
 import json
 import logging
 import os
+import re
+import shutil
+import subprocess
 import sys
 
 import cv2
@@ -29,10 +33,11 @@ from lib.dataset.proposals import write_proposals
 from lib.dataset.variants import add_empty_images, small_object_set
 from lib.inference.coco_summary import dense_scene_warning, max_dets_for, parse_bands
 from lib.inference.evaluator import COCO_STAT_NAMES, evaluate_coco
+from lib.inference import tester
 from lib.inference.folder_test import detect_images, image_ids, list_images
 from lib.run import checkpoint
 from lib.run.checkpoint import output_dir
-from lib.run.folder import find_checkpoint
+from lib.run.folder import MODEL_KEY, find_checkpoint, model_info, write_run_config
 from lib.train.accumulation import GradientAccumulation, grad_req, updates_per_epoch
 from lib.train.evaluation import EvaluationError, TrainingEvaluation, metric_names, metric_value
 from lib.train.optimizer import make_optimizer_params
@@ -42,8 +47,8 @@ import main_train
 from test_dataset import ann, by_id, dataset_cfg, image_record, voc_xml, write_coco, write_voc
 from test_tester import IMAGES, OracleDetector, tiny  # noqa: F401  (tiny: a fixture)
 
-TINY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "faster",
-                    "sniper_synthetic_tiny.yml")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml")
 
 
 # ---------------------------------------------------------------- images without objects
@@ -239,26 +244,40 @@ def test_segm_metrics_are_refused_at_load_for_a_network_without_masks(tmp_path):
         metric_value({"AP": 0.5, "segm": {"AP": 0.2}}, "segm_AR1")
 
 
-def test_training_evaluates_its_checkpoints_and_names_the_best(tmp_path):
+def test_training_evaluates_its_checkpoints_and_names_the_best(tmp_path, monkeypatch):
     # the tiny config on 2 synthetic training images, evaluated on the first of 2 validation images, with
-    # gradients accumulated over 2 batches
+    # gradients accumulated over 2 batches, keeping the newest checkpoint only (and the best)
     overrides = {"dataset.dataset_path": str(tmp_path / "data"), "dataset.synthetic_train": "2",
                  "dataset.synthetic_val": "2", "dataset.root_path": str(tmp_path), "output_path": str(tmp_path),
                  "TRAIN.NUM_PROCESS": "0", "TEST.NUM_PROCESS": "0", "TRAIN.BATCH_IMAGES": "2",
                  "TRAIN.end_epoch": "2", "TRAIN.warmup_step": "5", "TRAIN.lr_step": "", "gpus": "cpu:1",
-                 "TRAIN.EVAL_EVERY": "1", "TRAIN.EVAL_IMAGES": "1", "TRAIN.GRAD_ACCUM_STEPS": "2"}
+                 "TRAIN.EVAL_EVERY": "1", "TRAIN.EVAL_IMAGES": "1", "TRAIN.GRAD_ACCUM_STEPS": "2",
+                 "TRAIN.KEEP_CHECKPOINTS": "1"}
     cfg = load_config(TINY, list(overrides.items()))
+    real_test = tester.test
+
+    def epoch_one_best(cfg, checkpoint=None, out_dir=None, max_images=0):
+        """The real tester; the evaluations while training score AP 1 / epoch, so epoch 1 is the best."""
+        summary = real_test(cfg, checkpoint=checkpoint, out_dir=out_dir, max_images=max_images)
+        if out_dir and os.path.basename(os.path.dirname(out_dir)) == "evaluations":
+            summary["stats"] = {**summary["stats"], "AP": 1 / int(out_dir[-4:])}
+        return summary
+
+    monkeypatch.setattr(tester, "test", epoch_one_best)
     main_train.main(["--cfg", TINY, "--eval", "--set", *[f"{k}={v}" for k, v in overrides.items()]])
     run = output_dir(cfg)
     for epoch in (1, 2):
         summary = json.load(open(os.path.join(run, "evaluations", f"epoch_{epoch:04d}", "test_summary.json")))
         assert summary["images"] == 1 and summary["checkpoint"].endswith(f"SNIPER-{epoch:04d}.params")
     best = json.load(open(os.path.join(run, "best.json")))
-    assert [h["epoch"] for h in best["history"]] == [1, 2]
-    assert best["best"] == max(best["history"], key=lambda h: (h["value"], -h["epoch"]))
+    assert [(h["epoch"], h["value"]) for h in best["history"]] == [(1, 1.0), (2, 0.5)]
+    assert best["best"]["params"] == "SNIPER-0001.params"
+    # TRAIN.KEEP_CHECKPOINTS 1 keeps the newest epoch, and the best one beside it
+    assert sorted(glob.glob(os.path.join(run, "SNIPER-*.params"))) == [
+        os.path.join(run, f"SNIPER-{epoch:04d}.params") for epoch in (1, 2)]
     # --eval tested the best epoch on the whole test set
     summary = json.load(open(os.path.join(run, "results", "val", "test_summary.json")))
-    assert summary["images"] == 2 and summary["checkpoint"].endswith(best["best"]["params"])
+    assert summary["images"] == 2 and summary["checkpoint"].endswith("SNIPER-0001.params")
     records = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl"))]
     assert [r["epoch"] for r in records if "eval" in r] == [1, 2]
     # GRAD_ACCUM_STEPS 2: the schedule counts one update per two batches (the last group may be partial)
@@ -503,6 +522,39 @@ def test_a_folder_of_images_is_tested_into_coco_results_and_drawn(tiny, tmp_path
     assert image_ids(["x/000000000139.jpg", "y/42.png"]) == [139, 42] and image_ids(["1.jpg", "01.jpg"]) == [1, 2]
     with pytest.raises(FileNotFoundError, match="neither a folder"):
         list_images(str(tmp_path / "nowhere"))
+
+
+def test_main_test_images_runs_a_run_folder_over_a_folder_end_to_end(tiny, tmp_path):
+    # a run folder as training leaves it (config.yaml, a checkpoint with its metadata) of the tiny random network
+    cfg = with_overrides(tiny[0], {"output_path": str(tmp_path / "out"), "TEST.NUM_PROCESS": 0})
+    _, dataset = load_roidb(cfg, cfg.dataset.test_image_set, training=False)
+    write_run_config(cfg)
+    checkpoint.save_checkpoint(checkpoint.checkpoint_prefix(cfg), 1, None, *tiny[1:], stds=(1, 1, 1, 1),
+                               means=(0, 0, 0, 0), progress={MODEL_KEY: model_info(cfg, dataset, False)})
+    folder = tmp_path / "new images"
+    shutil.copytree(os.path.join(cfg.dataset.dataset_path, "images", "val"), folder)  # a b broken.jpg c
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "main_test.py"), "--model", output_dir(cfg),
+                             "--images", str(folder), "--draw", "--set", "TEST.SCORE_THRESH", "0"],
+                            cwd=elsewhere, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    out = os.path.join(output_dir(cfg), "results", "images_new images")
+    summary = json.load(open(os.path.join(out, "test_summary.json")))
+    assert (summary["images"], summary["tested"], summary["skipped"]) == (4, 3, 1)
+    assert summary["checkpoint"] == checkpoint.params_path(checkpoint.checkpoint_prefix(cfg), 1)
+    info = json.load(open(os.path.join(out, "image_info.json")))
+    assert [(i["id"], i["file_name"], i["width"], i["height"]) for i in info["images"]] == \
+        [(1, "a.png", 80, 60), (2, "b.png", 50, 90), (4, "c.png", 40, 40)]
+    assert info["categories"] == [{"id": 4, "name": "cat4"}, {"id": 9, "name": "cat9"}]  # the run's classes
+    results = json.load(open(os.path.join(out, "detections_results.json")))
+    assert results and {r["image_id"] for r in results} <= {1, 2, 4} and {r["category_id"] for r in results} <= {4, 9}
+    assert sorted(os.listdir(os.path.join(out, "drawn"))) == ["a.jpg", "b.jpg", "c.jpg"]
+    assert cv2.imread(os.path.join(out, "drawn", "b.jpg")).shape == (90, 50, 3)
+    log = max(glob.glob(os.path.join(output_dir(cfg), "test_*.log")), key=os.path.getmtime)
+    text = open(log).read()
+    assert "broken.jpg" in text and re.search(r"tested 3 of 4 images of .* \(\d+\.\d+ images/s\)", text)
+    assert not os.listdir(elsewhere)
 
 
 # ---------------------------------------------------------------- gradient accumulation
