@@ -121,3 +121,7 @@ def test_a_comparison_of_one_epoch_on_tiny_sets_trains_tests_and_tabulates_every
     monkeypatch.setattr(own_data, "NegChipPipeline", refuse)
     compare_own_data.main(argv)
     assert capsys.readouterr().out == printed
+    with pytest.raises(SystemExit) as stop:  # another length needs another folder: said in one line
+        compare_own_data.main([*argv[:3], "2", *argv[4:]])
+    assert stop.value.code == 1 and "that run trained 1 epochs, not 2: give another output folder (--out)" in \
+        capsys.readouterr().err

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from lib.atomic import write_json
 from lib.benchmarking import markdown_table
-from lib.config import load_config, with_overrides
+from lib.config import ConfigError, load_config, with_overrides
 from lib.contexts import parse_contexts
 from lib.inference.coco_summary import scored_max_dets
 from lib.pipeline.neg_chips import (DEFAULT_RPN_EPOCHS, NegChipPipeline, eval_stage, evaluated, run_stage,
@@ -167,10 +167,14 @@ class OwnDataComparison:
         kept = os.path.join(self.out, row.data.name, row.label, ROW_FILE)
         if os.path.isfile(kept):
             with open(kept) as f:
-                return json.load(f)
+                result = json.load(f)
+            if result["epochs"] != self.epochs:
+                raise ConfigError(f"{kept}: that run trained {result['epochs']} epochs, not {self.epochs}: give "
+                                  f"another output folder (--out) for another length")
+            return result
+        cfg_file, overrides = self.config_file(row), self.row_overrides(row)  # the fit is not the row's time
         logger.info("row %s / %s: training and testing", row.data.name, row.label)
         start = time.perf_counter()
-        cfg_file, overrides = self.config_file(row), self.row_overrides(row)
         if row.empty:
             pipeline = NegChipPipeline(cfg_file, overrides + [("TRAIN.EMPTY_IMAGES", row.empty)], self.rpn_epochs)
             cfg, summary_file = pipeline.sniper_cfg, pipeline.run(evaluate=True)["eval"]
