@@ -33,7 +33,6 @@ from lib.dataset.proposals import write_proposals
 from lib.dataset.variants import add_empty_images, small_object_set
 from lib.inference.coco_summary import dense_scene_warning, max_dets_for, parse_bands
 from lib.inference.evaluator import COCO_STAT_NAMES, evaluate_coco
-from lib.inference import tester
 from lib.inference.folder_test import detect_images, image_ids, list_images
 from lib.run import checkpoint
 from lib.run.checkpoint import output_dir
@@ -254,7 +253,7 @@ def test_training_evaluates_its_checkpoints_and_names_the_best(tmp_path, monkeyp
                  "TRAIN.EVAL_EVERY": "1", "TRAIN.EVAL_IMAGES": "1", "TRAIN.GRAD_ACCUM_STEPS": "2",
                  "TRAIN.KEEP_CHECKPOINTS": "1"}
     cfg = load_config(TINY, list(overrides.items()))
-    real_test = tester.test
+    from lib.inference.tester import test as real_test
 
     def epoch_one_best(cfg, checkpoint=None, out_dir=None, max_images=0):
         """The real tester; the evaluations while training score AP 1 / epoch, so epoch 1 is the best."""
@@ -263,7 +262,7 @@ def test_training_evaluates_its_checkpoints_and_names_the_best(tmp_path, monkeyp
             summary["stats"] = {**summary["stats"], "AP": 1 / int(out_dir[-4:])}
         return summary
 
-    monkeypatch.setattr(tester, "test", epoch_one_best)
+    monkeypatch.setattr("lib.inference.tester.test", epoch_one_best)
     main_train.main(["--cfg", TINY, "--eval", "--set", *[f"{k}={v}" for k, v in overrides.items()]])
     run = output_dir(cfg)
     for epoch in (1, 2):

@@ -12,7 +12,7 @@ TINY = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml")
 CONFIG_TOOLS = {
     "pixel_budget.py": [], "visualize_chips.py": ["1"], "visualize_batch.py": [], "ablation_synthetic.py": [],
     "train_neg_chips.py": [], "benchmark_inference.py": [], "benchmark_iterator.py": [], "benchmark_kvstore.py": [],
-    "benchmark_autofocus.py": [], "visualize_focus.py": ["1"], "fit_scales.py": [],
+    "benchmark_autofocus.py": [], "visualize_focus.py": ["1"],
 }
 
 
@@ -98,7 +98,7 @@ def test_inference_benchmark_says_when_each_row_starts_and_ends(tmp_path):
     assert len(table) == 2  # the table still comes, on stdout
 
 
-@pytest.mark.parametrize("tool", ["visualize_chips.py", "pixel_budget.py", "fit_scales.py"])
+@pytest.mark.parametrize("tool", ["visualize_chips.py", "pixel_budget.py"])
 def test_a_damaged_dataset_is_one_line_in_a_tool_too(tool, tmp_path):
     annotations = tmp_path / "mine" / "annotations"
     annotations.mkdir(parents=True)
