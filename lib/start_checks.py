@@ -39,18 +39,8 @@ def check_chip_fits(cfg):
                           f"TRAIN.SCALES {list(cfg.TRAIN.SCALES)}): raise CHIP_SIZE or lower TRAIN.VALID_RANGES")
 
 
-def check_segm_metric(cfg):
-    """A segm metric (lib.train.evaluation: ``segm_AP`` ...) chosen for the best epoch needs a network with masks."""
-    from lib.train.evaluation import SEGM_PREFIX
-
-    metric = cfg.TRAIN.EVAL_METRIC
-    if metric.startswith(SEGM_PREFIX) and not cfg.TRAIN.WITH_MASK:
-        raise ConfigError(f"config key TRAIN.EVAL_METRIC = {metric!r}: segm metrics need a mask network "
-                          f"(TRAIN.WITH_MASK true); choose a bbox metric such as {metric[len(SEGM_PREFIX):]!r}")
-
-
 # Run by lib.config.validate on every loaded config (beside its sections' own parsing: lr steps, pyramids).
-CONFIG_CHECKS = (check_dataset_kind, check_chip_fits, check_segm_metric)
+CONFIG_CHECKS = (check_dataset_kind, check_chip_fits)
 
 
 def check_output_path(cfg):

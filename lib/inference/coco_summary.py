@@ -27,6 +27,7 @@ COCO_BANDS = (("small", 0, 32), ("medium", 32, 96), ("large", 96, -1))
 _SHORT = {"small": "s", "medium": "m", "large": "l"}
 _OPEN_AREA = 1e5 ** 2  # pycocotools' "no upper bound"
 DENSE_SHARE = 0.5  # a category with this share of maxDets objects in an image is dense (dense_scene_warning)
+SEGM_PREFIX = "segm_"  # the segm stats' names beside the bbox ones where both are listed (segm_AP, ...)
 
 
 def parse_bands(spec, key="TEST.SIZE_BANDS"):

@@ -4,8 +4,8 @@ After every ``EVAL_EVERY``-th epoch (and the last) the checkpoint just written i
 ``dataset.test_image_set`` (its first ``EVAL_IMAGES`` images when > 0, the same ones every time) with the
 tester, into ``{run folder}/evaluations/epoch_NNNN/``; the stats are logged and appended to
 ``metrics.jsonl`` (``{"eval": stats}``, TensorBoard ``eval/NAME``): the bbox stats, and a mask network's segm
-stats beside them as ``segm_AP``, ``segm_AP50``, ... (``flat_stats``; ``EVAL_METRIC`` may name them, refused
-at load without TRAIN.WITH_MASK). ``{run folder}/best.json`` names the best epoch by ``EVAL_METRIC``
+stats (nested under "segm") beside them as ``segm_AP``, ``segm_AP50``, ... (``flat_stats``; ``EVAL_METRIC`` may
+name them, refused at load without TRAIN.WITH_MASK). ``{run folder}/best.json`` names the best epoch by ``EVAL_METRIC``
 (``{"metric", "best": {"epoch", "value", "params"}, "history": [{"epoch", "value", "stats"}]}``):
 ``--model RUN_FOLDER`` tests that checkpoint (lib/run/folder.py). ``EARLY_STOP`` > 0 ends training after
 that many evaluations in a row without improvement. A resumed run continues the history of the epochs
@@ -19,14 +19,13 @@ import os
 
 from lib.atomic import write_json
 from lib.errors import UserError
-from lib.inference.coco_summary import parse_bands, scored_max_dets, stat_names
+from lib.inference.coco_summary import SEGM_PREFIX, parse_bands, scored_max_dets, stat_names
 from lib.run.folder import BEST_FILE
 from lib.run.checkpoint import output_dir
 
 logger = logging.getLogger(__name__)
 
 VOC_METRIC = "mAP"  # a VOC set has one metric (AP at IoU 0.5)
-SEGM_PREFIX = "segm_"  # a mask network's COCO segm stats (nested under "segm" in the tester's stats)
 
 
 class EvaluationError(UserError, ValueError):
