@@ -480,6 +480,39 @@ def test_voc_image_file_from_the_xml_and_bad_class_lists_named(tmp_path):
 
 
 # ---------------------------------------------------------------- testing a folder of images
+def test_main_test_images_runs_a_run_folder_over_a_folder_end_to_end(tiny, tmp_path):
+    # a run folder as training leaves it (config.yaml, a checkpoint with its metadata) of the tiny random network
+    cfg = with_overrides(tiny[0], {"output_path": str(tmp_path / "out"), "TEST.NUM_PROCESS": 0})
+    _, dataset = load_roidb(cfg, cfg.dataset.test_image_set, training=False)
+    write_run_config(cfg)
+    checkpoint.save_checkpoint(checkpoint.checkpoint_prefix(cfg), 1, None, *tiny[1:], stds=(1, 1, 1, 1),
+                               means=(0, 0, 0, 0), progress={MODEL_KEY: model_info(cfg, dataset, False)})
+    folder = tmp_path / "new images"
+    shutil.copytree(os.path.join(cfg.dataset.dataset_path, "images", "val"), folder)  # a b broken.jpg c
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "main_test.py"), "--model", output_dir(cfg),
+                             "--images", str(folder), "--draw", "--set", "TEST.SCORE_THRESH", "0"],
+                            cwd=elsewhere, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    out = os.path.join(output_dir(cfg), "results", "images_new images")
+    summary = json.load(open(os.path.join(out, "test_summary.json")))
+    assert (summary["images"], summary["tested"], summary["skipped"]) == (4, 3, 1)
+    assert summary["checkpoint"] == checkpoint.params_path(checkpoint.checkpoint_prefix(cfg), 1)
+    info = json.load(open(os.path.join(out, "image_info.json")))
+    assert [(i["id"], i["file_name"], i["width"], i["height"]) for i in info["images"]] == \
+        [(1, "a.png", 80, 60), (2, "b.png", 50, 90), (4, "c.png", 40, 40)]
+    assert info["categories"] == [{"id": 4, "name": "cat4"}, {"id": 9, "name": "cat9"}]  # the run's classes
+    results = json.load(open(os.path.join(out, "detections_results.json")))
+    assert results and {r["image_id"] for r in results} <= {1, 2, 4} and {r["category_id"] for r in results} <= {4, 9}
+    assert sorted(os.listdir(os.path.join(out, "drawn"))) == ["a.jpg", "b.jpg", "c.jpg"]
+    assert cv2.imread(os.path.join(out, "drawn", "b.jpg")).shape == (90, 50, 3)
+    log = max(glob.glob(os.path.join(output_dir(cfg), "test_*.log")), key=os.path.getmtime)
+    text = open(log).read()
+    assert "broken.jpg" in text and re.search(r"tested 3 of 4 images of .* \(\d+\.\d+ images/s\)", text)
+    assert not os.listdir(elsewhere)
+
+
 class NamedOracle(OracleDetector):
     """test_tester's oracle network with class names (it keeps its class count in ``classes``)."""
 
@@ -521,39 +554,6 @@ def test_a_folder_of_images_is_tested_into_coco_results_and_drawn(tiny, tmp_path
     assert image_ids(["x/000000000139.jpg", "y/42.png"]) == [139, 42] and image_ids(["1.jpg", "01.jpg"]) == [1, 2]
     with pytest.raises(FileNotFoundError, match="neither a folder"):
         list_images(str(tmp_path / "nowhere"))
-
-
-def test_main_test_images_runs_a_run_folder_over_a_folder_end_to_end(tiny, tmp_path):
-    # a run folder as training leaves it (config.yaml, a checkpoint with its metadata) of the tiny random network
-    cfg = with_overrides(tiny[0], {"output_path": str(tmp_path / "out"), "TEST.NUM_PROCESS": 0})
-    _, dataset = load_roidb(cfg, cfg.dataset.test_image_set, training=False)
-    write_run_config(cfg)
-    checkpoint.save_checkpoint(checkpoint.checkpoint_prefix(cfg), 1, None, *tiny[1:], stds=(1, 1, 1, 1),
-                               means=(0, 0, 0, 0), progress={MODEL_KEY: model_info(cfg, dataset, False)})
-    folder = tmp_path / "new images"
-    shutil.copytree(os.path.join(cfg.dataset.dataset_path, "images", "val"), folder)  # a b broken.jpg c
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    result = subprocess.run([sys.executable, os.path.join(ROOT, "main_test.py"), "--model", output_dir(cfg),
-                             "--images", str(folder), "--draw", "--set", "TEST.SCORE_THRESH", "0"],
-                            cwd=elsewhere, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
-    out = os.path.join(output_dir(cfg), "results", "images_new images")
-    summary = json.load(open(os.path.join(out, "test_summary.json")))
-    assert (summary["images"], summary["tested"], summary["skipped"]) == (4, 3, 1)
-    assert summary["checkpoint"] == checkpoint.params_path(checkpoint.checkpoint_prefix(cfg), 1)
-    info = json.load(open(os.path.join(out, "image_info.json")))
-    assert [(i["id"], i["file_name"], i["width"], i["height"]) for i in info["images"]] == \
-        [(1, "a.png", 80, 60), (2, "b.png", 50, 90), (4, "c.png", 40, 40)]
-    assert info["categories"] == [{"id": 4, "name": "cat4"}, {"id": 9, "name": "cat9"}]  # the run's classes
-    results = json.load(open(os.path.join(out, "detections_results.json")))
-    assert results and {r["image_id"] for r in results} <= {1, 2, 4} and {r["category_id"] for r in results} <= {4, 9}
-    assert sorted(os.listdir(os.path.join(out, "drawn"))) == ["a.jpg", "b.jpg", "c.jpg"]
-    assert cv2.imread(os.path.join(out, "drawn", "b.jpg")).shape == (90, 50, 3)
-    log = max(glob.glob(os.path.join(output_dir(cfg), "test_*.log")), key=os.path.getmtime)
-    text = open(log).read()
-    assert "broken.jpg" in text and re.search(r"tested 3 of 4 images of .* \(\d+\.\d+ images/s\)", text)
-    assert not os.listdir(elsewhere)
 
 
 # ---------------------------------------------------------------- gradient accumulation
