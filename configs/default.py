@@ -95,8 +95,9 @@ DEFAULTS = {
         "model_prefix": "SNIPER",
         # Evaluation while training (lib/train/evaluation.py): every EVAL_EVERY epochs and after the last (0: off),
         # on the test set's first EVAL_IMAGES images (0: all); the best epoch by EVAL_METRIC (a COCO stat: AP,
-        # AP50, AP75, APs, APm, APl, AR100...; a VOC set has one, mAP) is named in {run folder}/best.json, which
-        # --model RUN_FOLDER then uses; EARLY_STOP > 0 stops after that many evaluations without improvement.
+        # AP50, AP75, APs, APm, APl, AR100...; with WITH_MASK also segm_AP, segm_AP50...; a VOC set has one, mAP) is
+        # named in {run folder}/best.json, which --model RUN_FOLDER then uses; EARLY_STOP > 0 stops after that many
+        # evaluations without improvement.
         "EVAL_EVERY": 0,
         "EVAL_IMAGES": 0,
         "EVAL_METRIC": "AP",
@@ -231,8 +232,9 @@ DEFAULTS = {
         "SOFT_NMS_SIGMA": 0.55,
         "SCORE_THRESH": 0.001,
         "MAX_PER_IMAGE": 200,
-        # Detections per image COCO evaluation scores (pycocotools' last maxDets): 100 is COCO's standard (the
-        # published numbers); 0 follows MAX_PER_IMAGE (at least 100), for scenes with more than 100 objects.
+        # Detections per image and category COCO evaluation scores (pycocotools' last maxDets): 100 is COCO's standard
+        # (the published numbers); 0 follows MAX_PER_IMAGE (at least 100), for scenes with more than 100 objects
+        # (the test warns when the scored images have them: lib.inference.coco_summary.dense_scene_warning).
         "EVAL_MAX_DETS": 100,
         # COCO evaluation's size bands: [name, lo, hi] in sqrt(area) px (-1 open); small/medium/large report as
         # APs/APm/APl, any other name as AP_{name} (e.g. [[tiny, 0, 16], [small, 16, 32], ...]).

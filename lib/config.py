@@ -360,6 +360,12 @@ def validate(cfg):
     _check(train.GRAD_ACCUM_STEPS >= 1, "TRAIN.GRAD_ACCUM_STEPS", train.GRAD_ACCUM_STEPS, "must be >= 1 (1: none)")
     for key in ("EVAL_EVERY", "EVAL_IMAGES", "EARLY_STOP"):
         _check(train[key] >= 0, f"TRAIN.{key}", train[key], "must be >= 0 (0: off / all)")
+    from lib.evaluation.coco_summary import SEGM_PREFIX  # the segm stats a mask network's evaluation adds
+
+    metric = train.EVAL_METRIC
+    _check(train.WITH_MASK or not metric.startswith(SEGM_PREFIX), "TRAIN.EVAL_METRIC", metric,
+           f"segm metrics need a mask network (TRAIN.WITH_MASK true); choose a bbox metric such as "
+           f"{metric[len(SEGM_PREFIX):]!r}")
     _check(train.RCNN_BBOX_LOSS_CHIPS >= 0, "TRAIN.RCNN_BBOX_LOSS_CHIPS", train.RCNN_BBOX_LOSS_CHIPS,
            "must be >= 0 (0: the chips per device)")
     _check(0 <= cfg.dataset.PROPOSAL_NMS <= 1, "dataset.PROPOSAL_NMS", cfg.dataset.PROPOSAL_NMS,

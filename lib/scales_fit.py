@@ -45,6 +45,7 @@ from lib.scales import MAX_SCALE_FACTOR, box_sqrt_area
 from symbols.backbones import feature_stride
 
 DEFAULT_KEEP = 0.98
+DEFAULT_MAX_IMAGES = 500  # images sampled for a fit (0: all)
 DEFAULT_MAX_FACTOR = 4.0  # beyond this, smaller anchors are cheaper than enlarging images further
 MAX_LEVELS = 5
 OVERLAPS = (1.0, 1.25)  # factor step = low / high * overlap
@@ -246,6 +247,14 @@ def training_images(roidb, max_images, seed=0):
         picked = np.random.default_rng(seed).choice(len(entries), max_images, replace=False)
         entries = [entries[i] for i in sorted(picked)]
     return entries
+
+
+def fit_dataset(cfg, keep=DEFAULT_KEEP, max_images=DEFAULT_MAX_IMAGES, max_factor=DEFAULT_MAX_FACTOR, seed=0):
+    """``fit_pyramid`` on ``training_images`` of the config's training set (``dataset.image_set``)."""
+    from lib.dataset import load_roidb
+
+    roidb, _ = load_roidb(cfg, cfg.dataset.image_set, training=True)
+    return fit_pyramid(training_images(roidb, max_images, seed), cfg, keep, max_factor, seed)
 
 
 def fit_pyramid(roidb, cfg, keep=DEFAULT_KEEP, max_factor=DEFAULT_MAX_FACTOR, seed=0):

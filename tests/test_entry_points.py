@@ -76,6 +76,7 @@ def test_entry_points_stop_on_a_bad_override_naming_it(entry, overrides, message
     ("default.frequent", "0", "default.frequent = 0: must be at least 1"),
     ("TRAIN.BATCH_IMAGES", "0", "TRAIN.BATCH_IMAGES = 0: must be at least 1"),
     ("TRAIN.NUM_PROCESS", "-1", "TRAIN.NUM_PROCESS = -1: must be >= 0"),
+    ("TRAIN.EVAL_METRIC", "segm_AP", "TRAIN.EVAL_METRIC = 'segm_AP': segm metrics need a mask network"),
 ])
 def test_main_train_refuses_a_bad_value_in_one_line_naming_the_key(tmp_path, key, value, requirement):
     result = run_entry("main_train.py", "--cfg", TINY, "--set", "output_path", str(tmp_path), key, value, cwd=ROOT)

@@ -224,6 +224,9 @@ def test_proposal_recall_tool_prints_the_table(tmp_path, capsys, monkeypatch):
     tool.main(["--cfg", "configs/faster/sniper_synthetic_tiny.yml", "--proposals", str(tmp_path / "p.npz"), *dataset])
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| all"))
     assert [cell.strip() for cell in row.split("|")[2:5]] == ["1", "1.000", "1.000"]
-    with pytest.raises(SystemExit, match="none.npz"):
+    with pytest.raises(SystemExit) as stopped:  # a user's mistake: one line naming the file, no traceback
         tool.main(["--cfg", "configs/faster/sniper_synthetic_tiny.yml", "--proposals", str(tmp_path / "none.npz"),
                    *dataset])
+    error = capsys.readouterr().err
+    assert stopped.value.code != 0 and "Traceback" not in error, error
+    assert error.strip().splitlines()[-1].startswith("error: cannot read proposal file") and "none.npz" in error

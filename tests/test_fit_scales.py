@@ -6,6 +6,9 @@ squares of side ``a`` in inclusive pixels (sqrt area = a). Factors are rounded U
 digits, range ends outward to whole pixels.
 """
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -15,6 +18,7 @@ from lib.config import load_config
 from lib.scales_fit import FitError, SizeBand, fit_pyramid, fitted_config_path, write_fitted_config
 
 LOW = 32 / math.sqrt(2)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def square_entries(sides, width, height, per_image, seed=0):
@@ -138,3 +142,27 @@ def test_boxes_no_scale_can_train_do_not_count_against_keep(cfg):
     fit = fit_pyramid(square_entries([1] * 10 + [20] * 90, 640, 480, 20), cfg)
     assert fit.trainable == pytest.approx(0.9) and fit.meets_keep
     assert fit.proposal.kept == pytest.approx(0.9)
+
+
+def test_the_command_line_prints_its_table_and_writes_a_loadable_fitted_config(tmp_path):
+    # ten 640 x 480 images of ten 6 px boxes each: one enlarged scale, 3.78 (test_all_tiny_is_one_enlarged_scale)
+    from dataset_helpers import ann, image_record, write_coco
+
+    boxes = [ann(10 * i + k + 1, i + 1, [60 * k + 5, 40 * k + 7, 6, 6]) for i in range(10) for k in range(10)]
+    write_coco(str(tmp_path / "data"), "train", [image_record(i + 1, 640, 480) for i in range(10)], boxes)
+    source = tmp_path / "mine.yml"
+    source.write_text(f"dataset:\n  dataset: coco\n  dataset_path: {tmp_path / 'data'}\n  root_path: {tmp_path}\n"
+                      f"  image_set: train\nTRAIN:\n  lr: 0.01\n")
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "fit_scales.py"), "--cfg", str(source)],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in lines if line.startswith("|")]
+    assert rows[0][:5] == ["", "candidate", "scales", "valid ranges", "kept %"]  # the Markdown table
+    current, proposal = [row for row in rows if row[1] == "current config"], [row for row in rows if row[0] == "*"]
+    assert current[0][2:5] == ["[3.0, 1.667, 512.0]", "[[-1, 80], [32, 150], [120, -1]]", "0.0"]  # 6 px at 3x: 18
+    assert len(proposal) == 1 and proposal[0][2:5] == ["[3.78]", "[[-1, -1]]", "100.0"]
+    assert lines[-1] == f"wrote {tmp_path / 'mine_fitted.yml'}"
+    fitted = load_config(str(tmp_path / "mine_fitted.yml"))
+    assert fitted.TRAIN.SCALES == fitted.TEST.SCALES == (3.78,) and fitted.TRAIN.VALID_RANGES == ((-1, -1),)
+    assert fitted.TRAIN.lr == 0.01 and fitted.dataset.dataset_path == str(tmp_path / "data")

@@ -18,7 +18,8 @@ from lib.bootstrap import ROOT
 # below it take a loaded config as a value and never import it.
 LAYERS = (
     ("programs",),
-    ("lib.parity", "lib.gpu_check", "lib.pipeline", "lib.commit_comparison", "lib.scales_fit"),
+    ("lib.parity", "lib.gpu_check", "lib.pipeline", "lib.commit_comparison"),
+    ("lib.scales_fit",),
     ("lib.train", "lib.pixel_budget", "lib.gluoncv_resnet", "lib.downloads"),
     ("lib.inference", "lib.start_checks"),
     ("lib.run", "lib.data"),

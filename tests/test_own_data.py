@@ -2,11 +2,15 @@
 evaluation, own Pascal VOC-format sets, a folder of images, gradient accumulation, TensorBoard, and the
 variant sets BENCHMARKS.md measures on."""
 import contextlib
+import glob
 import importlib.util
 import io
 import json
 import logging
 import os
+import re
+import shutil
+import subprocess
 import sys
 
 import cv2
@@ -27,12 +31,12 @@ from lib.dataset import load_roidb
 from lib.dataset.pascal_voc import HASHED_IDS, read_class_names, voc_image_id
 from lib.dataset.proposals import write_proposals
 from lib.dataset.variants import add_empty_images, small_object_set
-from lib.evaluation.coco_summary import max_dets_for, parse_bands
+from lib.evaluation.coco_summary import dense_scene_warning, max_dets_for, parse_bands
 from lib.evaluation.metrics import COCO_STAT_NAMES, evaluate_coco
 from lib.inference.folder_test import detect_images, image_entries, image_ids, list_images
 from lib.run import checkpoint
 from lib.run.checkpoint import output_dir
-from lib.run.folder import find_checkpoint
+from lib.run.folder import MODEL_KEY, find_checkpoint, model_info, write_run_config
 from lib.train.accumulation import GradientAccumulation, grad_req, updates_per_epoch
 from lib.train.evaluation import EvaluationError, TrainingEvaluation, metric_names, metric_value
 from lib.train.optimizer import make_optimizer_params
@@ -42,8 +46,8 @@ import main_train
 from dataset_helpers import ann, by_id, dataset_cfg, image_record, png_bomb, voc_xml, write_coco, write_voc
 from detector_helpers import IMAGES, OracleDetector
 
-TINY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "faster",
-                    "sniper_synthetic_tiny.yml")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml")
 
 
 # ---------------------------------------------------------------- images without objects
@@ -197,26 +201,82 @@ def test_evaluation_keys_are_checked_before_training(tmp_path):
     assert metric_value({"mAP": 0.7, "AP": {"cat": 0.7}}, "AP50") == 0.7  # a VOC set: its one metric
 
 
-def test_training_evaluates_its_checkpoints_and_names_the_best(tmp_path):
+class MaskTester:
+    """The tester of a mask network: the bbox stats, and the segm ones nested under "segm" (evaluate_coco)."""
+
+    def __init__(self, bbox_aps, segm_aps):
+        self.aps = list(zip(bbox_aps, segm_aps))
+
+    def __call__(self, cfg, checkpoint, out_dir, max_images):
+        box, segm = self.aps.pop(0)
+        return {"tested": 3, "stats": {"AP": box, "AP50": 2 * box, "segm": {"AP": segm, "AP50": 2 * segm}}}
+
+
+def test_a_mask_network_picks_its_best_epoch_by_segm_ap_and_logs_segm_beside_bbox(tmp_path):
+    cfg = eval_cfg(tmp_path, **{"TRAIN.WITH_MASK": "true", "TRAIN.EVAL_EVERY": "1", "TRAIN.end_epoch": "3",
+                                "TRAIN.EVAL_METRIC": "segm_AP"})
+    assert {"AP", "segm_AP", "segm_AP50", "segm_APs", "segm_AR100"} <= set(metric_names(cfg))
+    # bbox AP is best after epoch 1, segm AP after epoch 2: the chosen metric decides
+    evaluation = TrainingEvaluation(cfg, 0, test=MaskTester([0.5, 0.3, 0.4], [0.1, 0.35, 0.2]))
+    events = RecordedEvents()
+    progress = RunProgress(os.path.join(output_dir(cfg), "metrics.jsonl"), 0, 3, 0, events=events)
+    for epoch in range(1, 4):
+        progress.start_epoch(epoch - 1, 10)
+        progress.end_epoch_updates(10)
+        evaluation.after_epoch(epoch, fake_params(cfg, epoch), progress)
+    best = json.load(open(os.path.join(output_dir(cfg), "best.json")))
+    assert best["metric"] == "segm_AP" and (best["best"]["epoch"], best["best"]["value"]) == (2, 0.35)
+    assert best["history"][0]["stats"] == {"AP": 0.5, "AP50": 1.0, "segm_AP": 0.1, "segm_AP50": 0.2}
+    records = [json.loads(line) for line in open(os.path.join(output_dir(cfg), "metrics.jsonl"))]
+    assert [(r["eval"]["AP"], r["eval"]["segm_AP"]) for r in records] == [(0.5, 0.1), (0.3, 0.35), (0.4, 0.2)]
+    assert events.calls[1] == (20, {"eval/AP": 0.3, "eval/AP50": 0.6, "eval/segm_AP": 0.35, "eval/segm_AP50": 0.7})
+
+
+def test_segm_metrics_are_refused_at_load_for_a_network_without_masks(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        eval_cfg(tmp_path, **{"TRAIN.EVAL_METRIC": "segm_APs"})
+    assert str(info.value) == ("config key TRAIN.EVAL_METRIC = 'segm_APs': segm metrics need a mask network "
+                               "(TRAIN.WITH_MASK true); choose a bbox metric such as 'APs'")
+    assert not any(name.startswith("segm_") for name in metric_names(eval_cfg(tmp_path)))
+    assert eval_cfg(tmp_path, **{"TRAIN.EVAL_METRIC": "segm_APs", "TRAIN.WITH_MASK": "true"}).TRAIN.WITH_MASK
+    with pytest.raises(EvaluationError, match="segm_AR1': the evaluation gives AP, segm_AP$"):
+        metric_value({"AP": 0.5, "segm": {"AP": 0.2}}, "segm_AR1")
+
+
+def test_training_evaluates_its_checkpoints_and_names_the_best(tmp_path, monkeypatch):
     # the tiny config on 2 synthetic training images, evaluated on the first of 2 validation images, with
-    # gradients accumulated over 2 batches
+    # gradients accumulated over 2 batches, keeping the newest checkpoint only (and the best)
     overrides = {"dataset.dataset_path": str(tmp_path / "data"), "dataset.synthetic_train": "2",
                  "dataset.synthetic_val": "2", "dataset.root_path": str(tmp_path), "output_path": str(tmp_path),
                  "TRAIN.NUM_PROCESS": "0", "TEST.NUM_PROCESS": "0", "TRAIN.BATCH_IMAGES": "2",
                  "TRAIN.end_epoch": "2", "TRAIN.warmup_step": "5", "TRAIN.lr_step": "", "gpus": "cpu:1",
-                 "TRAIN.EVAL_EVERY": "1", "TRAIN.EVAL_IMAGES": "1", "TRAIN.GRAD_ACCUM_STEPS": "2"}
+                 "TRAIN.EVAL_EVERY": "1", "TRAIN.EVAL_IMAGES": "1", "TRAIN.GRAD_ACCUM_STEPS": "2",
+                 "TRAIN.KEEP_CHECKPOINTS": "1"}
     cfg = load_config(TINY, list(overrides.items()))
+    from lib.inference.tester import test as real_test
+
+    def epoch_one_best(cfg, checkpoint=None, out_dir=None, max_images=0):
+        """The real tester; the evaluations while training score AP 1 / epoch, so epoch 1 is the best."""
+        summary = real_test(cfg, checkpoint=checkpoint, out_dir=out_dir, max_images=max_images)
+        if out_dir and os.path.basename(os.path.dirname(out_dir)) == "evaluations":
+            summary["stats"] = {**summary["stats"], "AP": 1 / int(out_dir[-4:])}
+        return summary
+
+    monkeypatch.setattr("lib.inference.tester.test", epoch_one_best)
     main_train.main(["--cfg", TINY, "--eval", "--set", *[f"{k}={v}" for k, v in overrides.items()]])
     run = output_dir(cfg)
     for epoch in (1, 2):
         summary = json.load(open(os.path.join(run, "evaluations", f"epoch_{epoch:04d}", "test_summary.json")))
         assert summary["images"] == 1 and summary["checkpoint"].endswith(f"SNIPER-{epoch:04d}.params")
     best = json.load(open(os.path.join(run, "best.json")))
-    assert [h["epoch"] for h in best["history"]] == [1, 2]
-    assert best["best"] == max(best["history"], key=lambda h: (h["value"], -h["epoch"]))
+    assert [(h["epoch"], h["value"]) for h in best["history"]] == [(1, 1.0), (2, 0.5)]
+    assert best["best"]["params"] == "SNIPER-0001.params"
+    # TRAIN.KEEP_CHECKPOINTS 1 keeps the newest epoch, and the best one beside it
+    assert sorted(glob.glob(os.path.join(run, "SNIPER-*.params"))) == [
+        os.path.join(run, f"SNIPER-{epoch:04d}.params") for epoch in (1, 2)]
     # --eval tested the best epoch on the whole test set
     summary = json.load(open(os.path.join(run, "results", "val", "test_summary.json")))
-    assert summary["images"] == 2 and summary["checkpoint"].endswith(best["best"]["params"])
+    assert summary["images"] == 2 and summary["checkpoint"].endswith("SNIPER-0001.params")
     records = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl"))]
     assert [r["epoch"] for r in records if "eval" in r] == [1, 2]
     # GRAD_ACCUM_STEPS 2: the schedule counts one update per two batches (the last group may be partial)
@@ -287,6 +347,64 @@ def test_a_dense_scene_is_scored_at_every_detection_kept(tmp_path):
     stats = evaluate_coco(coco_gt(objects), path, str(tmp_path), max_dets=200)
     assert stats["AP"] == pytest.approx(1.0) and stats["AR200"] == pytest.approx(1.0)
     assert max_dets_for(50) == [1, 10, 100] and max_dets_for(300) == [1, 10, 300]
+
+
+def scene_gt(images):
+    """A pycocotools COCO of images 1..N; ``images``: per image [(category id, objects, crowd)]."""
+    coco = COCO()
+    annotations = []
+    for image_id, groups in enumerate(images, start=1):
+        for category, count, crowd in groups:
+            annotations += [{"id": len(annotations) + 1, "image_id": image_id, "category_id": category,
+                             "bbox": [0, 0, 10, 10], "area": 100, "iscrowd": int(crowd)} for _ in range(count)]
+    coco.dataset = {"images": [{"id": i, "width": 640, "height": 640} for i in range(1, len(images) + 1)],
+                    "annotations": annotations, "categories": [{"id": 1, "name": "one"}, {"id": 2, "name": "two"}]}
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco.createIndex()
+    return coco
+
+
+def test_dense_scenes_cut_by_the_scored_detections_are_warned_about_once_with_the_count():
+    # image 1: 150 objects of category 1 (more than 100); image 2: 60 + 60 objects (100 or fewer per category:
+    # pycocotools caps per image and category) and 150 detections of category 1 (dense: 60 >= 100 / 2);
+    # image 3: 10 objects, 150 detections (not dense); image 4: 120 crowd regions (not objects)
+    gt = scene_gt([[(1, 150, False)], [(1, 60, False), (2, 60, False)], [(1, 10, False)], [(2, 120, True)]])
+    results = [{"image_id": image, "category_id": 1} for image in (2, 3) for _ in range(150)]
+    test = load_config(None).TEST
+    assert (test.EVAL_MAX_DETS, test.MAX_PER_IMAGE) == (100, 200)
+    assert dense_scene_warning(gt, results, [1, 2, 3, 4], test) == (
+        "COCO evaluation scores at most 100 detections per image and category, so the AP and AR of dense scenes "
+        "are capped: 1 of 4 scored images have more objects of one category (up to 150), 1 more keep more "
+        "detections for a category of at least 50 objects; set TEST.EVAL_MAX_DETS 0 to score every detection "
+        "the test keeps")
+    assert dense_scene_warning(gt, results, [2, 3, 4], test).endswith(  # the scored images only
+        "capped: 1 of 3 scored images keep more detections for a category of at least 50 objects; set "
+        "TEST.EVAL_MAX_DETS 0 to score every detection the test keeps")
+    assert dense_scene_warning(gt, results, [3, 4], test) is None
+    follows = load_config(None, [("TEST.EVAL_MAX_DETS", "0")]).TEST  # scores the test's 200: nothing cut
+    assert dense_scene_warning(gt, results, [1, 2, 3, 4], follows) is None
+    fewer = load_config(None, [("TEST.EVAL_MAX_DETS", "0"), ("TEST.MAX_PER_IMAGE", "100")]).TEST
+    assert dense_scene_warning(gt, results, [1, 2], fewer).endswith(
+        "up to 150), 1 more keep more detections for a category of at least 50 objects; raise TEST.MAX_PER_IMAGE "
+        "(100) above 150")
+
+
+def test_the_test_of_a_dense_set_warns_and_eval_max_dets_0_scores_it_whole(tmp_path, caplog):
+    # 120 objects of category 2 (label 1), all found, ranked: at maxDets 100 precision 1 up to recall
+    # 100/120, nothing beyond: AP = recall points 0, 0.01, .. 0.83 (84 of 101); scored whole: 1
+    write_coco(str(tmp_path / "data"), "val", [image_record(1, 400, 400)],
+               [ann(i + 1, 1, [20 * (i % 20), 20 * (i // 20), 12, 12]) for i in range(120)])
+    _, dataset = load_roidb(dataset_cfg(tmp_path), "val", training=False)
+    detections = [np.array([[20 * (i % 20), 20 * (i // 20), 20 * (i % 20) + 11, 20 * (i // 20) + 11, 1 - i / 1000, 1]
+                            for i in range(120)], np.float32)]
+    for eval_max_dets, warnings, ap in (("100", 1, 84 / 101), ("0", 0, 1.0)):
+        caplog.clear()
+        scoring = load_config(None, [("TEST.EVAL_MAX_DETS", eval_max_dets)]).TEST
+        with caplog.at_level(logging.WARNING):
+            stats = dataset.evaluate([{"id": 1}], detections, str(tmp_path / eval_max_dets), scoring=scoring)["stats"]
+        messages = [r.getMessage() for r in caplog.records if "dense scenes" in r.getMessage()]
+        assert len(messages) == warnings and stats["AP"] == pytest.approx(ap)
+        assert all("1 of 1 scored images have more objects of one category (up to 120)" in m for m in messages)
 
 
 def test_size_bands_and_the_per_class_size_table(tmp_path):
@@ -362,6 +480,39 @@ def test_voc_image_file_from_the_xml_and_bad_class_lists_named(tmp_path):
 
 
 # ---------------------------------------------------------------- testing a folder of images
+def test_main_test_images_runs_a_run_folder_over_a_folder_end_to_end(tiny, tmp_path):
+    # a run folder as training leaves it (config.yaml, a checkpoint with its metadata) of the tiny random network
+    cfg = with_overrides(tiny[0], {"output_path": str(tmp_path / "out"), "TEST.NUM_PROCESS": 0})
+    _, dataset = load_roidb(cfg, cfg.dataset.test_image_set, training=False)
+    write_run_config(cfg)
+    checkpoint.save_checkpoint(checkpoint.checkpoint_prefix(cfg), 1, None, *tiny[1:], stds=(1, 1, 1, 1),
+                               means=(0, 0, 0, 0), progress={MODEL_KEY: model_info(cfg, dataset, False)})
+    folder = tmp_path / "new images"
+    shutil.copytree(os.path.join(cfg.dataset.dataset_path, "images", "val"), folder)  # a b broken.jpg c
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "main_test.py"), "--model", output_dir(cfg),
+                             "--images", str(folder), "--draw", "--set", "TEST.SCORE_THRESH", "0"],
+                            cwd=elsewhere, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    out = os.path.join(output_dir(cfg), "results", "images_new images")
+    summary = json.load(open(os.path.join(out, "test_summary.json")))
+    assert (summary["images"], summary["tested"], summary["skipped"]) == (4, 3, 1)
+    assert summary["checkpoint"] == checkpoint.params_path(checkpoint.checkpoint_prefix(cfg), 1)
+    info = json.load(open(os.path.join(out, "image_info.json")))
+    assert [(i["id"], i["file_name"], i["width"], i["height"]) for i in info["images"]] == \
+        [(1, "a.png", 80, 60), (2, "b.png", 50, 90), (4, "c.png", 40, 40)]
+    assert info["categories"] == [{"id": 4, "name": "cat4"}, {"id": 9, "name": "cat9"}]  # the run's classes
+    results = json.load(open(os.path.join(out, "detections_results.json")))
+    assert results and {r["image_id"] for r in results} <= {1, 2, 4} and {r["category_id"] for r in results} <= {4, 9}
+    assert sorted(os.listdir(os.path.join(out, "drawn"))) == ["a.jpg", "b.jpg", "c.jpg"]
+    assert cv2.imread(os.path.join(out, "drawn", "b.jpg")).shape == (90, 50, 3)
+    log = max(glob.glob(os.path.join(output_dir(cfg), "test_*.log")), key=os.path.getmtime)
+    text = open(log).read()
+    assert "broken.jpg" in text and re.search(r"tested 3 of 4 images of .* \(\d+\.\d+ images/s\)", text)
+    assert not os.listdir(elsewhere)
+
+
 class NamedOracle(OracleDetector):
     """test_tester's oracle network with class names (it keeps its class count in ``classes``)."""
 

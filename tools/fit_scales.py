@@ -14,9 +14,8 @@ import argparse
 import sys
 
 from lib.config import add_config_arguments, config_from_arguments
-from lib.dataset import load_roidb
 from lib.logger import report_user_errors, setup_logging
-from lib.scales_fit import DEFAULT_KEEP, DEFAULT_MAX_FACTOR, FitError, fit_pyramid, report, training_images, \
+from lib.scales_fit import DEFAULT_KEEP, DEFAULT_MAX_FACTOR, DEFAULT_MAX_IMAGES, FitError, fit_dataset, report, \
     write_fitted_config
 
 
@@ -25,7 +24,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_arguments(parser)
     parser.add_argument("--keep", type=float, default=DEFAULT_KEEP, help="share of boxes to keep (default 0.98)")
-    parser.add_argument("--max-images", type=int, default=500, help="images sampled for the fit (0: all)")
+    parser.add_argument("--max-images", type=int, default=DEFAULT_MAX_IMAGES,
+                        help=f"images sampled for the fit (0: all; default {DEFAULT_MAX_IMAGES})")
     parser.add_argument("--max-factor", type=float, default=DEFAULT_MAX_FACTOR,
                         help="largest image enlargement; smaller objects get smaller anchors (default 4)")
     parser.add_argument("--seed", type=int, default=0)
@@ -33,10 +33,8 @@ def main():
     args = parser.parse_args()
     cfg = config_from_arguments(args)
     setup_logging()
-    roidb, _ = load_roidb(cfg, cfg.dataset.image_set, training=True)
     try:
-        fit = fit_pyramid(training_images(roidb, args.max_images, args.seed), cfg, args.keep, args.max_factor,
-                          args.seed)
+        fit = fit_dataset(cfg, args.keep, args.max_images, args.max_factor, args.seed)
     except FitError as err:
         sys.exit(f"fit_scales: {err}")
     print(f"well sized with the proposal's anchors: {fit.band.low:.1f} to {fit.band.high:.0f} chip px (sqrt area; "

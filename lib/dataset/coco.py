@@ -33,7 +33,7 @@ from lib.dataset.polygons import pack_polygons
 from lib.dataset.reference_rules import python2_dict_order
 from lib.dataset.synthetic import CLASSES as SHAPES, ensure_synthetic_dataset
 from lib.errors import DataError, DataFileError
-from lib.evaluation.coco_summary import COCO_BANDS, parse_bands
+from lib.evaluation.coco_summary import COCO_BANDS, dense_scene_warning, parse_bands, scored_max_dets
 from lib.evaluation.metrics import coco_results, evaluate_coco
 
 
@@ -349,8 +349,12 @@ class CocoDataset(Dataset):
             logger.info("%s has no annotations (e.g. test-dev): results written for submission, not evaluated",
                         self.image_set)
             return {"results": path}
-        max_dets = (scoring.EVAL_MAX_DETS or scoring.MAX_PER_IMAGE) if scoring is not None else 100
-        bands = parse_bands(scoring.SIZE_BANDS) if scoring is not None else COCO_BANDS
+        max_dets, bands = 100, COCO_BANDS
+        if scoring is not None:
+            max_dets, bands = scored_max_dets(scoring), parse_bands(scoring.SIZE_BANDS)
+            warning = dense_scene_warning(self.coco, results, image_ids, scoring)
+            if warning:
+                logger.warning("%s", warning)
         stats = evaluate_coco(self.coco, path, out_dir, image_ids=image_ids, max_dets=max_dets, bands=bands)
         return {"results": path, "stats": stats}
 

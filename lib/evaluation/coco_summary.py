@@ -9,15 +9,25 @@ keeps, and the bands come from ``TEST.SIZE_BANDS`` (``[name, lo, hi]`` in sqrt(a
 annotation's ``area``, -1 open). The stats are computed as ``summarize()`` computes them (mean of the
 entries > -1, -1 when none), at the last maxDets, so the default setting reproduces pycocotools exactly.
 
+pycocotools caps the detections per image *and category*. The default ``TEST.EVAL_MAX_DETS`` 100 reproduces
+the published numbers, but it cuts dense scenes: ``dense_scene_warning`` says so once per evaluation, with the
+count, when a scored image has more objects of one category than that, or keeps more detections than that
+for a category with at least half as many objects (``DENSE_SHARE``), and what to set.
+
 Stat names: AP, AP50, AP75, then per band ``APs``/``APm``/``APl`` for the bands named small, medium,
 large (COCO's names) and ``AP_{name}`` for any other; AR1, AR10, ``AR{maxDets}`` (AR100 by default),
 then ``ARs``/``ARm``/``ARl`` or ``AR_{name}``.
 """
+import math
+from collections import Counter
+
 import numpy as np
 
 COCO_BANDS = (("small", 0, 32), ("medium", 32, 96), ("large", 96, -1))
 _SHORT = {"small": "s", "medium": "m", "large": "l"}
 _OPEN_AREA = 1e5 ** 2  # pycocotools' "no upper bound"
+DENSE_SHARE = 0.5  # a category with this share of maxDets objects in an image is dense (dense_scene_warning)
+SEGM_PREFIX = "segm_"  # the segm stats' names beside the bbox ones where both are listed (segm_AP, ...)
 
 
 def parse_bands(spec, key="TEST.SIZE_BANDS"):
@@ -39,6 +49,12 @@ def parse_bands(spec, key="TEST.SIZE_BANDS"):
 def max_dets_for(max_per_image):
     """COCOeval's maxDets for a test keeping ``max_per_image`` detections (0 or less: no cap, 100 kept)."""
     return [1, 10, max(100, int(max_per_image))]
+
+
+def scored_max_dets(test):
+    """The detections per image and category COCO evaluation scores under a config's TEST section:
+    TEST.EVAL_MAX_DETS, 0 following TEST.MAX_PER_IMAGE (at least 100 either way)."""
+    return max_dets_for(test.EVAL_MAX_DETS or test.MAX_PER_IMAGE)[-1]
 
 
 def band_stat(prefix, name):
@@ -117,3 +133,36 @@ def per_class_size_ap(coco_eval):
             row[name] = float(valid.mean()) if valid.size else float("nan")
         table[names[category]] = row
     return table
+
+
+def capped_scenes(gt_counts, det_counts, max_dets):
+    """What a cap of ``max_dets`` per image and category cuts, from ``{(image id, category id): count}`` of the
+    non-crowd ground truth and of the detections: (images with more objects of a category than ``max_dets``,
+    the other images keeping more detections than ``max_dets`` of a category with at least ``DENSE_SHARE *
+    max_dets`` objects, the most objects of one category in an image)."""
+    over = {image for (image, _), count in gt_counts.items() if count > max_dets}
+    dense = {image for (image, category), count in det_counts.items() if count > max_dets
+             and gt_counts.get((image, category), 0) >= DENSE_SHARE * max_dets} - over
+    return over, dense, max(gt_counts.values(), default=0)
+
+
+def dense_scene_warning(coco_gt, results, image_ids, test):
+    """The one-line warning (or None) when COCO evaluation at the ``test`` section's TEST.EVAL_MAX_DETS
+    cuts dense scenes of the scored ``image_ids`` (module docstring), naming the count and what to set."""
+    max_dets = scored_max_dets(test)
+    gts = Counter((a["image_id"], a["category_id"]) for i in image_ids for a in coco_gt.imgToAnns.get(int(i), ())
+                  if not a.get("iscrowd"))
+    over, dense, most = capped_scenes(gts, Counter((r["image_id"], r["category_id"]) for r in results), max_dets)
+    keeps = max_dets_for(test.MAX_PER_IMAGE)[-1]  # what TEST.EVAL_MAX_DETS 0 scores
+    steps = ["set TEST.EVAL_MAX_DETS 0 to score every detection the test keeps"] if test.EVAL_MAX_DETS else []
+    if over and most > keeps:
+        steps.append(f"raise TEST.MAX_PER_IMAGE ({test.MAX_PER_IMAGE}) above {most}")
+    if not (over or dense) or not steps:
+        return None
+    found = [f"{len(over)} of {len(image_ids)} scored images have more objects of one category (up to {most})"] \
+        if over else []
+    if dense:
+        found.append(f"{len(dense)} {'more' if over else f'of {len(image_ids)} scored images'} keep more detections "
+                     f"for a category of at least {math.ceil(DENSE_SHARE * max_dets)} objects")
+    return (f"COCO evaluation scores at most {max_dets} detections per image and category, so the AP and AR of "
+            f"dense scenes are capped: {', '.join(found)}; {' and '.join(steps)}")

@@ -3,7 +3,9 @@
 After every ``EVAL_EVERY``-th epoch (and the last) the checkpoint just written is tested on
 ``dataset.test_image_set`` (its first ``EVAL_IMAGES`` images when > 0, the same ones every time) with the
 tester, into ``{run folder}/evaluations/epoch_NNNN/``; the stats are logged and appended to
-``metrics.jsonl`` (``{"eval": stats}``). ``{run folder}/best.json`` names the best epoch by ``EVAL_METRIC``
+``metrics.jsonl`` (``{"eval": stats}``, TensorBoard ``eval/NAME``): the bbox stats, and a mask network's segm
+stats (nested under "segm") beside them as ``segm_AP``, ``segm_AP50``, ... (``flat_stats``; ``EVAL_METRIC`` may
+name them, refused at load without TRAIN.WITH_MASK). ``{run folder}/best.json`` names the best epoch by ``EVAL_METRIC``
 (``{"metric", "best": {"epoch", "value", "params"}, "history": [{"epoch", "value", "stats"}]}``):
 ``--model RUN_FOLDER`` tests that checkpoint (lib/run/folder.py). ``EARLY_STOP`` > 0 ends training after
 that many evaluations in a row without improvement. A resumed run continues the history of the epochs
@@ -17,7 +19,7 @@ import os
 
 from lib.atomic import write_json
 from lib.errors import UserError
-from lib.evaluation.coco_summary import max_dets_for, parse_bands, stat_names
+from lib.evaluation.coco_summary import SEGM_PREFIX, parse_bands, scored_max_dets, stat_names
 from lib.run.folder import BEST_FILE
 from lib.run.checkpoint import output_dir
 
@@ -31,19 +33,30 @@ class EvaluationError(UserError, ValueError):
 
 
 def metric_names(cfg):
-    """The metrics TRAIN.EVAL_METRIC may name: the COCO stats of the test settings, and VOC's mAP."""
-    max_dets = max_dets_for(cfg.TEST.EVAL_MAX_DETS or cfg.TEST.MAX_PER_IMAGE)[-1]
-    return tuple(stat_names(parse_bands(cfg.TEST.SIZE_BANDS), max_dets)) + (VOC_METRIC,)
+    """The metrics TRAIN.EVAL_METRIC may name: the COCO stats of the test settings (with TRAIN.WITH_MASK also
+    their segm twins, ``segm_AP`` ...), and VOC's mAP."""
+    names = tuple(stat_names(parse_bands(cfg.TEST.SIZE_BANDS), scored_max_dets(cfg.TEST)))
+    segm = tuple(SEGM_PREFIX + name for name in names) if cfg.TRAIN.WITH_MASK else ()
+    return names + segm + (VOC_METRIC,)
+
+
+def flat_stats(stats):
+    """The numbers of the tester's stats: the bbox ones as they are, the segm ones (``stats["segm"]``)
+    as ``segm_NAME``."""
+    numbers = {k: v for k, v in stats.items() if isinstance(v, (int, float))}
+    segm = stats.get("segm")
+    if isinstance(segm, dict):
+        numbers.update({SEGM_PREFIX + k: v for k, v in segm.items() if isinstance(v, (int, float))})
+    return numbers
 
 
 def metric_value(stats, metric):
-    """``stats[metric]`` (COCO), or a VOC set's mAP whatever ``metric`` asks."""
-    value = stats.get(metric) if isinstance(stats.get(metric), (int, float)) else None
-    if value is None:
-        value = stats.get(VOC_METRIC)
+    """``stats[metric]`` of ``flat_stats`` (COCO), or a VOC set's mAP whatever ``metric`` asks."""
+    numbers = flat_stats(stats)
+    value = numbers.get(metric, numbers.get(VOC_METRIC))
     if value is None:
         raise EvaluationError(f"config key TRAIN.EVAL_METRIC = {metric!r}: the evaluation gives "
-                              f"{', '.join(sorted(k for k in stats if isinstance(stats[k], (int, float))))}")
+                              f"{', '.join(sorted(numbers))}")
     return float(value)
 
 
@@ -111,8 +124,8 @@ class TrainingEvaluation:
         out_dir = os.path.join(output_dir(self.cfg), "evaluations", f"epoch_{epoch:04d}")
         summary = self.test(self.cfg, checkpoint=params, out_dir=out_dir, max_images=self.images)
         stats = summary.get("stats") or {}
-        numbers = {k: v for k, v in stats.items() if isinstance(v, (int, float))}
-        value = metric_value(stats, self.metric)
+        numbers = flat_stats(stats)
+        value = metric_value(numbers, self.metric)
         self.history.append({"epoch": epoch, "value": value, "stats": numbers,
                              "params": os.path.basename(params)})
         self._write()
