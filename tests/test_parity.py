@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from chip_generator.cover import candidate_windows, generate
-from lib.parity.compare import _unshuffled_project_cover, compare_chips, format_table, replay_order, run
+from lib.parity.compare import _unshuffled_project_cover, compare_chips, replay_order, run
 from lib.parity.reference import ReferenceCheckout
 from lib.parity.shim import load_python2_module, py2_round, stub_module
+from lib.parity.tables import format_table
 
 PYTHON2 = '''
 import cPickle
@@ -140,3 +141,152 @@ def test_against_the_reference_chips_mining_merge_coco_boxes_and_results_agree()
     # the remaining COCO difference: boxes starting left of / above the image (docs/reference_differences.md)
     assert lines["gt boxes arrays identical (images)"][1] == "100.0% (10 / 10)"
     assert lines["results entries identical (box with 1 decimal, score with 8)"][0].startswith("100.0%")
+
+
+# ---- the test side: the fork's proposal operator on shared canvases -------------------------------------
+
+def test_a_result_is_compared_on_the_kept_boxes_the_fork_pads_with_random_ones():
+    from lib.parity.detection import compare_result
+
+    kept = np.array([[0, 1, 2, 30, 40], [0, 5, 5, 9, 9]], np.float32)
+    project_rois, project_scores = kept[[0, 1, 0, 1]], np.array([0.9, 0.5, 0.9, 0.5], np.float32)
+    fork_rois = np.vstack([kept, [[0, 17, 3, 250, 380], [0, 2, 99, 311, 201]]]).astype(np.float32)
+    fork_scores = np.array([0.9, 0.5, 0, 0], np.float32)
+    assert compare_result(fork_rois, fork_scores, project_rois, project_scores) == (True, True, 0.0)
+    shifted = fork_rois.copy()
+    shifted[1, 3] = np.nextafter(np.float32(9), np.float32(10))  # one ulp
+    same, padded, difference = compare_result(shifted, fork_scores, project_rois, project_scores)
+    assert not same and padded and difference == pytest.approx(9.5367e-7, rel=1e-3)
+    fork_scores[2] = 0.1  # a third box the project does not keep
+    assert not compare_result(fork_rois, fork_scores, project_rois, project_scores)[0]
+
+
+def test_random_batches_share_a_canvas_filled_by_their_first_image_and_flat_beyond_each_image():
+    from lib.parity.detection import STRIDE, random_canvas_batch
+
+    rng = np.random.default_rng(4)
+    for _ in range(5):
+        cls_prob, bbox_pred, im_info = random_canvas_batch(rng)
+        batch, _, height, width = cls_prob.shape
+        assert batch in (2, 4) and len(im_info) == batch and bbox_pred.shape == (batch, 2 * cls_prob.shape[1]) + (
+            height, width)
+        assert -(-im_info[0, 0] // STRIDE) == height and -(-im_info[0, 1] // STRIDE) == width
+        assert np.all(im_info[:, :2] <= im_info[0, :2]) and np.all(im_info[:, 2] == 1)
+        np.testing.assert_allclose(cls_prob[:, :21] + cls_prob[:, 21:], 1, atol=1e-6)
+        for b, (h, w, _) in enumerate(im_info):
+            rows, cols = int(-(-h // STRIDE)), int(-(-w // STRIDE))
+            if rows < height:  # the padding below the image: one value per channel
+                assert np.ptp(cls_prob[b, :, rows:], axis=(1, 2)).max() == 0
+                assert np.ptp(bbox_pred[b, :, rows:, cols:], axis=(1, 2)).max() == 0 if cols < width else True
+
+
+class ProjectAsFork:
+    """A stand-in for the compiled fork operator: the project's layer, its padding written as the fork's
+    (random boxes of score 0); ``clip_to_canvas`` clips every image's boxes to the canvas instead."""
+
+    def __init__(self, clip_to_canvas=False):
+        self.clip_to_canvas = clip_to_canvas
+
+    def __call__(self, cls_prob, bbox_pred, im_info, stride, scales, ratios, post_nms_top_n, seed=0):
+        from lib.ops.proposal_layer import proposals
+
+        info = im_info.copy()
+        if self.clip_to_canvas:
+            info[:, :2] = im_info[0, :2]  # the canvas: the extent of the batch's first (largest) image
+        rois, scores = proposals(cls_prob, bbox_pred, info, stride, scales, ratios, 12000, post_nms_top_n, 0.7, 3)
+        rng = np.random.default_rng(seed)
+        for b in range(len(im_info)):
+            rows = slice(b * post_nms_top_n, (b + 1) * post_nms_top_n)
+            kept = len(np.unique(rois[rows], axis=0))
+            rois[rows][kept:, 1:] = rng.integers(0, 400, (post_nms_top_n - kept, 4))
+            scores[rows][kept:] = 0
+        return rois, scores[:, 0]
+
+
+def test_the_proposal_comparison_finds_a_layer_that_clips_to_the_canvas_on_the_smaller_images():
+    from lib.parity.detection import compare_test_proposals
+
+    rows = dict((row[0], row[1]) for row in compare_test_proposals(ProjectAsFork(), 3, seed=2))
+    compared = [value for name, value in rows.items() if name.startswith(("results identical", "the same"))]
+    assert len(compared) == 2 and all(value.startswith("100.0%") for value in compared)
+    assert rows["largest coordinate difference of a kept box (px)"] == "0"
+    rows = dict((row[0], row[1]) for row in compare_test_proposals(ProjectAsFork(clip_to_canvas=True), 3, seed=2))
+    assert rows["results identical, kept boxes and scores bit for bit: first image of a batch (fills the canvas)"] \
+        .startswith("100.0%")
+    assert rows["the same: the batch's other images (smaller than the canvas)"].startswith("0.0%")
+
+
+FAKE_FORK_OPERATOR = r'''
+#include "./multi_proposal-inl.h"
+#include <dmlc/logging.h>
+#include <mshadow/tensor.h>
+#include "./operator_common.h"
+namespace mxnet {
+namespace op {
+template<typename xpu>
+class MultiProposalGPUOp : public Operator {
+ public:
+  explicit MultiProposalGPUOp(MultiProposalParam param) : param_(param) {}
+  virtual void Forward(const OpContext &ctx, const std::vector<TBlob> &in_data, const std::vector<OpReqType> &req,
+                       const std::vector<TBlob> &out_data, const std::vector<TBlob> &aux_states) {
+    using namespace mshadow;
+    CHECK_EQ(in_data.size(), 3);
+    Stream<xpu> *s = ctx.get_stream<xpu>();
+    Tensor<cpu, 2> info = in_data[proposal::kImInfo].get<cpu, 2, real_t>(s);
+    Tensor<cpu, 2> rois = out_data[proposal::kRoIs].get<cpu, 2, real_t>(s);
+    Tensor<cpu, 1> scores = out_data[proposal::kScores].get<cpu, 1, real_t>(s);
+    for (int r = 0; r < rois.size(0); r++) {  // each image's height, width, stride and first ratio x scale
+      int b = r / param_.rpn_post_nms_top_n;
+      float row[5] = {(float)b, info.dptr_[3 * b], info.dptr_[3 * b + 1], (float)param_.feature_stride,
+                      param_.ratios[0] * param_.scales[param_.scales.ndim() - 1]};
+      std::memcpy(rois.dptr_ + 5 * r, row, sizeof(row));
+      scores.dptr_[r] = (float)(rand() % 2);
+    }
+  }
+ private:
+  MultiProposalParam param_;
+};
+template<>
+Operator *CreateOp<cpu>(MultiProposalParam param) { return new MultiProposalGPUOp<cpu>(param); }
+Operator* MultiProposalProp::CreateOperator(Context ctx) const { DO_BIND_DISPATCH(CreateOp, param_); }
+DMLC_REGISTER_PARAMETER(MultiProposalParam);
+MXNET_REGISTER_OP_PROPERTY(MultiProposal, MultiProposalProp)
+.describe("Proposal Generator")
+.add_argument("cls_prob", "NDArray-or-Symbol", "Proposal Score")
+.add_arguments(MultiProposalParam::__FIELDS__());
+}  // namespace op
+}  // namespace mxnet
+'''
+
+
+def test_the_fork_s_operator_source_compiles_against_the_stand_ins_and_is_called_with_its_inputs(tmp_path):
+    from lib.parity.fork import PROPOSAL_SOURCE, ForkCheckout
+
+    with pytest.raises(FileNotFoundError, match=f"--fork {tmp_path}: not a checkout of the reference's MXNet fork"):
+        ForkCheckout(str(tmp_path))
+    source = tmp_path / PROPOSAL_SOURCE
+    source.parent.mkdir(parents=True)
+    source.write_text(FAKE_FORK_OPERATOR)
+    operator = ForkCheckout(str(tmp_path)).multi_proposal(str(tmp_path / "build"))
+    im_info = np.array([[48, 80, 1], [32, 64, 1]], np.float32)
+    rois, scores = operator(np.zeros((2, 6, 3, 5)), np.zeros((2, 12, 3, 5)), im_info, 16, (2, 8), (0.5, 1, 2), 4,
+                            seed=3)
+    np.testing.assert_array_equal(rois, [[0, 48, 80, 16, 4]] * 4 + [[1, 32, 64, 16, 4]] * 4)
+    again = operator(np.zeros((2, 6, 3, 5)), np.zeros((2, 12, 3, 5)), im_info, 16, (2, 8), (0.5, 1, 2), 4, seed=3)
+    np.testing.assert_array_equal(scores, again[1])  # srand(seed) fixes its rand()
+    with pytest.raises(ValueError, match="21 x 200 x 200 anchors per image"):
+        operator(np.zeros((1, 42, 201, 201)), np.zeros((1, 84, 201, 201)), im_info[:1], 16, (2,), (1,), 4)
+
+
+FORK = os.environ.get("SNIPER_FORK_DIR")
+
+
+@pytest.mark.skipif(not FORK, reason="SNIPER_FORK_DIR (a checkout of the reference's MXNet fork) is not set")
+def test_against_the_fork_the_test_proposal_layer_is_bit_identical_on_shared_canvases(tmp_path):
+    from lib.parity.detection import compare_test_proposals
+    from lib.parity.fork import ForkCheckout
+
+    rows = dict(compare_test_proposals(ForkCheckout(FORK).multi_proposal(str(tmp_path)), 6, seed=1))
+    assert rows["results identical, kept boxes and scores bit for bit: first image of a batch (fills the canvas)"] \
+        == "100.0% (6 / 6)"
+    assert rows["the same: the batch's other images (smaller than the canvas)"].startswith("100.0%")

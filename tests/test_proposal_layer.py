@@ -207,3 +207,31 @@ def test_nms_overlap_is_float32_as_the_reference_computes_it():
     assert single64 > 0.7 >= single32  # exact: suppressed; float32: kept
     np.testing.assert_array_equal(greedy_nms_float32(below, 0.7, 10), [0, 1])
     np.testing.assert_array_equal(greedy_nms_float32(np.concatenate([below, above + 1000]), 0.7, 2), [0, 1])
+
+
+def test_an_image_s_proposals_on_a_shared_canvas_do_not_depend_on_its_companions():
+    # The reference's operator treats every image of a batch on its own (its im_info extent, its ranking and
+    # NMS); the network's maps of an image do not change with the other images of the canvas either. The
+    # detector relies on it: a batch whose other member is a padding repeat runs without it.
+    from network_helpers import bind_random, inference_shapes
+
+    cfg = load_config(None, [("symbol", "resnet_tiny"), ("TEST.fp16", "false")])
+    symbol = inference_symbol(cfg, None, rpn_only=True)
+    rng = np.random.default_rng(0)
+    large = rng.uniform(-100, 100, (3, 64, 96)).astype(np.float32)
+    small = np.zeros((3, 64, 96), np.float32)
+    small[:, :40, :50] = rng.uniform(-100, 100, (3, 40, 50))
+    outputs = {}
+    cases = (("alone", [small], [[40, 50, 1]]), ("second", [large, small], [[64, 96, 1], [40, 50, 1]]),
+             ("first", [small, large], [[40, 50, 1], [64, 96, 1]]))
+    for name, images, info in cases:
+        executor, _ = bind_random(symbol, inference_shapes(len(images), 64) | {"data": (len(images), 3, 64, 96)}, 3)
+        executor.arg_dict["data"][:] = np.stack(images)
+        executor.arg_dict["im_info"][:] = np.array(info, np.float32)
+        rois, scores = (o.asnumpy() for o in executor.forward(is_train=False)[:2])
+        slot = 1 if name == "second" else 0
+        outputs[name] = rois.reshape(len(images), -1, 5)[slot, :, 1:], scores.reshape(len(images), -1)[slot]
+    for name in ("second", "first"):
+        np.testing.assert_array_equal(outputs[name][0], outputs["alone"][0])
+        np.testing.assert_array_equal(outputs[name][1], outputs["alone"][1])
+    assert outputs["alone"][0][:, 2].max() <= 49 and outputs["alone"][0][:, 3].max() <= 39  # x2, y2: its own extent

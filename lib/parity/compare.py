@@ -29,27 +29,17 @@ import numpy as np
 import chip_generator.mining as mining
 from chip_generator.cover import candidate_windows, generate
 from chip_generator.mining import MiningParams, _to_scaled_image, mine_image_chips
-from lib.benchmarking import markdown_table
 from lib.config import load_config
 from lib.inference.merge import merge_scales
 from lib.scales import parse_valid_ranges
 from lib.dataset.coco import CocoDataset
 from lib.dataset.reference_rules import truncate_to_whole_pixels
 from lib.inference.evaluator import coco_results
+from lib.parity.detection import compare_test_proposals
+from lib.parity.tables import format_table, percent
 
 CHIP_SIZE = 512
 STRIDES = (32, 56, 59, 64)
-
-
-# ------------------------------------------------------------------------------------------------ tables
-
-def percent(hits, total):
-    return f"{100.0 * hits / total:.1f}% ({hits} / {total})" if total else "-"
-
-
-def format_table(title, header, rows):
-    """A Markdown table under ``### title``."""
-    return f"### {title}\n\n{markdown_table(header, rows)}\n"
 
 
 # ------------------------------------------------------------------------------------------------ chips
@@ -378,8 +368,10 @@ def compare_results(reference_coco, images, seed):
     return [["results entries identical (box with 1 decimal, score with 8)", percent(same, total)]]
 
 
-def run(reference, cases=200, images=100, seed=0, workdir=None):
-    """Every comparison against ``reference`` (a lib.parity.reference.ReferenceCheckout); the tables."""
+def run(reference, cases=200, images=100, seed=0, workdir=None, fork=None, batches=100):
+    """Every comparison against ``reference`` (a lib.parity.reference.ReferenceCheckout) and, given ``fork``
+    (a lib.parity.fork.ForkCheckout), its operators on ``batches`` random batches; the tables."""
+
     with tempfile.TemporaryDirectory(prefix="sniper_parity_") as scratch:
         workdir = workdir or scratch
         bbox = reference.bbox_transform()
@@ -405,4 +397,8 @@ def run(reference, cases=200, images=100, seed=0, workdir=None):
                          compare_coco_boxes(coco, images, seed, workdir)),
             format_table(f"Results file ({images} images of random detections, seed {seed})",
                          ["quantity", "agreement"], compare_results(coco, images, seed)),
-        ])
+        ] + ([] if fork is None else [
+            format_table(f"Test proposal layer on shared canvases ({batches} random batches of 2-4 images, seed "
+                         f"{seed}, `TEST.PROPOSAL_LAYER: reference`)", ["quantity", "agreement"],
+                         compare_test_proposals(fork.multi_proposal(os.path.join(workdir, "fork")), batches, seed)),
+        ]))

@@ -61,16 +61,27 @@ extern "C" int harness_generate(int width, int height, int chip_size, const floa
 """
 
 
-class ReferenceCheckout:
-    """The reference at ``path``: a working tree, or a git directory (its HEAD is read)."""
+def compile_shared_library(sources_dir, source, library, what):
+    """``g++`` ``source`` (includes from ``sources_dir``) into the shared ``library``; a RuntimeError
+    naming ``what`` and the compiler's message if it fails."""
+    command = ["g++", "-std=c++11", "-O2", "-fPIC", "-shared", "-I", sources_dir, source, "-o", library]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"compiling {what} failed: {' '.join(command)}\n{done.stderr[-2000:]}")
+    return library
 
-    def __init__(self, path):
+
+class Checkout:
+    """A checkout at ``path``: a working tree, or a git directory (its HEAD is read). ``marker`` is a file
+    every checkout of it has; ``what`` names it in the error for a folder that is not one."""
+
+    def __init__(self, path, marker, what, option):
         self.path = os.path.abspath(path)
-        self.bare = (not os.path.isdir(os.path.join(self.path, "lib"))
+        self.bare = (not os.path.isfile(os.path.join(self.path, marker))
                      and os.path.isfile(os.path.join(self.path, "HEAD")))
-        if not self.bare and not os.path.isfile(os.path.join(self.path, "lib", "chips", "cchips.cpp")):
-            raise FileNotFoundError(f"--reference {path}: not a checkout of the SNIPER reference "
-                                    f"(no lib/chips/cchips.cpp, and not a git directory)")
+        if not self.bare and not os.path.isfile(os.path.join(self.path, marker)):
+            raise FileNotFoundError(f"{option} {path}: not a checkout of {what} (no {marker}, and not a git "
+                                    f"directory)")
 
     def read(self, relative):
         """The text of file ``relative`` (e.g. ``lib/chips/cchips.cpp``)."""
@@ -79,9 +90,24 @@ class ReferenceCheckout:
                 return subprocess.run(["git", "--git-dir", self.path, "show", f"HEAD:{relative}"], check=True,
                                       capture_output=True, text=True).stdout
             except subprocess.CalledProcessError as err:
-                raise FileNotFoundError(f"reference {self.path}: no {relative} ({err.stderr.strip()})") from None
+                raise FileNotFoundError(f"{self.path}: no {relative} ({err.stderr.strip()})") from None
         with open(os.path.join(self.path, relative)) as f:
             return f.read()
+
+    def copy(self, relative, workdir, name=None):
+        """File ``relative`` written into ``workdir`` (as ``name``, default its own name); its path."""
+        os.makedirs(workdir, exist_ok=True)
+        target = os.path.join(workdir, name or os.path.basename(relative))
+        with open(target, "w") as f:
+            f.write(self.read(relative))
+        return target
+
+
+class ReferenceCheckout(Checkout):
+    """The reference (mahyarnajibi/SNIPER) at ``path``."""
+
+    def __init__(self, path):
+        super().__init__(path, os.path.join("lib", "chips", "cchips.cpp"), "the SNIPER reference", "--reference")
 
     def bbox_transform(self, overlaps=None):
         """lib/bbox/bbox_transform.py; ``overlaps`` is its compiled lib/bbox/bbox.pyx (``bbox_extension``),
@@ -94,9 +120,7 @@ class ReferenceCheckout:
         """The reference's Cython module ``relative`` (e.g. ``lib/bbox/bbox.pyx``) compiled at language level
         2 into ``workdir`` and imported (under its own name, outside sys.modules)."""
         name = os.path.splitext(os.path.basename(relative))[0]
-        os.makedirs(workdir, exist_ok=True)
-        with open(os.path.join(workdir, f"{name}.pyx"), "w") as f:
-            f.write(self.read(relative))
+        self.copy(relative, workdir)
         build = ("from setuptools import setup, Extension\nfrom Cython.Build import cythonize\nimport numpy\n"
                  f"setup(ext_modules=cythonize([Extension({name!r}, [{name + '.pyx'!r}], "
                  "include_dirs=[numpy.get_include()])], compiler_directives={'language_level': 2}, quiet=True), "
@@ -180,19 +204,12 @@ class ReferenceCheckout:
 
     def chip_generator(self, workdir):
         """The reference's C++ greedy cover, compiled into ``workdir``: a ReferenceChips."""
-        os.makedirs(workdir, exist_ok=True)
-        with open(os.path.join(workdir, "cchips.cpp"), "w") as f:
-            f.write(self.read("lib/chips/cchips.cpp"))
-        with open(os.path.join(workdir, "cchips.h"), "w") as f:
-            f.write(self.read("lib/chips/cchips.h"))
+        self.copy("lib/chips/cchips.cpp", workdir)
+        self.copy("lib/chips/cchips.h", workdir)
         source, library = os.path.join(workdir, "harness_chips.cpp"), os.path.join(workdir, "harness_chips.so")
         with open(source, "w") as f:
             f.write(CHIPS_WRAPPER)
-        command = ["g++", "-std=c++11", "-O2", "-fPIC", "-shared", "-I", workdir, source, "-o", library]
-        done = subprocess.run(command, capture_output=True, text=True)
-        if done.returncode:
-            raise RuntimeError(f"compiling the reference's cchips.cpp failed: {' '.join(command)}\n"
-                               f"{done.stderr[-2000:]}")
+        compile_shared_library(workdir, source, library, "the reference's cchips.cpp")
         return ReferenceChips(library)
 
 
