@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 from chip_generator.cover import candidate_windows, generate
-from lib.parity.compare import _unshuffled_project_cover, compare_chips, replay_order, run
+from lib.config import load_config
+from lib.parity.compare import _unshuffled_project_cover, compare_chips, replay_order
+from lib.parity.harness import run
 from lib.parity.reference import ReferenceCheckout
 from lib.parity.shim import load_python2_module, py2_round, stub_module
 from lib.parity.tables import format_table
@@ -126,8 +128,8 @@ REFERENCE = os.environ.get("SNIPER_REFERENCE_DIR")
 
 
 @pytest.mark.skipif(not REFERENCE, reason="SNIPER_REFERENCE_DIR (a checkout of the reference) is not set")
-def test_against_the_reference_chips_mining_merge_coco_boxes_and_results_agree():
-    tables = run(ReferenceCheckout(REFERENCE), cases=20, images=10, seed=3)
+def test_against_the_reference_chips_mining_targets_merge_coco_boxes_and_results_agree():
+    tables = run(ReferenceCheckout(REFERENCE), cases=20, images=10, seed=3, scenes=3)
     lines = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
              for line in tables.splitlines() if line.startswith("| ")}
     assert lines["chips identical, in pick order (the reference's shuffle replayed)"] == ["100.0% (20 / 20)"]
@@ -138,6 +140,14 @@ def test_against_the_reference_chips_mining_merge_coco_boxes_and_results_agree()
     assert lines["reference final detections the project gives (label, box within 0.01 px, score within 1e-4)"][0] \
         .startswith("100.0% (")
     assert lines["images with as many final detections"] == ["100.0% (10 / 10)"]
+    # the chips' network inputs and RPN targets (reference rules: first column)
+    for name in ("chips paired (the same chip, scale and position on both sides)",
+                 "anchor labels before sampling identical (anchors)", "`gt_boxes` arrays identical (chips)",
+                 "`valid_ranges` identical (chips)", "`im_info` identical (chips)"):
+        assert lines[name][0].startswith("100.0% ("), name
+    assert lines["RPN box targets within 1e-4 (anchors positive on both sides) / largest difference"][0] \
+        .startswith("100.0% (")
+    assert lines["chip pixels identical (chips) / mean absolute difference"][0].endswith(" / 0.000")
     # the remaining COCO difference: boxes starting left of / above the image (docs/reference_differences.md)
     assert lines["gt boxes arrays identical (images)"][1] == "100.0% (10 / 10)"
     assert lines["results entries identical (box with 1 decimal, score with 8)"][0].startswith("100.0%")
@@ -290,3 +300,113 @@ def test_against_the_fork_the_test_proposal_layer_is_bit_identical_on_shared_can
     assert rows["results identical, kept boxes and scores bit for bit: first image of a batch (fills the canvas)"] \
         == "100.0% (6 / 6)"
     assert rows["the same: the batch's other images (smaller than the canvas)"].startswith("100.0%")
+
+
+# ---- the training side: chip inputs and RPN targets --------------------------------------------------------
+
+def test_target_tally_counts_anchors_positives_arrays_and_pixels():
+    from lib.parity.chip_targets import TargetTally
+
+    labels = np.array([1, 0, -1, 0], np.float32)
+    pixels = np.zeros((3, 2, 2), np.float32)
+    theirs = (labels, {(0, 0, 0): 0.5, (1, 0, 0): 0.25}, np.zeros((100, 5)), np.array([0., 512.]),
+              np.array([512., 512., 2.]), pixels)
+    mine = (labels.copy(), {(0, 0, 0): 0.5, (1, 0, 0): 0.2502, (2, 0, 0): 1.0}, np.zeros((100, 5), np.float32),
+            np.array([0, 512], np.float32), np.array([512, 512, 2], np.float32), pixels + 0.5)
+    mine[0][1] = -1
+    tally = TargetTally()
+    tally.counts["chips"] = 2  # one reference chip without a project counterpart
+    tally.add(theirs, mine)
+    rows = dict(tally.rows())
+    assert rows["chips paired (the same chip, scale and position on both sides)"] == "50.0% (1 / 2)"
+    assert rows["anchor labels before sampling identical (anchors)"] == "75.0% (3 / 4)"
+    # anchors positive on both sides: two; one target 2e-4 off
+    assert rows["RPN box targets within 1e-4 (anchors positive on both sides) / largest difference"] == \
+        "50.0% (1 / 2) / 0.0002"
+    assert rows["`gt_boxes` arrays identical (chips)"] == rows["`im_info` identical (chips)"] == "100.0% (1 / 1)"
+    assert rows["chip pixels identical (chips) / mean absolute difference"] == "0.0% (0 / 1) / 0.500"
+
+
+class RecordingWorkers:
+    """A stand-in for the reference's data_workers: records what its anchor and image workers are given."""
+
+    def __init__(self):
+        self.calls = {}
+
+    def anchor_worker(self, cfg, chip_size):
+        calls = self.calls
+
+        class Anchors:
+            feat_width = feat_height = 32.0  # what Python 3 makes of the reference's 512 / 16
+
+            def worker(self, arguments):
+                calls["anchors"] = arguments
+                return [np.zeros((1, 4), np.float16), np.array([0.5]), np.array([[2], [3], [4]]), -np.ones((100, 5))]
+
+        return Anchors()
+
+    def im_worker(self, crop_size, cfg):
+        calls = self.calls
+
+        class Images:
+            def worker(self, arguments):
+                calls["image"] = arguments
+                return np.ones((3, crop_size, crop_size))
+
+        return Images()
+
+
+def test_the_reference_chip_gets_the_arguments_its_iterator_builds():
+    from lib.parity.chip_targets import reference_anchor_worker, reference_chip_inputs, reference_config
+
+    cfg = load_config(None, [("TRAIN.SCALES", "[3.0, 1.667, 512.0]"),
+                             ("TRAIN.VALID_RANGES", "[[-1, 80], [32, 150], [120, -1]]")])
+    ref_cfg = reference_config(cfg)
+    assert ref_cfg.TRAIN.RPN_POSITIVE_OVERLAP == cfg.TRAIN.RPN_POSITIVE_OVERLAP and ref_cfg.TRAIN.RPN_BATCH_SIZE > 10 ** 6
+    workers = RecordingWorkers()
+    anchors = reference_anchor_worker(workers, ref_cfg)
+    assert anchors.feat_width == anchors.feat_height == 32 and isinstance(anchors.feat_width, int)
+    boxes = np.array([[0, 0, 50, 60], [10, 10, 90, 80], [5, 5, 30, 30]], np.float32)  # two gts, a proposal
+    entry = {"boxes": boxes, "max_overlaps": np.array([1, 1, 0]), "max_classes": np.array([3, 1, 0]),
+             "image": "x.png", "flipped": True}
+    crop = (np.array([10.0, 20.0, 180.0, 190.0]), 1.667, 512, 512, 1)
+    labels, targets, gt_boxes, valid_ranges, im_info, pixels = reference_chip_inputs(
+        workers, anchors, ref_cfg, entry, crop, [1, 2])
+    im_info_arg, chip, scale, members, gtids, gts, all_boxes, classes = workers.calls["anchors"]
+    assert im_info_arg == [512, 512, 1.667] and chip is crop[0] and scale == 1.667
+    assert members.dtype == np.int32 and members.tolist() == [1, 2] and gtids.tolist() == [0, 1]
+    np.testing.assert_array_equal(gts, boxes[:2])
+    np.testing.assert_array_equal(all_boxes, boxes)
+    assert classes.tolist() == [[3], [1]] and workers.calls["image"] == ["x.png", crop, True]
+    np.testing.assert_allclose(valid_ranges, [32 * 1.667, 150 * 1.667])
+    np.testing.assert_array_equal(im_info, [512, 512, 1.667])
+    assert targets == {(2, 3, 4): 0.5} and labels.shape == (4,) and pixels.shape == (3, 512, 512)
+    coarsest = (np.array([0.0, 0.0, 300.0, 200.0]), 0.8, 160, 240, 2)
+    valid_ranges, im_info = reference_chip_inputs(workers, anchors, ref_cfg, entry, coarsest, [0])[3:5]
+    np.testing.assert_allclose(valid_ranges, [120 * 0.8, 512])  # the open end: the input size
+    np.testing.assert_array_equal(im_info, [160, 240, 0.8])
+
+
+def test_the_project_chip_is_written_by_the_loader_s_worker_into_one_slot(tmp_path):
+    import cv2
+
+    from lib.data.anchor_target import AnchorTargeter, AnchorTargetParams
+    from lib.data.chip_worker import ChipWorker, batch_fields
+    from lib.data.epoch_plan import ChipRef
+    from lib.parity.chip_targets import OneSlotRing, project_chip_inputs, project_config
+
+    cfg = project_config((3.0, 1.667, 512.0), ((-1, 80), (32, 150), (120, -1)), 56)
+    image = np.full((100, 120, 3), 100, np.uint8)
+    cv2.imwrite(str(tmp_path / "a.png"), image)
+    entry = {"image": str(tmp_path / "a.png"), "width": 120, "height": 100, "flipped": False,
+             "boxes": np.array([[10, 10, 59, 49]], np.float32), "gt_classes": np.array([2], np.int32)}
+    targeter = AnchorTargeter(AnchorTargetParams.from_config(cfg))
+    worker = ChipWorker([entry], cfg, OneSlotRing(batch_fields(cfg, targeter, rpn_only=False)), rpn_only=False)
+    labels, targets, gt_boxes, valid_ranges, im_info, pixels = project_chip_inputs(
+        worker, ChipRef(0, 2, 4.0, (0.0, 0.0, 479.0, 399.0), (0,)))
+    # the box at scale 4: [40, 40, 236, 196], class 2, the only gt row; sampling off: every negative kept
+    np.testing.assert_array_equal(gt_boxes[0], [40, 40, 236, 196, 2])
+    assert np.all(gt_boxes[1:] == -1) and (labels == 1).any() and (labels == 0).sum() > 1000
+    assert len(targets) == 4 * (labels == 1).sum() and all(len(key) == 3 for key in targets)
+    np.testing.assert_array_equal(im_info, [400, 480, 4.0])  # the coarsest scale: the scaled image
+    np.testing.assert_allclose(pixels[:, 0, 0], 100 - np.array(cfg.network.PIXEL_MEANS)[::-1], atol=1e-4)

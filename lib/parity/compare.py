@@ -20,7 +20,6 @@ import contextlib
 import json
 import logging
 import os
-import tempfile
 import warnings
 from types import SimpleNamespace
 
@@ -35,7 +34,6 @@ from lib.scales import parse_valid_ranges
 from lib.dataset.coco import CocoDataset
 from lib.dataset.reference_rules import truncate_to_whole_pixels
 from lib.inference.evaluator import coco_results
-from lib.parity.detection import compare_test_proposals
 from lib.parity.tables import format_table, percent
 
 CHIP_SIZE = 512
@@ -366,39 +364,3 @@ def compare_results(reference_coco, images, seed):
         total += len(theirs)
         same += sum(a == b for a, b in zip(theirs, mine))
     return [["results entries identical (box with 1 decimal, score with 8)", percent(same, total)]]
-
-
-def run(reference, cases=200, images=100, seed=0, workdir=None, fork=None, batches=100):
-    """Every comparison against ``reference`` (a lib.parity.reference.ReferenceCheckout) and, given ``fork``
-    (a lib.parity.fork.ForkCheckout), its operators on ``batches`` random batches; the tables."""
-
-    with tempfile.TemporaryDirectory(prefix="sniper_parity_") as scratch:
-        workdir = workdir or scratch
-        bbox = reference.bbox_transform()
-        coco = reference.coco_module()
-        chips = reference.chip_generator(os.path.join(workdir, "chips"))
-        overlaps = reference.bbox_extension(os.path.join(workdir, "bbox"))
-        workers = reference.data_workers(chips, overlaps, reference.nms_module(os.path.join(workdir, "nms")))
-        tester = reference.tester_module(workers, reference.bbox_transform(overlaps))
-        return "\n".join([
-            format_table(f"Chip generator ({cases} random images, seed {seed})", ["quantity", "agreement"],
-                         compare_chips(chips, bbox.clip_boxes, cases, seed)),
-            format_table(f"Chip mining ({images} random scenes, 3 scales, seed {seed})",
-                         ["quantity", "defaults (reference rules)", "variants: " + ", ".join(
-                             f"`{key}: {value}`" for key, value in MINING_VARIANTS)],
-                         [[name, value, variant] for (name, value), (_, variant) in
-                          zip(compare_mining(workers, images, seed), compare_mining(workers, images, seed,
-                                                                                    MINING_VARIANTS))]),
-            format_table(f"Multi-scale merge ({images} images of random candidates at 3 scales, seed {seed})",
-                         ["quantity", "agreement"], compare_merge(tester, workers, images, seed)),
-            format_table(f"COCO gt boxes ({images} random images, seed {seed}, `dataset.INTEGER_BOXES` true)",
-                         ["quantity", "fractional boxes, some starting left of / above the image",
-                          "the same scenes, every box starting inside"],
-                         compare_coco_boxes(coco, images, seed, workdir)),
-            format_table(f"Results file ({images} images of random detections, seed {seed})",
-                         ["quantity", "agreement"], compare_results(coco, images, seed)),
-        ] + ([] if fork is None else [
-            format_table(f"Test proposal layer on shared canvases ({batches} random batches of 2-4 images, seed "
-                         f"{seed}, `TEST.PROPOSAL_LAYER: reference`)", ["quantity", "agreement"],
-                         compare_test_proposals(fork.multi_proposal(os.path.join(workdir, "fork")), batches, seed)),
-        ]))

@@ -164,10 +164,11 @@ class ReferenceCheckout(Checkout):
                                    overrides={"Pool": SerialPool})
 
     def data_workers(self, chips, overlaps, nms=None):
-        """lib/data_utils/data_workers.py, for its ``chip_worker`` (chip_extractor, box_assigner): its chip
-        generator is lib/chips/chip_generator.py over ``chips`` (a ReferenceChips, candidates unshuffled),
-        its overlaps the compiled ``overlaps``, its NMS ``nms`` (``nms_module``; None: a stub); MXNet, masks
-        and anchors are stubs."""
+        """lib/data_utils/data_workers.py: its ``chip_worker`` (chip_extractor, box_assigner), ``anchor_worker``
+        and ``im_worker``. Its chip generator is lib/chips/chip_generator.py over ``chips`` (a ReferenceChips,
+        candidates unshuffled), its overlaps the compiled ``overlaps``, its NMS ``nms`` (``nms_module``; None: a
+        stub), its anchors lib/data_utils/generate_anchor.py; MXNet's ``nd.array`` gives NumPy arrays, the mask
+        code is a stub."""
         transform = self.bbox_transform(overlaps)
         bbox = stub_module("bbox", __path__=[], bbox_transform=transform)
         chips_module = stub_module("chips", generate=lambda boxes, width, height, size, stride:
@@ -175,11 +176,12 @@ class ReferenceCheckout(Checkout):
         generator = load_python2_module(self.read("lib/chips/chip_generator.py"), "chips.chip_generator", {
             "chips": chips_module, "bbox": bbox, "bbox.bbox_transform": transform})
         stubs = {
-            "mxnet": stub_module("mxnet"), "nms": stub_module("nms", __path__=[]),
+            "mxnet": stub_module("mxnet", nd=stub_module("mxnet.nd", array=ndarray_as_numpy)),
+            "nms": stub_module("nms", __path__=[]),
             "nms.nms": nms or stub_module("nms.nms", nms_wrapper=None),
             "data_utils": stub_module("data_utils", __path__=[]),
             "data_utils.mask_utils": stub_module("data_utils.mask_utils", crop_polys=None, poly_encoder=None),
-            "generate_anchor": stub_module("generate_anchor", generate_anchors=None),
+            "generate_anchor": load_python2_module(self.read("lib/data_utils/generate_anchor.py"), "generate_anchor"),
             "bbox": bbox, "bbox.bbox_transform": transform,
             "chips": stub_module("chips", __path__=[], chip_generator=generator), "chips.chip_generator": generator,
         }
@@ -211,6 +213,11 @@ class ReferenceCheckout(Checkout):
             f.write(CHIPS_WRAPPER)
         compile_shared_library(workdir, source, library, "the reference's cchips.cpp")
         return ReferenceChips(library)
+
+
+def ndarray_as_numpy(data, ctx=None, dtype=None):
+    """``mx.nd.array`` for the reference's workers: a NumPy array (float32 unless ``dtype``)."""
+    return np.array(data, dtype=dtype or np.float32)
 
 
 class SerialPool:
