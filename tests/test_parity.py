@@ -1,6 +1,7 @@
 """The parity harness (lib/parity): its own logic without the reference; the comparisons themselves against a
 checkout of the reference given by SNIPER_REFERENCE_DIR (skipped when unset)."""
 import os
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -129,7 +130,7 @@ REFERENCE = os.environ.get("SNIPER_REFERENCE_DIR")
 
 @pytest.mark.skipif(not REFERENCE, reason="SNIPER_REFERENCE_DIR (a checkout of the reference) is not set")
 def test_against_the_reference_chips_mining_targets_merge_coco_boxes_and_results_agree():
-    tables = run(ReferenceCheckout(REFERENCE), cases=20, images=10, seed=3, scenes=3)
+    tables = run(ReferenceCheckout(REFERENCE), cases=20, images=10, seed=3, scenes=3, test_images=6)
     lines = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
              for line in tables.splitlines() if line.startswith("| ")}
     assert lines["chips identical, in pick order (the reference's shuffle replayed)"] == ["100.0% (20 / 20)"]
@@ -148,6 +149,12 @@ def test_against_the_reference_chips_mining_targets_merge_coco_boxes_and_results
     assert lines["RPN box targets within 1e-4 (anchors positive on both sides) / largest difference"][0] \
         .startswith("100.0% (")
     assert lines["chip pixels identical (chips) / mean absolute difference"][0].endswith(" / 0.000")
+    # the test batches of both reference iterators: every batch, factor, extent and canvas pixel
+    for name in ("batches identical: images, order and canvas (3 scales)", "resize factors identical (image results)",
+                 "`im_info` extents identical (image results)"):
+        assert all(cell.startswith("100.0% (") for cell in lines[name]), name
+    assert all(cell.startswith("100.0% (") and cell.endswith(" / 0.000")
+               for cell in lines["canvas pixels identical (image results) / mean absolute difference"])
     # the remaining COCO difference: boxes starting left of / above the image (docs/reference_differences.md)
     assert lines["gt boxes arrays identical (images)"][1] == "100.0% (10 / 10)"
     assert lines["results entries identical (box with 1 decimal, score with 8)"][0].startswith("100.0%")
@@ -410,3 +417,69 @@ def test_the_project_chip_is_written_by_the_loader_s_worker_into_one_slot(tmp_pa
     assert len(targets) == 4 * (labels == 1).sum() and all(len(key) == 3 for key in targets)
     np.testing.assert_array_equal(im_info, [400, 480, 4.0])  # the coarsest scale: the scaled image
     np.testing.assert_allclose(pixels[:, 0, 0], 100 - np.array(cfg.network.PIXEL_MEANS)[::-1], atol=1e-4)
+
+
+# ---- the test side: batches and canvases ----------------------------------------------------------------
+
+class FakeTestIterator:
+    """A stand-in for a reference test iterator: one image a batch, each part's images in reverse order."""
+
+    parts = []
+
+    def __init__(self, roidb, config, test_scale, batch_size, threads, nGPUs, pad_rois_to, crop_size, num_classes):
+        FakeTestIterator.parts.append([entry["width"] for entry in roidb])
+        self.order, self.batch = list(range(len(roidb)))[::-1], None
+
+    def iter_next(self):
+        if not self.order:
+            return False
+        index = self.order.pop(0)
+        self.batch = SimpleNamespace(data=[np.zeros((1, 3, 4, 4)), np.array([[4, 4, 1.0]]), np.array([index])])
+        return True
+
+
+def test_reference_batches_follow_its_wrapper_s_split_into_contiguous_parts():
+    from lib.parity.detection import reference_batches
+
+    roidb = [{"width": w} for w in (10, 11, 12, 13, 14)]
+    FakeTestIterator.parts = []
+    batches = reference_batches(FakeTestIterator, roidb, None, (800, 1280), 1, parts=2)
+    assert FakeTestIterator.parts == [[10, 11, 12], [13, 14]]  # ceil(5 / 2) = 3 images a part
+    assert [members for members, _, _ in batches] == [[2], [1], [0], [4], [3]]  # indices into the whole set
+
+
+def test_scale_batches_are_compared_on_the_images_each_batch_gives_and_their_canvas(tmp_path):
+    import cv2
+
+    from lib.inference.batching import plan_level
+    from lib.inference.pipeline import prepare_image
+    from lib.parity.detection import compare_scale_batches
+    from lib.scales import pyramid
+
+    cfg = load_config(None, [("TEST.SCALES", "[[100, 160]]"), ("TEST.VALID_RANGES", "[[-1, -1]]"), ("TEST.BATCH_IMAGES", "2")])
+    rng = np.random.default_rng(0)
+    roidb = []
+    for index, (height, width) in enumerate(((50, 80), (40, 60), (60, 90))):
+        cv2.imwrite(str(tmp_path / f"{index}.png"), rng.integers(0, 255, (height, width, 3)).astype(np.uint8))
+        roidb.append({"image": str(tmp_path / f"{index}.png"), "height": height, "width": width})
+    spec = pyramid(cfg.TEST, "TEST")[0].spec
+    plan = plan_level([(e["height"], e["width"]) for e in roidb], spec, 2, 1)
+    # the reference's batches of the same plan: by area, the last padded by repeating its last image
+    assert [b.images for b in plan] == [(1, 0), (2,)]
+
+    def batch(members, canvas):
+        data = np.zeros((len(members), 3) + canvas, np.float32)
+        info = np.zeros((len(members), 3), np.float32)
+        for slot, index in enumerate(members):
+            scale = spec.image_scale(roidb[index]["height"], roidb[index]["width"])
+            image = cv2.imread(roidb[index]["image"])
+            info[slot] = (*prepare_image(image, scale, cfg.network.PIXEL_MEANS, "RGB", data[slot]), scale)
+        return members, data, info
+
+    theirs = [batch([1, 0], plan[0].canvas), batch([2, 2], plan[1].canvas)]
+    counts, difference = compare_scale_batches(theirs, plan, roidb, cfg.network.PIXEL_MEANS)
+    assert counts.tolist() == [2, 2, 3, 3, 3, 3] and difference == 0
+    theirs[0][1][1, 0, 0, 0] += 2  # one pixel of image 0
+    theirs[1] = batch([2, 2], (plan[1].canvas[0] + 16, plan[1].canvas[1]))  # a larger canvas
+    counts, difference = compare_scale_batches(theirs, plan, roidb, cfg.network.PIXEL_MEANS)
+    assert counts.tolist() == [2, 1, 3, 3, 3, 1] and difference == pytest.approx(2 / (3 * 100 * 160))

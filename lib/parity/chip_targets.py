@@ -51,10 +51,10 @@ TARGET_VARIANTS = (("TRAIN.RPN_ANCHOR_BORDER", "content"), ("TRAIN.RPN_ROUND_GT"
 def project_config(scales, ranges, stride, overrides=()):
     """The project's config for the scene: the mining table's scales and ranges, sampling off, ``overrides``
     ((key, value) pairs)."""
-    return load_config(None, [("TRAIN.SCALES", str(list(scales))),
-                              ("TRAIN.VALID_RANGES", str([list(r) for r in ranges])), ("TRAIN.CHIP_STRIDE", str(stride)),
-                              ("TRAIN.USE_NEG_CHIPS", "true"), ("TRAIN.RPN_BATCH_SIZE", str(NO_SAMPLING)),
-                              ("TRAIN.RPN_FG_FRACTION", "1.0"), *overrides])
+    settings = [("TRAIN.SCALES", str(list(scales))), ("TRAIN.VALID_RANGES", str([list(r) for r in ranges])),
+                ("TRAIN.CHIP_STRIDE", str(stride)), ("TRAIN.USE_NEG_CHIPS", "true"),
+                ("TRAIN.RPN_BATCH_SIZE", str(NO_SAMPLING)), ("TRAIN.RPN_FG_FRACTION", "1.0")]
+    return load_config(None, settings + list(overrides))
 
 
 def reference_config(cfg):

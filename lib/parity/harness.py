@@ -6,11 +6,11 @@ from lib.parity.chip_targets import TARGET_VARIANTS, compare_chip_targets
 from lib.parity.compare import (MINING_RANGES, MINING_SCALES, MINING_VARIANTS, _unshuffled_project_cover,
                                 compare_chips, compare_coco_boxes, compare_merge, compare_mining, compare_results,
                                 random_mining_scene)
-from lib.parity.detection import compare_test_proposals
+from lib.parity.detection import compare_test_batches, compare_test_proposals
 from lib.parity.tables import format_table
 
 
-def run(reference, cases=200, images=100, seed=0, workdir=None, fork=None, batches=100, scenes=20):
+def run(reference, cases=200, images=100, seed=0, workdir=None, fork=None, batches=100, scenes=20, test_images=16):
     """Every comparison against ``reference`` (a lib.parity.reference.ReferenceCheckout) and, given ``fork``
     (a lib.parity.fork.ForkCheckout), its operators on ``batches`` random batches; the tables."""
     with tempfile.TemporaryDirectory(prefix="sniper_parity_") as scratch:
@@ -46,6 +46,11 @@ def run(reference, cases=200, images=100, seed=0, workdir=None, fork=None, batch
                          compare_coco_boxes(coco, images, seed, workdir)),
             format_table(f"Results file ({images} images of random detections, seed {seed})",
                          ["quantity", "agreement"], compare_results(coco, images, seed)),
+            format_table(f"Test batches ({test_images} random images, the COCO test scales, 2 / 2 / 4 images a batch, "
+                         f"2 parts, seed {seed})", ["quantity", "detection (`MNIteratorTestAutoFocus`)",
+                                                    "proposal extraction (`MNIteratorTest`)"],
+                         compare_test_batches(reference.test_iterators(workers), test_images, seed,
+                                              os.path.join(workdir, "test_images"))),
         ]
         if fork is not None:
             tables.append(format_table(

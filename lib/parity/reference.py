@@ -6,6 +6,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -187,6 +188,19 @@ class ReferenceCheckout(Checkout):
         }
         return load_python2_module(self.read("lib/data_utils/data_workers.py"), "reference_data_workers", stubs)
 
+    def test_iterators(self, workers):
+        """(MNIteratorTestAutoFocus, MNIteratorTest): the reference's test iterators (lib/iterators), the first
+        for detection, the second for proposal extraction, over ``workers`` (``data_workers``: their image
+        worker); MXNet's iterator, batch and arrays are NumPy stand-ins."""
+        mxnet = stub_module("mxnet", io=stub_module("mxnet.io", DataIter=StandInDataIter, DataBatch=SimpleNamespace),
+                            nd=stub_module("mxnet.nd", array=ndarray_as_numpy,
+                                           zeros=lambda shape, ctx=None, dtype=np.float32: np.zeros(shape, dtype)))
+        base = load_python2_module(self.read("lib/iterators/MNIteratorBase.py"), "MNIteratorBase", {"mxnet": mxnet})
+        stubs = {"mxnet": mxnet, "MNIteratorBase": base, "data_utils": stub_module("data_utils", __path__=[]),
+                 "data_utils.data_workers": workers}
+        return tuple(getattr(load_python2_module(self.read(f"lib/iterators/{name}.py"), name, stubs), name)
+                     for name in ("MNIteratorTestAutoFocus", "MNIteratorTest"))
+
     def coco_module(self):
         """lib/dataset/coco.py, for its box rule (``coco._load_coco_annotation``) and its results writer
         (``coco_results_one_category_kernel``); pycocotools, the mask code and the imdb base are stubs."""
@@ -218,6 +232,19 @@ class ReferenceCheckout(Checkout):
 def ndarray_as_numpy(data, ctx=None, dtype=None):
     """``mx.nd.array`` for the reference's workers: a NumPy array (float32 unless ``dtype``)."""
     return np.array(data, dtype=dtype or np.float32)
+
+
+class StandInDataIter:
+    """``mx.io.DataIter`` for the reference's iterators: what they call of it."""
+
+    def __init__(self, batch_size=0):
+        pass
+
+    def getpad(self):
+        return 0
+
+    def getindex(self):
+        return None
 
 
 class SerialPool:

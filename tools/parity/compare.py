@@ -1,7 +1,7 @@
 """Run the parity harness against a checkout of the reference and print its tables (lib/parity).
 
     python tools/parity/compare.py --reference DIR [--fork DIR] [--cases 200] [--images 100] [--scenes 20]
-                                   [--batches 100] [--seed 0]
+                                   [--test-images 16] [--batches 100] [--seed 0]
 
 --reference is a checkout of mahyarnajibi/SNIPER (or a bare clone: its HEAD is read); --fork one of its MXNet
 fork mahyarnajibi/SNIPER-mxnet (default: the reference's SNIPER-mxnet submodule when it is checked out; without
@@ -26,6 +26,7 @@ def main(argv=None):
     parser.add_argument("--cases", type=int, default=200, help="random images for the chip generator")
     parser.add_argument("--images", type=int, default=100, help="random images for the COCO and results tables")
     parser.add_argument("--scenes", type=int, default=20, help="random scenes (and mirror images) for the chip targets")
+    parser.add_argument("--test-images", type=int, default=16, help="random images for the test batches")
     parser.add_argument("--batches", type=int, default=100, help="random batches for the fork's proposal layer")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -37,7 +38,8 @@ def main(argv=None):
         fork = fork and ForkCheckout(fork)
     except FileNotFoundError as err:
         parser.error(str(err))
-    print(run(reference, args.cases, args.images, args.seed, fork=fork, batches=args.batches, scenes=args.scenes))
+    print(run(reference, args.cases, args.images, args.seed, fork=fork, batches=args.batches, scenes=args.scenes,
+              test_images=args.test_images))
 
 
 if __name__ == "__main__":
