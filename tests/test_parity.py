@@ -1,6 +1,7 @@
 """The parity harness (lib/parity): its own logic without the reference; the comparisons themselves against a
 checkout of the reference given by SNIPER_REFERENCE_DIR (skipped when unset)."""
 import os
+import shutil
 from types import SimpleNamespace
 
 import numpy as np
@@ -126,6 +127,7 @@ def test_a_folder_that_is_not_the_reference_is_refused_naming_it(tmp_path):
 
 
 REFERENCE = os.environ.get("SNIPER_REFERENCE_DIR")
+FORK = os.environ.get("SNIPER_FORK_DIR")
 
 
 @pytest.mark.skipif(not REFERENCE, reason="SNIPER_REFERENCE_DIR (a checkout of the reference) is not set")
@@ -295,8 +297,6 @@ def test_the_fork_s_operator_source_compiles_against_the_stand_ins_and_is_called
         operator(np.zeros((1, 42, 201, 201)), np.zeros((1, 84, 201, 201)), im_info[:1], 16, (2,), (1,), 4)
 
 
-FORK = os.environ.get("SNIPER_FORK_DIR")
-
 
 @pytest.mark.skipif(not FORK, reason="SNIPER_FORK_DIR (a checkout of the reference's MXNet fork) is not set")
 def test_against_the_fork_the_test_proposal_layer_is_bit_identical_on_shared_canvases(tmp_path):
@@ -369,7 +369,8 @@ def test_the_reference_chip_gets_the_arguments_its_iterator_builds():
     cfg = load_config(None, [("TRAIN.SCALES", "[3.0, 1.667, 512.0]"),
                              ("TRAIN.VALID_RANGES", "[[-1, 80], [32, 150], [120, -1]]")])
     ref_cfg = reference_config(cfg)
-    assert ref_cfg.TRAIN.RPN_POSITIVE_OVERLAP == cfg.TRAIN.RPN_POSITIVE_OVERLAP and ref_cfg.TRAIN.RPN_BATCH_SIZE > 10 ** 6
+    assert ref_cfg.TRAIN.RPN_POSITIVE_OVERLAP == cfg.TRAIN.RPN_POSITIVE_OVERLAP
+    assert ref_cfg.TRAIN.RPN_BATCH_SIZE > 10 ** 6
     workers = RecordingWorkers()
     anchors = reference_anchor_worker(workers, ref_cfg)
     assert anchors.feat_width == anchors.feat_height == 32 and isinstance(anchors.feat_width, int)
@@ -456,7 +457,8 @@ def test_scale_batches_are_compared_on_the_images_each_batch_gives_and_their_can
     from lib.parity.detection import compare_scale_batches
     from lib.scales import pyramid
 
-    cfg = load_config(None, [("TEST.SCALES", "[[100, 160]]"), ("TEST.VALID_RANGES", "[[-1, -1]]"), ("TEST.BATCH_IMAGES", "2")])
+    cfg = load_config(None, [("TEST.SCALES", "[[100, 160]]"), ("TEST.VALID_RANGES", "[[-1, -1]]"),
+                             ("TEST.BATCH_IMAGES", "2")])
     rng = np.random.default_rng(0)
     roidb = []
     for index, (height, width) in enumerate(((50, 80), (40, 60), (60, 90))):
@@ -483,3 +485,80 @@ def test_scale_batches_are_compared_on_the_images_each_batch_gives_and_their_can
     theirs[1] = batch([2, 2], (plan[1].canvas[0] + 16, plan[1].canvas[1]))  # a larger canvas
     counts, difference = compare_scale_batches(theirs, plan, roidb, cfg.network.PIXEL_MEANS)
     assert counts.tolist() == [2, 1, 3, 3, 3, 1] and difference == pytest.approx(2 / (3 * 100 * 160))
+
+
+# ---- the proposal target: the fork's GPU operator's outputs against the project's ---------------------------
+
+def test_random_target_chips_are_what_the_loader_hands_the_operator():
+    from lib.parity.proposal_target import random_target_inputs
+
+    inputs = random_target_inputs(np.random.default_rng(2), 12)
+    cls_prob, gt_boxes, im_info, valid_ranges = (inputs[k] for k in ("cls_prob", "gt_boxes", "im_info",
+                                                                     "valid_ranges"))
+    assert cls_prob.shape == (12, 42, 32, 32) and inputs["bbox_pred"].shape == (12, 84, 32, 32)
+    np.testing.assert_allclose(cls_prob[:, :21] + cls_prob[:, 21:], 1, atol=1e-6)
+    for c in range(12):
+        real = gt_boxes[c, :, 4] != -1
+        count = int(real.sum())
+        assert count >= 1 and real[:count].all()  # the -1 rows last, as the fork reads them
+        boxes = gt_boxes[c, :count, :4]
+        assert np.all(boxes == np.floor(boxes)) and np.all(boxes[:, 2:] - boxes[:, :2] + 1 >= 10)
+        assert np.all(boxes[:, 2] <= im_info[c, 1] - 1) and np.all(boxes[:, 3] <= im_info[c, 0] - 1)
+        height, width, scale = im_info[c]
+        if height < 512 or width < 512:  # the coarsest scale: open upper end 512, flat maps beyond the image
+            assert valid_ranges[c, 1] == 512 and valid_ranges[c, 0] == pytest.approx(120 * scale)
+            rows = int(-(-height // 16))
+            assert np.ptp(cls_prob[c, :, rows:], axis=(1, 2)).max() == 0 if rows < 32 else True
+    again = random_target_inputs(np.random.default_rng(2), 12)
+    assert all(np.array_equal(inputs[k], again[k]) for k in inputs)
+
+
+def test_the_proposal_target_comparison_counts_per_chip_and_slot():
+    from lib.parity.proposal_target import compare_proposal_targets
+
+    rng = np.random.default_rng(0)
+    theirs = {"rois": rng.uniform(0, 500, (600, 5)).astype(np.float32),
+              "labels": rng.integers(0, 3, (2, 300)).astype(np.float32),
+              "bbox_targets": rng.normal(0, 1, (600, 4)).astype(np.float32),
+              "bbox_weights": np.repeat(rng.random((600, 1)) < 0.2, 4, axis=1).astype(np.float32)}
+    inputs = {"cls_prob": np.zeros((2, 42, 32, 32))}
+    rows = dict(compare_proposal_targets(inputs, theirs, {k: v.copy() for k, v in theirs.items()}))
+    assert rows["chips with rois, labels, targets and weights all identical, slot by slot"] == "100.0% (2 / 2)"
+    mine = {k: v.copy() for k, v in theirs.items()}
+    mine["rois"][310, 2] += 2e-4  # chip 1, slot 10
+    positive = np.flatnonzero(theirs["bbox_weights"][:300, 0])[0]
+    mine["bbox_targets"][positive, 3] += 1e-5  # chip 0, a positive
+    rows = dict(compare_proposal_targets(inputs, theirs, mine))
+    assert rows["chips with rois, labels, targets and weights all identical, slot by slot"] == "0.0% (0 / 2)"
+    assert rows["chips with identical rois (bit for bit) / within 1e-3 px; largest difference (px)"].startswith(
+        "50.0% (1 / 2) / 100.0% (2 / 2); 0.0001")  # 2e-4 on a float32 near 250: 1.98e-4
+    assert rows["chips with identical labels / weights"] == "100.0% (2 / 2) / 100.0% (2 / 2)"
+    assert rows["chips with identical targets; largest difference on a positive"].startswith("50.0% (1 / 2); 1")
+
+
+def test_the_proposal_target_tool_writes_inputs_and_compares_outputs(tmp_path, capsys):
+    import runpy
+
+    from lib.parity.proposal_target import project_targets
+
+    tool = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools", "parity",
+                        "proposal_target.py")
+    inputs_file, outputs_file = str(tmp_path / "inputs.npz"), str(tmp_path / "fork.npz")
+    module = runpy.run_path(tool, run_name="parity_tool")
+    module["main"](["inputs", "--out", inputs_file, "--chips", "3", "--seed", "5"])
+    with np.load(inputs_file) as data:
+        inputs = {name: data[name] for name in data.files}
+    np.savez(outputs_file, **project_targets(inputs))  # a stand-in for the fork's outputs: the project's own
+    module["main"](["compare", "--inputs", inputs_file, "--fork-outputs", outputs_file])
+    table = capsys.readouterr().out
+    assert "MultiProposalTarget (3 random chips" in table and "| 100.0% (3 / 3) " in table
+    with pytest.raises(SystemExit):
+        module["main"](["compare", "--inputs", inputs_file, "--fork-outputs", inputs_file])
+
+
+@pytest.mark.skipif(not FORK or not shutil.which("nvcc"), reason="SNIPER_FORK_DIR and nvcc are needed")
+def test_the_fork_s_gpu_proposal_target_compiles_against_the_stand_ins(tmp_path):
+    from lib.parity.fork import ForkCheckout
+
+    operator = ForkCheckout(FORK).multi_proposal_target(str(tmp_path))  # running it needs a CUDA GPU
+    assert hasattr(operator._lib, "harness_multi_proposal_target")

@@ -10,21 +10,28 @@ and the wrapper calls its operator's Forward. Nothing of the fork is in the repo
 """
 import ctypes
 import os
+import subprocess
 
 import numpy as np
 
 from lib.parity.reference import Checkout, compile_shared_library
 
 PROPOSAL_SOURCE = "src/operator/multi_proposal.cc"
-# What its includes ask for besides multi_proposal-inl.h: empty here (the stand-in defines what is used).
+TARGET_SOURCE = "src/operator/multi_proposal_target.cu"
+# What their includes ask for besides their -inl.h: empty here (the stand-ins define what is used).
 EMPTY_INCLUDES = ("dmlc/logging.h", "dmlc/parameter.h", "mxnet/operator.h", "mshadow/tensor.h", "thrust/sort.h",
-                  "thrust/execution_policy.h", "thrust/functional.h", "operator_common.h", "mshadow_op.h")
+                  "thrust/execution_policy.h", "thrust/functional.h", "operator_common.h", "mshadow_op.h",
+                  "mshadow/cuda/reduce.cuh")
+TARGET_CHIPS = 16  # the GPU operator's host buffers hold 16 chips of 300 rois
 
-# The stand-in for the fork's multi_proposal-inl.h: the operator's parameters as a plain struct, and the
-# few MXNet / mshadow types its Forward and Backward use (tensors as a pointer and a shape).
-PROPOSAL_STANDIN = r"""
+# The MXNet / mshadow types the fork's operators touch, as stand-ins: tensors as a pointer and a shape, the
+# temporary-space resource (device memory, in a CUDA build), the operator base class.
+MXNET_STANDIN = r"""
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <vector>
@@ -38,6 +45,7 @@ template <class T> struct Tuple {
 }
 namespace mshadow {
 struct cpu {};
+struct gpu {};
 typedef float real_t;
 template <class xpu> struct Stream {};
 template <class xpu, int dim, class T = float> struct Tensor {
@@ -45,14 +53,30 @@ template <class xpu, int dim, class T = float> struct Tensor {
   int shape_[4];
   int size(int i) const { return shape_[i]; }
 };
+inline size_t Shape1(size_t size) { return size; }
 namespace expr {}
 }
 namespace mxnet {
 using mshadow::cpu;
+using mshadow::gpu;
 using mshadow::real_t;
 enum OpReqType { kNullOp, kWriteTo };
 struct Context {};
+struct Resource {
+  std::vector<void*>* allocated;
+  template <class xpu, int dim, class T> mshadow::Tensor<xpu, dim, T> get_space_typed(size_t size,
+                                                                                      mshadow::Stream<xpu>*) const {
+    mshadow::Tensor<xpu, dim, T> tensor = mshadow::Tensor<xpu, dim, T>();
+#ifdef __CUDACC__
+    cudaMalloc(&tensor.dptr_, size * sizeof(T));
+    allocated->push_back(tensor.dptr_);
+#endif
+    tensor.shape_[0] = (int)size;
+    return tensor;
+  }
+};
 struct OpContext {
+  std::vector<Resource> requested;
   template <class xpu> mshadow::Stream<xpu>* get_stream() const { return 0; }
 };
 struct TBlob {
@@ -70,6 +94,13 @@ class Operator {
  public:
   virtual ~Operator() {}
 };
+}
+"""
+
+# The stand-in for the fork's multi_proposal-inl.h: the operator's parameters as a plain struct, and what its
+# registration at the end of the file names.
+PROPOSAL_STANDIN = MXNET_STANDIN + r"""
+namespace mxnet {
 namespace op {
 namespace proposal {
 enum MultiProposalOpInputs {kClsProb, kBBoxPred, kImInfo};
@@ -133,6 +164,83 @@ extern "C" int harness_multi_proposal(const float* cls_prob, const float* bbox_p
 """
 
 
+# The stand-in for the fork's multi_proposal_target-inl.h.
+TARGET_STANDIN = MXNET_STANDIN + r"""
+namespace mxnet {
+namespace op {
+namespace proposal {
+enum MultiProposalTargetOpInputs {kClsProb, kBBoxPred, kImInfo, kGTBoxes, kValidRanges};
+enum MultiProposalTargetOpOutputs {kRoIs, kLabels, kBboxTarget, kBboxWeight};
+enum MultiProposalTargetForwardResource {kTempSpace};
+}
+struct MultiProposalTargetParam {
+  int rpn_pre_nms_top_n, rpn_post_nms_top_n, rpn_min_size, batch_size, feature_stride;
+  float threshold, bbox_scale;
+  uint64_t workspace;
+  nnvm::Tuple<float> scales, ratios;
+};
+template <typename xpu> Operator* CreateOp(MultiProposalTargetParam param);
+}
+}
+"""
+
+# The wrapper of the GPU operator: inputs copied to the device, its Forward, outputs copied back (up to
+# TARGET_CHIPS chips a call); the attributes the published training passed (300 rois, its anchors).
+TARGET_WRAPPER = r"""
+#include <cuda_runtime.h>
+#include "multi_proposal_target.cu"
+using namespace mxnet;
+static float* harness_device(const float* host, size_t count, std::vector<void*>* allocated) {
+  float* device = 0;
+  cudaMalloc(&device, count * sizeof(float));
+  if (host) cudaMemcpy(device, host, count * sizeof(float), cudaMemcpyHostToDevice);
+  allocated->push_back(device);
+  return device;
+}
+extern "C" int harness_multi_proposal_target(const float* cls_prob, const float* bbox_pred, const float* im_info,
+                                             const float* gt_boxes, const float* valid_ranges, int batch,
+                                             int anchors, int height, int width, int stride, const float* scales,
+                                             int num_scales, const float* ratios, int num_ratios, float* rois,
+                                             float* labels, float* targets, float* weights) {
+  if (batch > 16) return -1;
+  op::MultiProposalTargetParam param = op::MultiProposalTargetParam();
+  param.rpn_post_nms_top_n = 300;
+  param.batch_size = batch;
+  param.feature_stride = stride;
+  param.workspace = 128;
+  param.scales.values.assign(scales, scales + num_scales);
+  param.ratios.values.assign(ratios, ratios + num_ratios);
+  std::vector<void*> allocated;
+  int count = batch * anchors * height * width;
+  TBlob blobs[9] = {{harness_device(cls_prob, 2 * count, &allocated), {batch, 2 * anchors, height, width}},
+                    {harness_device(bbox_pred, 4 * count, &allocated), {batch, 4 * anchors, height, width}},
+                    {harness_device(im_info, 3 * batch, &allocated), {batch, 3, 0, 0}},
+                    {harness_device(gt_boxes, 500 * batch, &allocated), {batch, 100, 5, 0}},
+                    {harness_device(valid_ranges, 2 * batch, &allocated), {batch, 2, 0, 0}},
+                    {harness_device(0, 1500 * batch, &allocated), {300 * batch, 5, 0, 0}},
+                    {harness_device(0, 300 * batch, &allocated), {batch, 300, 0, 0}},
+                    {harness_device(0, 1200 * batch, &allocated), {300 * batch, 4, 0, 0}},
+                    {harness_device(0, 1200 * batch, &allocated), {300 * batch, 4, 0, 0}}};
+  std::vector<TBlob> in(blobs, blobs + 5), out(blobs + 5, blobs + 9), aux;
+  std::vector<OpReqType> req(4, kWriteTo);
+  OpContext ctx;
+  Resource space;
+  space.allocated = &allocated;
+  ctx.requested.push_back(space);
+  Operator* op = op::CreateOp<gpu>(param);
+  static_cast<op::MultiProposalTargetGPUOp<gpu>*>(op)->Forward(ctx, in, req, out, aux);
+  cudaDeviceSynchronize();
+  float* outputs[4] = {rois, labels, targets, weights};
+  size_t sizes[4] = {1500, 300, 1200, 1200};
+  for (int k = 0; k < 4; k++)
+    cudaMemcpy(outputs[k], blobs[5 + k].dptr, sizes[k] * batch * sizeof(float), cudaMemcpyDeviceToHost);
+  for (size_t k = 0; k < allocated.size(); k++) cudaFree(allocated[k]);
+  delete op;
+  return cudaGetLastError() == cudaSuccess ? 0 : -2;
+}
+"""
+
+
 class ForkCheckout(Checkout):
     """The reference's MXNet fork at ``path``."""
 
@@ -141,17 +249,36 @@ class ForkCheckout(Checkout):
 
     def multi_proposal(self, workdir):
         """Its MultiProposal compiled into ``workdir``: a ForkProposals."""
-        self.copy(PROPOSAL_SOURCE, workdir)
-        for name in EMPTY_INCLUDES:
-            os.makedirs(os.path.dirname(os.path.join(workdir, name)), exist_ok=True)
-            open(os.path.join(workdir, name), "w").close()
-        files = {"multi_proposal-inl.h": PROPOSAL_STANDIN, "harness_proposal.cpp": PROPOSAL_WRAPPER}
-        for name, text in files.items():
-            with open(os.path.join(workdir, name), "w") as f:
-                f.write(text)
+        self._write_sources(PROPOSAL_SOURCE, "multi_proposal-inl.h", PROPOSAL_STANDIN, "harness_proposal.cpp",
+                            PROPOSAL_WRAPPER, workdir)
         library = compile_shared_library(workdir, os.path.join(workdir, "harness_proposal.cpp"),
                                          os.path.join(workdir, "harness_proposal.so"), f"the fork's {PROPOSAL_SOURCE}")
         return ForkProposals(library)
+
+    def multi_proposal_target(self, workdir, nvcc="nvcc"):
+        """Its GPU MultiProposalTarget compiled with ``nvcc`` into ``workdir`` (a CUDA GPU runs it): a
+        ForkProposalTarget."""
+        self._write_sources(TARGET_SOURCE, "multi_proposal_target-inl.h", TARGET_STANDIN, "harness_target.cu",
+                            TARGET_WRAPPER, workdir)
+        library = os.path.join(workdir, "harness_target.so")
+        command = [nvcc, "-std=c++14", "-O3", "-Xcompiler", "-fPIC", "-shared", "-I", workdir,
+                   os.path.join(workdir, "harness_target.cu"), "-o", library]
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"compiling the fork's {TARGET_SOURCE} failed: {' '.join(command)}\n"
+                               f"{done.stderr[-2000:]}")
+        return ForkProposalTarget(library)
+
+    def _write_sources(self, source, standin_name, standin, wrapper_name, wrapper, workdir):
+        """The fork's ``source``, the stand-in named as its -inl.h, empty includes and ``wrapper``, in
+        ``workdir``."""
+        self.copy(source, workdir)
+        for name in EMPTY_INCLUDES:
+            os.makedirs(os.path.dirname(os.path.join(workdir, name)), exist_ok=True)
+            open(os.path.join(workdir, name), "w").close()
+        for name, text in ((standin_name, standin), (wrapper_name, wrapper)):
+            with open(os.path.join(workdir, name), "w") as f:
+                f.write(text)
 
 
 class ForkProposals:
@@ -176,3 +303,52 @@ class ForkProposals:
             raise ValueError(f"the fork's MultiProposal holds 21 x 200 x 200 anchors per image, not "
                              f"{channels // 2} x {height} x {width}")
         return rois, scores
+
+
+TARGET_INPUTS = ("cls_prob", "bbox_pred", "im_info", "gt_boxes", "valid_ranges")
+TARGET_OUTPUTS = ("rois", "labels", "bbox_targets", "bbox_weights")
+
+
+class ForkProposalTarget:
+    """ctypes binding of the compiled GPU operator: ``__call__(inputs, stride, scales, ratios)`` with
+    ``inputs`` {name: array} (TARGET_INPUTS; gt_boxes (N, 100, 5) as the fork reads them) -> {name: array} of
+    TARGET_OUTPUTS: rois (N * 300, 5), labels (N, 300), targets and weights (N * 300, 4), float32."""
+
+    def __init__(self, library):
+        self._lib = ctypes.CDLL(library)
+
+    def __call__(self, inputs, stride, scales, ratios):
+        arrays = {name: np.ascontiguousarray(inputs[name], np.float32) for name in TARGET_INPUTS}
+        chips, channels, height, width = arrays["cls_prob"].shape
+        if arrays["gt_boxes"].shape[1:] != (100, 5):
+            raise ValueError(f"the fork's MultiProposalTarget reads gt_boxes (N, 100, 5), not "
+                             f"{arrays['gt_boxes'].shape}")
+        shapes = {"rois": (300, 5), "labels": (300,), "bbox_targets": (300, 4), "bbox_weights": (300, 4)}
+        outputs = {name: np.zeros((chips,) + shape, np.float32) for name, shape in shapes.items()}
+        settings = [np.ascontiguousarray(v, np.float32) for v in (scales, ratios)]
+        pointer = lambda a: a.ctypes.data_as(ctypes.POINTER(ctypes.c_float))  # noqa: E731
+        for start in range(0, chips, TARGET_CHIPS):
+            part = slice(start, min(start + TARGET_CHIPS, chips))
+            ins = [np.ascontiguousarray(arrays[name][part]) for name in TARGET_INPUTS]
+            outs = [np.zeros_like(outputs[name][part]) for name in TARGET_OUTPUTS]
+            done = self._lib.harness_multi_proposal_target(
+                *map(pointer, ins), len(ins[0]), channels // 2, height, width, int(stride),
+                pointer(settings[0]), len(settings[0]), pointer(settings[1]), len(settings[1]), *map(pointer, outs))
+            if done:
+                raise RuntimeError(f"the fork's MultiProposalTarget failed (code {done}: -2 is a CUDA error)")
+            for name, out in zip(TARGET_OUTPUTS, outs):
+                outputs[name][part] = out
+        return {"rois": outputs["rois"].reshape(-1, 5), "labels": outputs["labels"],
+                "bbox_targets": outputs["bbox_targets"].reshape(-1, 4),
+                "bbox_weights": outputs["bbox_weights"].reshape(-1, 4)}
+
+
+def run_fork_targets(fork, inputs_file, out_file, workdir, stride, scales, ratios, nvcc="nvcc"):
+    """The fork's MultiProposalTarget (``fork``: a ForkCheckout) with the anchors of ``stride``, ``scales``,
+    ``ratios`` on the inputs of ``inputs_file`` (an .npz of TARGET_INPUTS), compiled into ``workdir``; its
+    outputs written to ``out_file`` (.npz). Needs a CUDA GPU, ``nvcc`` and NumPy (no MXNet)."""
+    with np.load(inputs_file) as data:
+        inputs = {name: data[name] for name in TARGET_INPUTS}
+    outputs = fork.multi_proposal_target(workdir, nvcc)(inputs, stride, scales, ratios)
+    np.savez(out_file, **outputs)
+    return outputs
