@@ -1,14 +1,19 @@
 """The parity harness (lib/parity): its own logic without the reference; the comparisons themselves against a
 checkout of the reference given by SNIPER_REFERENCE_DIR (skipped when unset)."""
 import os
+import shutil
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from chip_generator.cover import candidate_windows, generate
-from lib.parity.compare import _unshuffled_project_cover, compare_chips, format_table, replay_order, run
+from lib.config import load_config
+from lib.parity.compare import _unshuffled_project_cover, compare_chips, replay_order
+from lib.parity.harness import run
 from lib.parity.reference import ReferenceCheckout
 from lib.parity.shim import load_python2_module, py2_round, stub_module
+from lib.parity.tables import format_table
 
 PYTHON2 = '''
 import cPickle
@@ -122,11 +127,12 @@ def test_a_folder_that_is_not_the_reference_is_refused_naming_it(tmp_path):
 
 
 REFERENCE = os.environ.get("SNIPER_REFERENCE_DIR")
+FORK = os.environ.get("SNIPER_FORK_DIR")
 
 
 @pytest.mark.skipif(not REFERENCE, reason="SNIPER_REFERENCE_DIR (a checkout of the reference) is not set")
-def test_against_the_reference_chips_mining_merge_coco_boxes_and_results_agree():
-    tables = run(ReferenceCheckout(REFERENCE), cases=20, images=10, seed=3)
+def test_against_the_reference_chips_mining_targets_merge_coco_boxes_and_results_agree():
+    tables = run(ReferenceCheckout(REFERENCE), cases=20, images=10, seed=3, scenes=3, test_images=6)
     lines = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
              for line in tables.splitlines() if line.startswith("| ")}
     assert lines["chips identical, in pick order (the reference's shuffle replayed)"] == ["100.0% (20 / 20)"]
@@ -137,6 +143,422 @@ def test_against_the_reference_chips_mining_merge_coco_boxes_and_results_agree()
     assert lines["reference final detections the project gives (label, box within 0.01 px, score within 1e-4)"][0] \
         .startswith("100.0% (")
     assert lines["images with as many final detections"] == ["100.0% (10 / 10)"]
+    # the chips' network inputs and RPN targets (reference rules: first column)
+    for name in ("chips paired (the same chip, scale and position on both sides)",
+                 "anchor labels before sampling identical (anchors)", "`gt_boxes` arrays identical (chips)",
+                 "`valid_ranges` identical (chips)", "`im_info` identical (chips)"):
+        assert lines[name][0].startswith("100.0% ("), name
+    assert lines["RPN box targets within 1e-4 (anchors positive on both sides) / largest difference"][0] \
+        .startswith("100.0% (")
+    assert lines["chip pixels identical (chips) / mean absolute difference"][0].endswith(" / 0.000")
+    # the test batches of both reference iterators: every batch, factor, extent and canvas pixel
+    for name in ("batches identical: images, order and canvas (3 scales)", "resize factors identical (image results)",
+                 "`im_info` extents identical (image results)"):
+        assert all(cell.startswith("100.0% (") for cell in lines[name]), name
+    assert all(cell.startswith("100.0% (") and cell.endswith(" / 0.000")
+               for cell in lines["canvas pixels identical (image results) / mean absolute difference"])
     # the remaining COCO difference: boxes starting left of / above the image (docs/reference_differences.md)
     assert lines["gt boxes arrays identical (images)"][1] == "100.0% (10 / 10)"
     assert lines["results entries identical (box with 1 decimal, score with 8)"][0].startswith("100.0%")
+
+
+# ---- the test side: the fork's proposal operator on shared canvases -------------------------------------
+
+def test_a_result_is_compared_on_the_kept_boxes_the_fork_pads_with_random_ones():
+    from lib.parity.detection import compare_result
+
+    kept = np.array([[0, 1, 2, 30, 40], [0, 5, 5, 9, 9]], np.float32)
+    project_rois, project_scores = kept[[0, 1, 0, 1]], np.array([0.9, 0.5, 0.9, 0.5], np.float32)
+    fork_rois = np.vstack([kept, [[0, 17, 3, 250, 380], [0, 2, 99, 311, 201]]]).astype(np.float32)
+    fork_scores = np.array([0.9, 0.5, 0, 0], np.float32)
+    assert compare_result(fork_rois, fork_scores, project_rois, project_scores) == (True, True, 0.0)
+    shifted = fork_rois.copy()
+    shifted[1, 3] = np.nextafter(np.float32(9), np.float32(10))  # one ulp
+    same, padded, difference = compare_result(shifted, fork_scores, project_rois, project_scores)
+    assert not same and padded and difference == pytest.approx(9.5367e-7, rel=1e-3)
+    fork_scores[2] = 0.1  # a third box the project does not keep
+    assert not compare_result(fork_rois, fork_scores, project_rois, project_scores)[0]
+
+
+def test_random_batches_share_a_canvas_filled_by_their_first_image_and_flat_beyond_each_image():
+    from lib.parity.detection import STRIDE, random_canvas_batch
+
+    rng = np.random.default_rng(4)
+    for _ in range(5):
+        cls_prob, bbox_pred, im_info = random_canvas_batch(rng)
+        batch, _, height, width = cls_prob.shape
+        assert batch in (2, 4) and len(im_info) == batch and bbox_pred.shape == (batch, 2 * cls_prob.shape[1]) + (
+            height, width)
+        assert -(-im_info[0, 0] // STRIDE) == height and -(-im_info[0, 1] // STRIDE) == width
+        assert np.all(im_info[:, :2] <= im_info[0, :2]) and np.all(im_info[:, 2] == 1)
+        np.testing.assert_allclose(cls_prob[:, :21] + cls_prob[:, 21:], 1, atol=1e-6)
+        for b, (h, w, _) in enumerate(im_info):
+            rows, cols = int(-(-h // STRIDE)), int(-(-w // STRIDE))
+            if rows < height:  # the padding below the image: one value per channel
+                assert np.ptp(cls_prob[b, :, rows:], axis=(1, 2)).max() == 0
+                assert np.ptp(bbox_pred[b, :, rows:, cols:], axis=(1, 2)).max() == 0 if cols < width else True
+
+
+class ProjectAsFork:
+    """A stand-in for the compiled fork operator: the project's layer, its padding written as the fork's
+    (random boxes of score 0); ``clip_to_canvas`` clips every image's boxes to the canvas instead."""
+
+    def __init__(self, clip_to_canvas=False):
+        self.clip_to_canvas = clip_to_canvas
+
+    def __call__(self, cls_prob, bbox_pred, im_info, stride, scales, ratios, post_nms_top_n, seed=0):
+        from lib.ops.proposal_layer import proposals
+
+        info = im_info.copy()
+        if self.clip_to_canvas:
+            info[:, :2] = im_info[0, :2]  # the canvas: the extent of the batch's first (largest) image
+        rois, scores = proposals(cls_prob, bbox_pred, info, stride, scales, ratios, 12000, post_nms_top_n, 0.7, 3)
+        rng = np.random.default_rng(seed)
+        for b in range(len(im_info)):
+            rows = slice(b * post_nms_top_n, (b + 1) * post_nms_top_n)
+            kept = len(np.unique(rois[rows], axis=0))
+            rois[rows][kept:, 1:] = rng.integers(0, 400, (post_nms_top_n - kept, 4))
+            scores[rows][kept:] = 0
+        return rois, scores[:, 0]
+
+
+def test_the_proposal_comparison_finds_a_layer_that_clips_to_the_canvas_on_the_smaller_images():
+    from lib.parity.detection import compare_test_proposals
+
+    rows = dict((row[0], row[1]) for row in compare_test_proposals(ProjectAsFork(), 3, seed=2))
+    compared = [value for name, value in rows.items() if name.startswith(("results identical", "the same"))]
+    assert len(compared) == 2 and all(value.startswith("100.0%") for value in compared)
+    assert rows["largest coordinate difference of a kept box (px)"] == "0"
+    rows = dict((row[0], row[1]) for row in compare_test_proposals(ProjectAsFork(clip_to_canvas=True), 3, seed=2))
+    assert rows["results identical, kept boxes and scores bit for bit: first image of a batch (fills the canvas)"] \
+        .startswith("100.0%")
+    assert rows["the same: the batch's other images (smaller than the canvas)"].startswith("0.0%")
+
+
+FAKE_FORK_OPERATOR = r'''
+#include "./multi_proposal-inl.h"
+#include <dmlc/logging.h>
+#include <mshadow/tensor.h>
+#include "./operator_common.h"
+namespace mxnet {
+namespace op {
+template<typename xpu>
+class MultiProposalGPUOp : public Operator {
+ public:
+  explicit MultiProposalGPUOp(MultiProposalParam param) : param_(param) {}
+  virtual void Forward(const OpContext &ctx, const std::vector<TBlob> &in_data, const std::vector<OpReqType> &req,
+                       const std::vector<TBlob> &out_data, const std::vector<TBlob> &aux_states) {
+    using namespace mshadow;
+    CHECK_EQ(in_data.size(), 3);
+    Stream<xpu> *s = ctx.get_stream<xpu>();
+    Tensor<cpu, 2> info = in_data[proposal::kImInfo].get<cpu, 2, real_t>(s);
+    Tensor<cpu, 2> rois = out_data[proposal::kRoIs].get<cpu, 2, real_t>(s);
+    Tensor<cpu, 1> scores = out_data[proposal::kScores].get<cpu, 1, real_t>(s);
+    for (int r = 0; r < rois.size(0); r++) {  // each image's height, width, stride and first ratio x scale
+      int b = r / param_.rpn_post_nms_top_n;
+      float row[5] = {(float)b, info.dptr_[3 * b], info.dptr_[3 * b + 1], (float)param_.feature_stride,
+                      param_.ratios[0] * param_.scales[param_.scales.ndim() - 1]};
+      std::memcpy(rois.dptr_ + 5 * r, row, sizeof(row));
+      scores.dptr_[r] = (float)(rand() % 2);
+    }
+  }
+ private:
+  MultiProposalParam param_;
+};
+template<>
+Operator *CreateOp<cpu>(MultiProposalParam param) { return new MultiProposalGPUOp<cpu>(param); }
+Operator* MultiProposalProp::CreateOperator(Context ctx) const { DO_BIND_DISPATCH(CreateOp, param_); }
+DMLC_REGISTER_PARAMETER(MultiProposalParam);
+MXNET_REGISTER_OP_PROPERTY(MultiProposal, MultiProposalProp)
+.describe("Proposal Generator")
+.add_argument("cls_prob", "NDArray-or-Symbol", "Proposal Score")
+.add_arguments(MultiProposalParam::__FIELDS__());
+}  // namespace op
+}  // namespace mxnet
+'''
+
+
+def test_the_fork_s_operator_source_compiles_against_the_stand_ins_and_is_called_with_its_inputs(tmp_path):
+    from lib.parity.fork import PROPOSAL_SOURCE, ForkCheckout
+
+    with pytest.raises(FileNotFoundError, match=f"--fork {tmp_path}: not a checkout of the reference's MXNet fork"):
+        ForkCheckout(str(tmp_path))
+    source = tmp_path / PROPOSAL_SOURCE
+    source.parent.mkdir(parents=True)
+    source.write_text(FAKE_FORK_OPERATOR)
+    operator = ForkCheckout(str(tmp_path)).multi_proposal(str(tmp_path / "build"))
+    im_info = np.array([[48, 80, 1], [32, 64, 1]], np.float32)
+    rois, scores = operator(np.zeros((2, 6, 3, 5)), np.zeros((2, 12, 3, 5)), im_info, 16, (2, 8), (0.5, 1, 2), 4,
+                            seed=3)
+    np.testing.assert_array_equal(rois, [[0, 48, 80, 16, 4]] * 4 + [[1, 32, 64, 16, 4]] * 4)
+    again = operator(np.zeros((2, 6, 3, 5)), np.zeros((2, 12, 3, 5)), im_info, 16, (2, 8), (0.5, 1, 2), 4, seed=3)
+    np.testing.assert_array_equal(scores, again[1])  # srand(seed) fixes its rand()
+    with pytest.raises(ValueError, match="21 x 200 x 200 anchors per image"):
+        operator(np.zeros((1, 42, 201, 201)), np.zeros((1, 84, 201, 201)), im_info[:1], 16, (2,), (1,), 4)
+
+
+
+@pytest.mark.skipif(not FORK, reason="SNIPER_FORK_DIR (a checkout of the reference's MXNet fork) is not set")
+def test_against_the_fork_the_test_proposal_layer_is_bit_identical_on_shared_canvases(tmp_path):
+    from lib.parity.detection import compare_test_proposals
+    from lib.parity.fork import ForkCheckout
+
+    rows = dict(compare_test_proposals(ForkCheckout(FORK).multi_proposal(str(tmp_path)), 6, seed=1))
+    assert rows["results identical, kept boxes and scores bit for bit: first image of a batch (fills the canvas)"] \
+        == "100.0% (6 / 6)"
+    assert rows["the same: the batch's other images (smaller than the canvas)"].startswith("100.0%")
+
+
+# ---- the training side: chip inputs and RPN targets --------------------------------------------------------
+
+def test_target_tally_counts_anchors_positives_arrays_and_pixels():
+    from lib.parity.chip_targets import TargetTally
+
+    labels = np.array([1, 0, -1, 0], np.float32)
+    pixels = np.zeros((3, 2, 2), np.float32)
+    theirs = (labels, {(0, 0, 0): 0.5, (1, 0, 0): 0.25}, np.zeros((100, 5)), np.array([0., 512.]),
+              np.array([512., 512., 2.]), pixels)
+    mine = (labels.copy(), {(0, 0, 0): 0.5, (1, 0, 0): 0.2502, (2, 0, 0): 1.0}, np.zeros((100, 5), np.float32),
+            np.array([0, 512], np.float32), np.array([512, 512, 2], np.float32), pixels + 0.5)
+    mine[0][1] = -1
+    tally = TargetTally()
+    tally.counts["chips"] = 2  # one reference chip without a project counterpart
+    tally.add(theirs, mine)
+    rows = dict(tally.rows())
+    assert rows["chips paired (the same chip, scale and position on both sides)"] == "50.0% (1 / 2)"
+    assert rows["anchor labels before sampling identical (anchors)"] == "75.0% (3 / 4)"
+    # anchors positive on both sides: two; one target 2e-4 off
+    assert rows["RPN box targets within 1e-4 (anchors positive on both sides) / largest difference"] == \
+        "50.0% (1 / 2) / 0.0002"
+    assert rows["`gt_boxes` arrays identical (chips)"] == rows["`im_info` identical (chips)"] == "100.0% (1 / 1)"
+    assert rows["chip pixels identical (chips) / mean absolute difference"] == "0.0% (0 / 1) / 0.500"
+
+
+class RecordingWorkers:
+    """A stand-in for the reference's data_workers: records what its anchor and image workers are given."""
+
+    def __init__(self):
+        self.calls = {}
+
+    def anchor_worker(self, cfg, chip_size):
+        calls = self.calls
+
+        class Anchors:
+            feat_width = feat_height = 32.0  # what Python 3 makes of the reference's 512 / 16
+
+            def worker(self, arguments):
+                calls["anchors"] = arguments
+                return [np.zeros((1, 4), np.float16), np.array([0.5]), np.array([[2], [3], [4]]), -np.ones((100, 5))]
+
+        return Anchors()
+
+    def im_worker(self, crop_size, cfg):
+        calls = self.calls
+
+        class Images:
+            def worker(self, arguments):
+                calls["image"] = arguments
+                return np.ones((3, crop_size, crop_size))
+
+        return Images()
+
+
+def test_the_reference_chip_gets_the_arguments_its_iterator_builds():
+    from lib.parity.chip_targets import reference_anchor_worker, reference_chip_inputs, reference_config
+
+    cfg = load_config(None, [("TRAIN.SCALES", "[3.0, 1.667, 512.0]"),
+                             ("TRAIN.VALID_RANGES", "[[-1, 80], [32, 150], [120, -1]]")])
+    ref_cfg = reference_config(cfg)
+    assert ref_cfg.TRAIN.RPN_POSITIVE_OVERLAP == cfg.TRAIN.RPN_POSITIVE_OVERLAP
+    assert ref_cfg.TRAIN.RPN_BATCH_SIZE > 10 ** 6
+    workers = RecordingWorkers()
+    anchors = reference_anchor_worker(workers, ref_cfg)
+    assert anchors.feat_width == anchors.feat_height == 32 and isinstance(anchors.feat_width, int)
+    boxes = np.array([[0, 0, 50, 60], [10, 10, 90, 80], [5, 5, 30, 30]], np.float32)  # two gts, a proposal
+    entry = {"boxes": boxes, "max_overlaps": np.array([1, 1, 0]), "max_classes": np.array([3, 1, 0]),
+             "image": "x.png", "flipped": True}
+    crop = (np.array([10.0, 20.0, 180.0, 190.0]), 1.667, 512, 512, 1)
+    labels, targets, gt_boxes, valid_ranges, im_info, pixels = reference_chip_inputs(
+        workers, anchors, ref_cfg, entry, crop, [1, 2])
+    im_info_arg, chip, scale, members, gtids, gts, all_boxes, classes = workers.calls["anchors"]
+    assert im_info_arg == [512, 512, 1.667] and chip is crop[0] and scale == 1.667
+    assert members.dtype == np.int32 and members.tolist() == [1, 2] and gtids.tolist() == [0, 1]
+    np.testing.assert_array_equal(gts, boxes[:2])
+    np.testing.assert_array_equal(all_boxes, boxes)
+    assert classes.tolist() == [[3], [1]] and workers.calls["image"] == ["x.png", crop, True]
+    np.testing.assert_allclose(valid_ranges, [32 * 1.667, 150 * 1.667])
+    np.testing.assert_array_equal(im_info, [512, 512, 1.667])
+    assert targets == {(2, 3, 4): 0.5} and labels.shape == (4,) and pixels.shape == (3, 512, 512)
+    coarsest = (np.array([0.0, 0.0, 300.0, 200.0]), 0.8, 160, 240, 2)
+    valid_ranges, im_info = reference_chip_inputs(workers, anchors, ref_cfg, entry, coarsest, [0])[3:5]
+    np.testing.assert_allclose(valid_ranges, [120 * 0.8, 512])  # the open end: the input size
+    np.testing.assert_array_equal(im_info, [160, 240, 0.8])
+
+
+def test_the_project_chip_is_written_by_the_loader_s_worker_into_one_slot(tmp_path):
+    import cv2
+
+    from lib.data.anchor_target import AnchorTargeter, AnchorTargetParams
+    from lib.data.chip_worker import ChipWorker, batch_fields
+    from lib.data.epoch_plan import ChipRef
+    from lib.parity.chip_targets import OneSlotRing, project_chip_inputs, project_config
+
+    cfg = project_config((3.0, 1.667, 512.0), ((-1, 80), (32, 150), (120, -1)), 56)
+    image = np.full((100, 120, 3), 100, np.uint8)
+    cv2.imwrite(str(tmp_path / "a.png"), image)
+    entry = {"image": str(tmp_path / "a.png"), "width": 120, "height": 100, "flipped": False,
+             "boxes": np.array([[10, 10, 59, 49]], np.float32), "gt_classes": np.array([2], np.int32)}
+    targeter = AnchorTargeter(AnchorTargetParams.from_config(cfg))
+    worker = ChipWorker([entry], cfg, OneSlotRing(batch_fields(cfg, targeter, rpn_only=False)), rpn_only=False)
+    labels, targets, gt_boxes, valid_ranges, im_info, pixels = project_chip_inputs(
+        worker, ChipRef(0, 2, 4.0, (0.0, 0.0, 479.0, 399.0), (0,)))
+    # the box at scale 4: [40, 40, 236, 196], class 2, the only gt row; sampling off: every negative kept
+    np.testing.assert_array_equal(gt_boxes[0], [40, 40, 236, 196, 2])
+    assert np.all(gt_boxes[1:] == -1) and (labels == 1).any() and (labels == 0).sum() > 1000
+    assert len(targets) == 4 * (labels == 1).sum() and all(len(key) == 3 for key in targets)
+    np.testing.assert_array_equal(im_info, [400, 480, 4.0])  # the coarsest scale: the scaled image
+    np.testing.assert_allclose(pixels[:, 0, 0], 100 - np.array(cfg.network.PIXEL_MEANS)[::-1], atol=1e-4)
+
+
+# ---- the test side: batches and canvases ----------------------------------------------------------------
+
+class FakeTestIterator:
+    """A stand-in for a reference test iterator: one image a batch, each part's images in reverse order."""
+
+    parts = []
+
+    def __init__(self, roidb, config, test_scale, batch_size, threads, nGPUs, pad_rois_to, crop_size, num_classes):
+        FakeTestIterator.parts.append([entry["width"] for entry in roidb])
+        self.order, self.batch = list(range(len(roidb)))[::-1], None
+
+    def iter_next(self):
+        if not self.order:
+            return False
+        index = self.order.pop(0)
+        self.batch = SimpleNamespace(data=[np.zeros((1, 3, 4, 4)), np.array([[4, 4, 1.0]]), np.array([index])])
+        return True
+
+
+def test_reference_batches_follow_its_wrapper_s_split_into_contiguous_parts():
+    from lib.parity.detection import reference_batches
+
+    roidb = [{"width": w} for w in (10, 11, 12, 13, 14)]
+    FakeTestIterator.parts = []
+    batches = reference_batches(FakeTestIterator, roidb, None, (800, 1280), 1, parts=2)
+    assert FakeTestIterator.parts == [[10, 11, 12], [13, 14]]  # ceil(5 / 2) = 3 images a part
+    assert [members for members, _, _ in batches] == [[2], [1], [0], [4], [3]]  # indices into the whole set
+
+
+def test_scale_batches_are_compared_on_the_images_each_batch_gives_and_their_canvas(tmp_path):
+    import cv2
+
+    from lib.inference.batching import plan_level
+    from lib.inference.pipeline import prepare_image
+    from lib.parity.detection import compare_scale_batches
+    from lib.scales import pyramid
+
+    cfg = load_config(None, [("TEST.SCALES", "[[100, 160]]"), ("TEST.VALID_RANGES", "[[-1, -1]]"),
+                             ("TEST.BATCH_IMAGES", "2")])
+    rng = np.random.default_rng(0)
+    roidb = []
+    for index, (height, width) in enumerate(((50, 80), (40, 60), (60, 90))):
+        cv2.imwrite(str(tmp_path / f"{index}.png"), rng.integers(0, 255, (height, width, 3)).astype(np.uint8))
+        roidb.append({"image": str(tmp_path / f"{index}.png"), "height": height, "width": width})
+    spec = pyramid(cfg.TEST, "TEST")[0].spec
+    plan = plan_level([(e["height"], e["width"]) for e in roidb], spec, 2, 1)
+    # the reference's batches of the same plan: by area, the last padded by repeating its last image
+    assert [b.images for b in plan] == [(1, 0), (2,)]
+
+    def batch(members, canvas):
+        data = np.zeros((len(members), 3) + canvas, np.float32)
+        info = np.zeros((len(members), 3), np.float32)
+        for slot, index in enumerate(members):
+            scale = spec.image_scale(roidb[index]["height"], roidb[index]["width"])
+            image = cv2.imread(roidb[index]["image"])
+            info[slot] = (*prepare_image(image, scale, cfg.network.PIXEL_MEANS, "RGB", data[slot]), scale)
+        return members, data, info
+
+    theirs = [batch([1, 0], plan[0].canvas), batch([2, 2], plan[1].canvas)]
+    counts, difference = compare_scale_batches(theirs, plan, roidb, cfg.network.PIXEL_MEANS)
+    assert counts.tolist() == [2, 2, 3, 3, 3, 3] and difference == 0
+    theirs[0][1][1, 0, 0, 0] += 2  # one pixel of image 0
+    theirs[1] = batch([2, 2], (plan[1].canvas[0] + 16, plan[1].canvas[1]))  # a larger canvas
+    counts, difference = compare_scale_batches(theirs, plan, roidb, cfg.network.PIXEL_MEANS)
+    assert counts.tolist() == [2, 1, 3, 3, 3, 1] and difference == pytest.approx(2 / (3 * 100 * 160))
+
+
+# ---- the proposal target: the fork's GPU operator's outputs against the project's ---------------------------
+
+def test_random_target_chips_are_what_the_loader_hands_the_operator():
+    from lib.parity.proposal_target import random_target_inputs
+
+    inputs = random_target_inputs(np.random.default_rng(2), 12)
+    cls_prob, gt_boxes, im_info, valid_ranges = (inputs[k] for k in ("cls_prob", "gt_boxes", "im_info",
+                                                                     "valid_ranges"))
+    assert cls_prob.shape == (12, 42, 32, 32) and inputs["bbox_pred"].shape == (12, 84, 32, 32)
+    np.testing.assert_allclose(cls_prob[:, :21] + cls_prob[:, 21:], 1, atol=1e-6)
+    for c in range(12):
+        real = gt_boxes[c, :, 4] != -1
+        count = int(real.sum())
+        assert count >= 1 and real[:count].all()  # the -1 rows last, as the fork reads them
+        boxes = gt_boxes[c, :count, :4]
+        assert np.all(boxes == np.floor(boxes)) and np.all(boxes[:, 2:] - boxes[:, :2] + 1 >= 10)
+        assert np.all(boxes[:, 2] <= im_info[c, 1] - 1) and np.all(boxes[:, 3] <= im_info[c, 0] - 1)
+        height, width, scale = im_info[c]
+        if height < 512 or width < 512:  # the coarsest scale: open upper end 512, flat maps beyond the image
+            assert valid_ranges[c, 1] == 512 and valid_ranges[c, 0] == pytest.approx(120 * scale)
+            rows = int(-(-height // 16))
+            assert np.ptp(cls_prob[c, :, rows:], axis=(1, 2)).max() == 0 if rows < 32 else True
+    again = random_target_inputs(np.random.default_rng(2), 12)
+    assert all(np.array_equal(inputs[k], again[k]) for k in inputs)
+
+
+def test_the_proposal_target_comparison_counts_per_chip_and_slot():
+    from lib.parity.proposal_target import compare_proposal_targets
+
+    rng = np.random.default_rng(0)
+    theirs = {"rois": rng.uniform(0, 500, (600, 5)).astype(np.float32),
+              "labels": rng.integers(0, 3, (2, 300)).astype(np.float32),
+              "bbox_targets": rng.normal(0, 1, (600, 4)).astype(np.float32),
+              "bbox_weights": np.repeat(rng.random((600, 1)) < 0.2, 4, axis=1).astype(np.float32)}
+    inputs = {"cls_prob": np.zeros((2, 42, 32, 32))}
+    rows = dict(compare_proposal_targets(inputs, theirs, {k: v.copy() for k, v in theirs.items()}))
+    assert rows["chips with rois, labels, targets and weights all identical, slot by slot"] == "100.0% (2 / 2)"
+    mine = {k: v.copy() for k, v in theirs.items()}
+    mine["rois"][310, 2] += 2e-4  # chip 1, slot 10
+    positive = np.flatnonzero(theirs["bbox_weights"][:300, 0])[0]
+    mine["bbox_targets"][positive, 3] += 1e-5  # chip 0, a positive
+    rows = dict(compare_proposal_targets(inputs, theirs, mine))
+    assert rows["chips with rois, labels, targets and weights all identical, slot by slot"] == "0.0% (0 / 2)"
+    assert rows["chips with identical rois (bit for bit) / within 1e-3 px; largest difference (px)"].startswith(
+        "50.0% (1 / 2) / 100.0% (2 / 2); 0.0001")  # 2e-4 on a float32 near 250: 1.98e-4
+    assert rows["chips with identical labels / weights"] == "100.0% (2 / 2) / 100.0% (2 / 2)"
+    assert rows["chips with identical targets; largest difference on a positive"].startswith("50.0% (1 / 2); 1")
+
+
+def test_the_proposal_target_tool_writes_inputs_and_compares_outputs(tmp_path, capsys):
+    import runpy
+
+    from lib.parity.proposal_target import project_targets
+
+    tool = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools", "parity",
+                        "proposal_target.py")
+    inputs_file, outputs_file = str(tmp_path / "inputs.npz"), str(tmp_path / "fork.npz")
+    module = runpy.run_path(tool, run_name="parity_tool")
+    module["main"](["inputs", "--out", inputs_file, "--chips", "3", "--seed", "5"])
+    with np.load(inputs_file) as data:
+        inputs = {name: data[name] for name in data.files}
+    np.savez(outputs_file, **project_targets(inputs))  # a stand-in for the fork's outputs: the project's own
+    module["main"](["compare", "--inputs", inputs_file, "--fork-outputs", outputs_file])
+    table = capsys.readouterr().out
+    assert "MultiProposalTarget (3 random chips" in table and "| 100.0% (3 / 3) " in table
+    with pytest.raises(SystemExit):
+        module["main"](["compare", "--inputs", inputs_file, "--fork-outputs", inputs_file])
+
+
+@pytest.mark.skipif(not FORK or not shutil.which("nvcc"), reason="SNIPER_FORK_DIR and nvcc are needed")
+def test_the_fork_s_gpu_proposal_target_compiles_against_the_stand_ins(tmp_path):
+    from lib.parity.fork import ForkCheckout
+
+    operator = ForkCheckout(FORK).multi_proposal_target(str(tmp_path))  # running it needs a CUDA GPU
+    assert hasattr(operator._lib, "harness_multi_proposal_target")

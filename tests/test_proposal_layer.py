@@ -4,6 +4,7 @@ import json
 
 import mxnet as mx
 import numpy as np
+import pytest
 
 from lib.config import load_config
 from lib.ops.proposal_layer import proposals
@@ -135,7 +136,7 @@ def introsort_model(scores):
 
 
 def test_anchors_are_ranked_in_std_sort_order_ties_included():
-    from lib.ops._score_order import std_sort_descending
+    from lib.ops._proposal_host import std_sort_descending
 
     rng = np.random.default_rng(5)
     for size, levels in ((10, 3), (40, 4), (300, 7), (2000, 50)):
@@ -145,3 +146,92 @@ def test_anchors_are_ranked_in_std_sort_order_ties_included():
         assert order.tolist() == introsort_model(scores)
     ties = std_sort_descending(np.zeros(40, np.float32))
     assert ties.tolist() != list(range(40))  # not a stable sort: equal scores move
+
+
+def _libm_expf():
+    import ctypes
+    import ctypes.util
+
+    libm = ctypes.CDLL(ctypes.util.find_library("m"))
+    libm.expf.restype, libm.expf.argtypes = ctypes.c_float, [ctypes.c_float]
+    return libm.expf
+
+
+def test_deltas_are_exponentiated_with_the_c_library_s_expf():
+    # the reference's `exp(dw)` on a float is the C library's expf, which for a few values in ten thousand
+    # is not the correctly rounded exp that float32(exp(double)) gives; the layer follows expf
+    from lib.ops._proposal_host import c_expf
+
+    expf = _libm_expf()
+    values = np.random.default_rng(7).normal(0, 0.5, 20000).astype(np.float32)
+    by_libm = np.array([expf(float(v)) for v in values], np.float32)
+    np.testing.assert_array_equal(c_expf(values.reshape(100, 200)), by_libm.reshape(100, 200))
+    # one 16 x 16 anchor centred on (7.5, 7.5) on a 1 x 1 map, width 16 exp(dw) < 16:
+    # x1 = 7.5 - 0.5 * (16 exp(dw) - 1), small, so a last-bit change of exp(dw) shows in it
+    def x1(exp_dw):
+        return np.float32(np.float32(7.5) - 0.5 * (np.float64(np.float32(exp_dw) * np.float32(16)) - 1.0))
+
+    shown = [v for v, e in zip(values, by_libm) if v < 0 and x1(e) != x1(np.exp(np.float64(v)))]
+    if not shown:
+        pytest.skip("this C library's expf is correctly rounded on the sample")
+    cls_prob = np.array([0.2, 0.8], np.float32).reshape(1, 2, 1, 1)
+    bbox_pred = np.array([0, 0, shown[0], 0], np.float32).reshape(1, 4, 1, 1)
+    rois, _ = proposals(cls_prob, bbox_pred, np.array([[100, 100, 1.0]], np.float32), 16, (1,), (1,),
+                        12000, 1, 0.7, 3)
+    assert rois[0, 1] == x1(expf(float(shown[0])))
+
+
+def test_nms_overlap_is_float32_as_the_reference_computes_it():
+    from lib.ops._proposal_host import greedy_nms_float32
+
+    def overlaps(a, b):  # the reference's steps: float32 sizes (+1), intersection, union; double for contrast
+        f = np.float32
+        area = lambda r: (r[2] - r[0] + f(1)) * (r[3] - r[1] + f(1))  # noqa: E731
+        w = max(f(0), min(a[2], b[2]) - max(a[0], b[0]) + f(1))
+        h = max(f(0), min(a[3], b[3]) - max(a[1], b[1]) + f(1))
+        inter32 = w * h
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        inter64 = ((min(a64[2], b64[2]) - max(a64[0], b64[0]) + 1) * (min(a64[3], b64[3]) - max(a64[1], b64[1]) + 1))
+        union64 = (a64[2] - a64[0] + 1) * (a64[3] - a64[1] + 1) + (b64[2] - b64[0] + 1) * (b64[3] - b64[1] + 1)
+        return inter32 / (area(a) + area(b) - inter32), inter64 / (union64 - inter64)
+
+    # two boxes of equal size shifted along x, their overlap within 1e-7 of the threshold 0.7
+    above = np.array([[187.04692, 233.00493, 374.81787, 509.02127],
+                      [220.35944, 233.00493, 408.1304, 509.02127]], np.float32)
+    below = np.array([[98.91952, 236.52861, 196.84601, 378.043],
+                      [116.37713, 236.52861, 214.30362, 378.043]], np.float32)
+    single32, single64 = overlaps(*above)
+    assert single32 > 0.7 >= single64  # float32: suppressed; exact: kept
+    np.testing.assert_array_equal(greedy_nms_float32(above, 0.7, 10), [0])
+    single32, single64 = overlaps(*below)
+    assert single64 > 0.7 >= single32  # exact: suppressed; float32: kept
+    np.testing.assert_array_equal(greedy_nms_float32(below, 0.7, 10), [0, 1])
+    np.testing.assert_array_equal(greedy_nms_float32(np.concatenate([below, above + 1000]), 0.7, 2), [0, 1])
+
+
+def test_an_image_s_proposals_on_a_shared_canvas_do_not_depend_on_its_companions():
+    # The reference's operator treats every image of a batch on its own (its im_info extent, its ranking and
+    # NMS); the network's maps of an image do not change with the other images of the canvas either. The
+    # detector relies on it: a batch whose other member is a padding repeat runs without it.
+    from network_helpers import bind_random, inference_shapes
+
+    cfg = load_config(None, [("symbol", "resnet_tiny"), ("TEST.fp16", "false")])
+    symbol = inference_symbol(cfg, None, rpn_only=True)
+    rng = np.random.default_rng(0)
+    large = rng.uniform(-100, 100, (3, 64, 96)).astype(np.float32)
+    small = np.zeros((3, 64, 96), np.float32)
+    small[:, :40, :50] = rng.uniform(-100, 100, (3, 40, 50))
+    outputs = {}
+    cases = (("alone", [small], [[40, 50, 1]]), ("second", [large, small], [[64, 96, 1], [40, 50, 1]]),
+             ("first", [small, large], [[40, 50, 1], [64, 96, 1]]))
+    for name, images, info in cases:
+        executor, _ = bind_random(symbol, inference_shapes(len(images), 64) | {"data": (len(images), 3, 64, 96)}, 3)
+        executor.arg_dict["data"][:] = np.stack(images)
+        executor.arg_dict["im_info"][:] = np.array(info, np.float32)
+        rois, scores = (o.asnumpy() for o in executor.forward(is_train=False)[:2])
+        slot = 1 if name == "second" else 0
+        outputs[name] = rois.reshape(len(images), -1, 5)[slot, :, 1:], scores.reshape(len(images), -1)[slot]
+    for name in ("second", "first"):
+        np.testing.assert_array_equal(outputs[name][0], outputs["alone"][0])
+        np.testing.assert_array_equal(outputs[name][1], outputs["alone"][1])
+    assert outputs["alone"][0][:, 2].max() <= 49 and outputs["alone"][0][:, 3].max() <= 39  # x2, y2: its own extent

@@ -12,7 +12,14 @@ same name in ways that change the proposals:
   above ``TEST.RPN_NMS_THRESH``), boxes under the minimum size never take part;
 - anchors are enumerated in (a, h, w) order and ranked with std::sort, which decides the order of equal
   scores (common: the anchors of a canvas's padding or of a flat image region score alike), and with it
-  which of two overlapping equal boxes NMS keeps.
+  which of two overlapping equal boxes NMS keeps;
+- its host arithmetic: exp of the float32 deltas is the C library's ``expf``, and NMS compares a float32
+  overlap with the threshold (lib/ops/src/proposal_host.h); the outputs are bit-identical to the fork's
+  operator compiled from its source (``tools/parity/compare.py --fork``).
+
+Each image of a batch is treated on its own: every anchor of the shared canvas's feature map, boxes
+clipped to the image's own ``im_info`` extent, its own ranking and NMS; a smaller image's canvas padding
+only contributes candidates that end up clipped to its border.
 
 The reference pads an image's output to ``TEST.RPN_POST_NMS_TOP_N`` rows with random boxes, which cannot
 be reproduced; here the kept boxes are repeated, as the stock operator pads, and the detector drops the
@@ -22,15 +29,15 @@ repeats (docs/reference_differences.md). ``TEST.PROPOSAL_LAYER: stock`` selects 
 import mxnet as mx
 import numpy as np
 
-from lib.boxes import base_anchors, nms
-from lib.ops._score_order import std_sort_descending
+from lib.boxes import base_anchors
+from lib.ops._proposal_host import c_expf, greedy_nms_float32, std_sort_descending
 
 OP_TYPE = "sniper_test_proposal"
 
 
 def decode_anchors(anchors, deltas, height, width):
     """Shifted anchors (N, 4) + deltas (N, 4) -> boxes clipped to ``[0, width - 1] x [0, height - 1]``,
-    float32 with the reference kernel's float/double mix (+1 widths)."""
+    float32 with the reference kernel's float/double mix (+1 widths) and its float32 exp (``expf``)."""
     x1, y1, x2, y2 = (anchors[:, i] for i in range(4))
     w = (x2 - x1 + np.float32(1)).astype(np.float32)
     h = (y2 - y1 + np.float32(1)).astype(np.float32)
@@ -40,8 +47,8 @@ def decode_anchors(anchors, deltas, height, width):
     pred_ctr_x = dx * w + ctr_x
     pred_ctr_y = dy * h + ctr_y
     with np.errstate(over="ignore"):  # a huge delta gives an infinite box, clipped to the image as there
-        pred_w = np.exp(dw.astype(np.float64)).astype(np.float32) * w
-        pred_h = np.exp(dh.astype(np.float64)).astype(np.float32) * h
+        pred_w = c_expf(dw) * w
+        pred_h = c_expf(dh) * h
     half_w = 0.5 * (pred_w.astype(np.float64) - 1.0)
     half_h = 0.5 * (pred_h.astype(np.float64) - 1.0)
     boxes = np.stack([pred_ctr_x - half_w, pred_ctr_y - half_h, pred_ctr_x + half_w, pred_ctr_y + half_h],
@@ -65,8 +72,7 @@ def image_proposals(fg_scores, deltas, height, width, base, stride, pre_nms_top_
     big_enough = ((boxes[:, 2] - boxes[:, 0] + 1 >= min_size) & (boxes[:, 3] - boxes[:, 1] + 1 >= min_size))
     ranked = std_sort_descending(np.where(big_enough, scores, np.float32(-1)))[:pre_nms_top_n]
     ranked = ranked[big_enough[ranked]]
-    candidates = np.hstack([boxes[ranked], scores[ranked, None]])
-    kept = ranked[nms(candidates, nms_thresh, max_kept=post_nms_top_n)]
+    kept = ranked[greedy_nms_float32(boxes[ranked], nms_thresh, post_nms_top_n)]
     return boxes[kept], scores[kept]
 
 

@@ -20,7 +20,6 @@ import contextlib
 import json
 import logging
 import os
-import tempfile
 import warnings
 from types import SimpleNamespace
 
@@ -29,27 +28,16 @@ import numpy as np
 import chip_generator.mining as mining
 from chip_generator.cover import candidate_windows, generate
 from chip_generator.mining import MiningParams, _to_scaled_image, mine_image_chips
-from lib.benchmarking import markdown_table
 from lib.config import load_config
 from lib.inference.merge import merge_scales
 from lib.scales import parse_valid_ranges
 from lib.dataset.coco import CocoDataset
 from lib.dataset.reference_rules import truncate_to_whole_pixels
 from lib.evaluation.metrics import coco_results
+from lib.parity.tables import format_table, percent
 
 CHIP_SIZE = 512
 STRIDES = (32, 56, 59, 64)
-
-
-# ------------------------------------------------------------------------------------------------ tables
-
-def percent(hits, total):
-    return f"{100.0 * hits / total:.1f}% ({hits} / {total})" if total else "-"
-
-
-def format_table(title, header, rows):
-    """A Markdown table under ``### title``."""
-    return f"### {title}\n\n{markdown_table(header, rows)}\n"
 
 
 # ------------------------------------------------------------------------------------------------ chips
@@ -376,33 +364,3 @@ def compare_results(reference_coco, images, seed):
         total += len(theirs)
         same += sum(a == b for a, b in zip(theirs, mine))
     return [["results entries identical (box with 1 decimal, score with 8)", percent(same, total)]]
-
-
-def run(reference, cases=200, images=100, seed=0, workdir=None):
-    """Every comparison against ``reference`` (a lib.parity.reference.ReferenceCheckout); the tables."""
-    with tempfile.TemporaryDirectory(prefix="sniper_parity_") as scratch:
-        workdir = workdir or scratch
-        bbox = reference.bbox_transform()
-        coco = reference.coco_module()
-        chips = reference.chip_generator(os.path.join(workdir, "chips"))
-        overlaps = reference.bbox_extension(os.path.join(workdir, "bbox"))
-        workers = reference.data_workers(chips, overlaps, reference.nms_module(os.path.join(workdir, "nms")))
-        tester = reference.tester_module(workers, reference.bbox_transform(overlaps))
-        return "\n".join([
-            format_table(f"Chip generator ({cases} random images, seed {seed})", ["quantity", "agreement"],
-                         compare_chips(chips, bbox.clip_boxes, cases, seed)),
-            format_table(f"Chip mining ({images} random scenes, 3 scales, seed {seed})",
-                         ["quantity", "defaults (reference rules)", "variants: " + ", ".join(
-                             f"`{key}: {value}`" for key, value in MINING_VARIANTS)],
-                         [[name, value, variant] for (name, value), (_, variant) in
-                          zip(compare_mining(workers, images, seed), compare_mining(workers, images, seed,
-                                                                                    MINING_VARIANTS))]),
-            format_table(f"Multi-scale merge ({images} images of random candidates at 3 scales, seed {seed})",
-                         ["quantity", "agreement"], compare_merge(tester, workers, images, seed)),
-            format_table(f"COCO gt boxes ({images} random images, seed {seed}, `dataset.INTEGER_BOXES` true)",
-                         ["quantity", "fractional boxes, some starting left of / above the image",
-                          "the same scenes, every box starting inside"],
-                         compare_coco_boxes(coco, images, seed, workdir)),
-            format_table(f"Results file ({images} images of random detections, seed {seed})",
-                         ["quantity", "agreement"], compare_results(coco, images, seed)),
-        ])

@@ -6,6 +6,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -61,16 +62,27 @@ extern "C" int harness_generate(int width, int height, int chip_size, const floa
 """
 
 
-class ReferenceCheckout:
-    """The reference at ``path``: a working tree, or a git directory (its HEAD is read)."""
+def compile_shared_library(sources_dir, source, library, what):
+    """``g++`` ``source`` (includes from ``sources_dir``) into the shared ``library``; a RuntimeError
+    naming ``what`` and the compiler's message if it fails."""
+    command = ["g++", "-std=c++11", "-O2", "-fPIC", "-shared", "-I", sources_dir, source, "-o", library]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"compiling {what} failed: {' '.join(command)}\n{done.stderr[-2000:]}")
+    return library
 
-    def __init__(self, path):
+
+class Checkout:
+    """A checkout at ``path``: a working tree, or a git directory (its HEAD is read). ``marker`` is a file
+    every checkout of it has; ``what`` names it in the error for a folder that is not one."""
+
+    def __init__(self, path, marker, what, option):
         self.path = os.path.abspath(path)
-        self.bare = (not os.path.isdir(os.path.join(self.path, "lib"))
+        self.bare = (not os.path.isfile(os.path.join(self.path, marker))
                      and os.path.isfile(os.path.join(self.path, "HEAD")))
-        if not self.bare and not os.path.isfile(os.path.join(self.path, "lib", "chips", "cchips.cpp")):
-            raise FileNotFoundError(f"--reference {path}: not a checkout of the SNIPER reference "
-                                    f"(no lib/chips/cchips.cpp, and not a git directory)")
+        if not self.bare and not os.path.isfile(os.path.join(self.path, marker)):
+            raise FileNotFoundError(f"{option} {path}: not a checkout of {what} (no {marker}, and not a git "
+                                    f"directory)")
 
     def read(self, relative):
         """The text of file ``relative`` (e.g. ``lib/chips/cchips.cpp``)."""
@@ -79,9 +91,24 @@ class ReferenceCheckout:
                 return subprocess.run(["git", "--git-dir", self.path, "show", f"HEAD:{relative}"], check=True,
                                       capture_output=True, text=True).stdout
             except subprocess.CalledProcessError as err:
-                raise FileNotFoundError(f"reference {self.path}: no {relative} ({err.stderr.strip()})") from None
+                raise FileNotFoundError(f"{self.path}: no {relative} ({err.stderr.strip()})") from None
         with open(os.path.join(self.path, relative)) as f:
             return f.read()
+
+    def copy(self, relative, workdir, name=None):
+        """File ``relative`` written into ``workdir`` (as ``name``, default its own name); its path."""
+        os.makedirs(workdir, exist_ok=True)
+        target = os.path.join(workdir, name or os.path.basename(relative))
+        with open(target, "w") as f:
+            f.write(self.read(relative))
+        return target
+
+
+class ReferenceCheckout(Checkout):
+    """The reference (mahyarnajibi/SNIPER) at ``path``."""
+
+    def __init__(self, path):
+        super().__init__(path, os.path.join("lib", "chips", "cchips.cpp"), "the SNIPER reference", "--reference")
 
     def bbox_transform(self, overlaps=None):
         """lib/bbox/bbox_transform.py; ``overlaps`` is its compiled lib/bbox/bbox.pyx (``bbox_extension``),
@@ -94,9 +121,7 @@ class ReferenceCheckout:
         """The reference's Cython module ``relative`` (e.g. ``lib/bbox/bbox.pyx``) compiled at language level
         2 into ``workdir`` and imported (under its own name, outside sys.modules)."""
         name = os.path.splitext(os.path.basename(relative))[0]
-        os.makedirs(workdir, exist_ok=True)
-        with open(os.path.join(workdir, f"{name}.pyx"), "w") as f:
-            f.write(self.read(relative))
+        self.copy(relative, workdir)
         build = ("from setuptools import setup, Extension\nfrom Cython.Build import cythonize\nimport numpy\n"
                  f"setup(ext_modules=cythonize([Extension({name!r}, [{name + '.pyx'!r}], "
                  "include_dirs=[numpy.get_include()])], compiler_directives={'language_level': 2}, quiet=True), "
@@ -140,10 +165,11 @@ class ReferenceCheckout:
                                    overrides={"Pool": SerialPool})
 
     def data_workers(self, chips, overlaps, nms=None):
-        """lib/data_utils/data_workers.py, for its ``chip_worker`` (chip_extractor, box_assigner): its chip
-        generator is lib/chips/chip_generator.py over ``chips`` (a ReferenceChips, candidates unshuffled),
-        its overlaps the compiled ``overlaps``, its NMS ``nms`` (``nms_module``; None: a stub); MXNet, masks
-        and anchors are stubs."""
+        """lib/data_utils/data_workers.py: its ``chip_worker`` (chip_extractor, box_assigner), ``anchor_worker``
+        and ``im_worker``. Its chip generator is lib/chips/chip_generator.py over ``chips`` (a ReferenceChips,
+        candidates unshuffled), its overlaps the compiled ``overlaps``, its NMS ``nms`` (``nms_module``; None: a
+        stub), its anchors lib/data_utils/generate_anchor.py; MXNet's ``nd.array`` gives NumPy arrays, the mask
+        code is a stub."""
         transform = self.bbox_transform(overlaps)
         bbox = stub_module("bbox", __path__=[], bbox_transform=transform)
         chips_module = stub_module("chips", generate=lambda boxes, width, height, size, stride:
@@ -151,15 +177,29 @@ class ReferenceCheckout:
         generator = load_python2_module(self.read("lib/chips/chip_generator.py"), "chips.chip_generator", {
             "chips": chips_module, "bbox": bbox, "bbox.bbox_transform": transform})
         stubs = {
-            "mxnet": stub_module("mxnet"), "nms": stub_module("nms", __path__=[]),
+            "mxnet": stub_module("mxnet", nd=stub_module("mxnet.nd", array=ndarray_as_numpy)),
+            "nms": stub_module("nms", __path__=[]),
             "nms.nms": nms or stub_module("nms.nms", nms_wrapper=None),
             "data_utils": stub_module("data_utils", __path__=[]),
             "data_utils.mask_utils": stub_module("data_utils.mask_utils", crop_polys=None, poly_encoder=None),
-            "generate_anchor": stub_module("generate_anchor", generate_anchors=None),
+            "generate_anchor": load_python2_module(self.read("lib/data_utils/generate_anchor.py"), "generate_anchor"),
             "bbox": bbox, "bbox.bbox_transform": transform,
             "chips": stub_module("chips", __path__=[], chip_generator=generator), "chips.chip_generator": generator,
         }
         return load_python2_module(self.read("lib/data_utils/data_workers.py"), "reference_data_workers", stubs)
+
+    def test_iterators(self, workers):
+        """(MNIteratorTestAutoFocus, MNIteratorTest): the reference's test iterators (lib/iterators), the first
+        for detection, the second for proposal extraction, over ``workers`` (``data_workers``: their image
+        worker); MXNet's iterator, batch and arrays are NumPy stand-ins."""
+        mxnet = stub_module("mxnet", io=stub_module("mxnet.io", DataIter=StandInDataIter, DataBatch=SimpleNamespace),
+                            nd=stub_module("mxnet.nd", array=ndarray_as_numpy,
+                                           zeros=lambda shape, ctx=None, dtype=np.float32: np.zeros(shape, dtype)))
+        base = load_python2_module(self.read("lib/iterators/MNIteratorBase.py"), "MNIteratorBase", {"mxnet": mxnet})
+        stubs = {"mxnet": mxnet, "MNIteratorBase": base, "data_utils": stub_module("data_utils", __path__=[]),
+                 "data_utils.data_workers": workers}
+        return tuple(getattr(load_python2_module(self.read(f"lib/iterators/{name}.py"), name, stubs), name)
+                     for name in ("MNIteratorTestAutoFocus", "MNIteratorTest"))
 
     def coco_module(self):
         """lib/dataset/coco.py, for its box rule (``coco._load_coco_annotation``) and its results writer
@@ -180,20 +220,31 @@ class ReferenceCheckout:
 
     def chip_generator(self, workdir):
         """The reference's C++ greedy cover, compiled into ``workdir``: a ReferenceChips."""
-        os.makedirs(workdir, exist_ok=True)
-        with open(os.path.join(workdir, "cchips.cpp"), "w") as f:
-            f.write(self.read("lib/chips/cchips.cpp"))
-        with open(os.path.join(workdir, "cchips.h"), "w") as f:
-            f.write(self.read("lib/chips/cchips.h"))
+        self.copy("lib/chips/cchips.cpp", workdir)
+        self.copy("lib/chips/cchips.h", workdir)
         source, library = os.path.join(workdir, "harness_chips.cpp"), os.path.join(workdir, "harness_chips.so")
         with open(source, "w") as f:
             f.write(CHIPS_WRAPPER)
-        command = ["g++", "-std=c++11", "-O2", "-fPIC", "-shared", "-I", workdir, source, "-o", library]
-        done = subprocess.run(command, capture_output=True, text=True)
-        if done.returncode:
-            raise RuntimeError(f"compiling the reference's cchips.cpp failed: {' '.join(command)}\n"
-                               f"{done.stderr[-2000:]}")
+        compile_shared_library(workdir, source, library, "the reference's cchips.cpp")
         return ReferenceChips(library)
+
+
+def ndarray_as_numpy(data, ctx=None, dtype=None):
+    """``mx.nd.array`` for the reference's workers: a NumPy array (float32 unless ``dtype``)."""
+    return np.array(data, dtype=dtype or np.float32)
+
+
+class StandInDataIter:
+    """``mx.io.DataIter`` for the reference's iterators: what they call of it."""
+
+    def __init__(self, batch_size=0):
+        pass
+
+    def getpad(self):
+        return 0
+
+    def getindex(self):
+        return None
 
 
 class SerialPool:

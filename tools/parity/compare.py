@@ -1,8 +1,11 @@
 """Run the parity harness against a checkout of the reference and print its tables (lib/parity).
 
-    python tools/parity/compare.py --reference DIR [--cases 200] [--images 100] [--seed 0]
+    python tools/parity/compare.py --reference DIR [--fork DIR] [--cases 200] [--images 100] [--scenes 20]
+                                   [--test-images 16] [--batches 100] [--seed 0]
 
-DIR is a checkout of mahyarnajibi/SNIPER (or a bare clone: its HEAD is read); g++ compiles its C++.
+--reference is a checkout of mahyarnajibi/SNIPER (or a bare clone: its HEAD is read); --fork one of its MXNet
+fork mahyarnajibi/SNIPER-mxnet (default: the reference's SNIPER-mxnet submodule when it is checked out; without
+one the fork's tables are left out). g++ compiles their C++.
 """
 import argparse
 import os
@@ -11,22 +14,32 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tools/, for _bootstrap
 import _bootstrap  # noqa: F401,E402  (repository root on sys.path, the project's virtualenv)
 
-from lib.parity.compare import run  # noqa: E402
+from lib.parity.harness import run  # noqa: E402
+from lib.parity.fork import PROPOSAL_SOURCE, ForkCheckout  # noqa: E402
 from lib.parity.reference import ReferenceCheckout  # noqa: E402
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reference", required=True, help="checkout (or bare clone) of the reference")
+    parser.add_argument("--fork", help="checkout (or bare clone) of the reference's MXNet fork")
     parser.add_argument("--cases", type=int, default=200, help="random images for the chip generator")
     parser.add_argument("--images", type=int, default=100, help="random images for the COCO and results tables")
+    parser.add_argument("--scenes", type=int, default=20, help="random scenes (and mirror images) for the chip targets")
+    parser.add_argument("--test-images", type=int, default=16, help="random images for the test batches")
+    parser.add_argument("--batches", type=int, default=100, help="random batches for the fork's proposal layer")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    fork = args.fork
+    if fork is None and os.path.isfile(os.path.join(args.reference, "SNIPER-mxnet", PROPOSAL_SOURCE)):
+        fork = os.path.join(args.reference, "SNIPER-mxnet")
     try:
         reference = ReferenceCheckout(args.reference)
+        fork = fork and ForkCheckout(fork)
     except FileNotFoundError as err:
         parser.error(str(err))
-    print(run(reference, args.cases, args.images, args.seed))
+    print(run(reference, args.cases, args.images, args.seed, fork=fork, batches=args.batches, scenes=args.scenes,
+              test_images=args.test_images))
 
 
 if __name__ == "__main__":
