@@ -82,9 +82,10 @@ class _ImageState:
     chips: list = field(default_factory=list)  # FocusChips found at the current level, for the next
 
 
-def run_autofocus(detector, source, num_workers=0, stats=None, on_region=None):
+def run_autofocus(detector, source, num_workers=0, stats=None, on_region=None, plan=None):
     """Yield ``(index, detections (N, 6) or IOError)`` per image of ``source`` once its last level is done
-    (see the module docstring). ``stats`` (an AutoFocusStats) receives a LevelStats per level;
+    (see the module docstring). ``stats`` (an AutoFocusStats) receives a LevelStats per level; ``plan`` (a
+    lib.inference.regions.RegionPlan) each level's regions and batches;
     ``on_region(level, region, result, chips)`` sees every processed region (tools/visualize_focus.py):
     ``result`` is ``(boxes, scores, focus_map, scale)`` in the region's own original pixels, ``chips``
     the FocusChips it gave for the next level."""
@@ -111,6 +112,8 @@ def run_autofocus(detector, source, num_workers=0, stats=None, on_region=None):
             state.chips = []
         batches = level_batches(regions, scales, len(sizes), level.spec, detector._batch_counts([level])[0],
                                 test.BATCH_PARTS, network.IMAGE_STRIDE)
+        if plan is not None:
+            plan.add_level(number, regions, scales, batches)
         for position, result in run_regions(_FocusNetwork(detector), source, regions, batches, cfg, num_workers,
                                             states):
             region = regions[position]

@@ -23,6 +23,7 @@ from lib.dataset.proposals import write_proposals
 from lib.inference.detector import Detector, checkpoint_file
 from lib.inference.masks import image_segmentations
 from lib.inference.pipeline import RoidbImages, metered
+from lib.inference.regions import RegionPlan
 from lib.run.checkpoint import output_dir
 
 logger = logging.getLogger(__name__)
@@ -42,29 +43,52 @@ def proposal_file(cfg):
     return path
 
 
-def run_images(roidb, detector, num_workers, desc, speed=None):
+def run_images(roidb, detector, num_workers, desc, speed=None, plan=None):
     """``detector`` over every roidb entry (lib.inference.pipeline, ``num_workers`` processes); returns
     (results by roidb index, skipped entries). Unreadable images are logged with their path and skipped.
     The bar counts network passes (a batch at one scale), the work an ETA must extrapolate, not images
-    started. ``speed`` (a dict), when given, gets the seconds end to end and in the network."""
-    outputs, skipped = {}, []
+    started. ``speed`` (a dict), when given, gets the seconds end to end and in the network; ``plan`` (a
+    RegionPlan) the regions the run processed, for the mask pass."""
     started = time.perf_counter()
+    outputs, skipped, network_seconds = _collect(
+        lambda: detector.run(RoidbImages(roidb), num_workers=num_workers, plan=plan), roidb, desc)
+    if speed is not None:
+        speed.update(images_per_second(len(outputs), time.perf_counter() - started, network_seconds))
+    return outputs, skipped
+
+
+def mask_images(roidb, detector, results, plan, num_workers, speed=None):
+    """The instance masks of ``results`` ({roidb index: (N, 6) rows}) of a TRAIN.WITH_MASK ``detector``
+    on the regions of its run's ``plan`` (lib.inference.masks); returns (RLEs by roidb index, skipped
+    entries): an image unreadable now is logged and skipped. ``speed`` gets the pass's seconds."""
+    started = time.perf_counter()
+    outputs, skipped, network_seconds = _collect(
+        lambda: image_segmentations(detector.mask_head, RoidbImages(roidb), results, plan, num_workers), roidb,
+        "masks")
+    if speed is not None:
+        speed.update(mask_seconds=round(time.perf_counter() - started, 3),
+                     mask_network_seconds=round(network_seconds, 3))
+    return outputs, skipped
+
+
+def _collect(run, roidb, desc):
+    """(results by roidb index, skipped entries, seconds in the network) of ``run()``'s ``(index, result or
+    IOError)``, under a progress bar of its network passes."""
+    outputs, skipped = {}, []
     with tqdm(total=0, desc=desc, unit="pass") as bar:
         def on_pass(meter):
             bar.total = meter.planned
             bar.update(1)
 
         with metered(on_pass) as meter:
-            for index, result in detector.run(RoidbImages(roidb), num_workers=num_workers):
+            for index, result in run():
                 if isinstance(result, Exception):
                     logger.error("skipping image id %s: %s", roidb[index]["id"], result)
                     skipped.append(roidb[index])
                 else:
                     outputs[index] = result
                 bar.set_postfix(images=f"{len(outputs) + len(skipped)}/{len(roidb)}", refresh=False)
-    if speed is not None:
-        speed.update(images_per_second(len(outputs), time.perf_counter() - started, meter.network_seconds))
-    return outputs, skipped
+    return outputs, skipped, meter.network_seconds
 
 
 def images_per_second(images, seconds, network_seconds):
@@ -89,21 +113,26 @@ def test(cfg, detector=None, checkpoint=None, out_dir=None, max_images=0):
     logger.info("testing %d images of %s at scales %s on %s", len(roidb), image_set, cfg.TEST.SCALES,
                 detector.contexts)
     speed = {}
-    found, skipped = run_images(roidb, detector, cfg.TEST.NUM_PROCESS, "testing", speed)
-    tested = sorted(found)
-    out_dir = out_dir or results_dir(cfg)
-    summary = {"image_set": image_set, "checkpoint": detector.source,
-               "images": len(roidb), "tested": len(tested), "skipped": len(skipped),
-               "skipped_images": [entry["image"] for entry in skipped], "speed": speed}
+    plan = RegionPlan() if detector.mask_head is not None else None
+    found, skipped = run_images(roidb, detector, cfg.TEST.NUM_PROCESS, "testing", speed, plan)
     logger.info("speed: %s images/s end to end, %s images/s in the network alone (%.1f s, of which %.1f s in the "
                 "network)", _rate(speed["images_per_s"]), _rate(speed["network_images_per_s"]), speed["seconds"],
                 speed["network_seconds"])
     segmentations = None
     if detector.mask_head is not None:  # instance masks of the final detections (lib.inference.masks)
-        by_index = image_segmentations(detector.mask_head, RoidbImages(roidb), {i: found[i] for i in tested})
-        segmentations = [by_index[i] for i in tested]
+        segmentations, unreadable = mask_images(roidb, detector, found, plan, cfg.TEST.NUM_PROCESS, speed)
+        skipped += unreadable
+        found = {index: found[index] for index in segmentations}
+        logger.info("masks of %d images in %.1f s (%.1f s in the network)", len(segmentations),
+                    speed["mask_seconds"], speed["mask_network_seconds"])
+    tested = sorted(found)
+    out_dir = out_dir or results_dir(cfg)
+    summary = {"image_set": image_set, "checkpoint": detector.source,
+               "images": len(roidb), "tested": len(tested), "skipped": len(skipped),
+               "skipped_images": [entry["image"] for entry in skipped], "speed": speed}
     summary.update(dataset.evaluate([roidb[i] for i in tested], [found[i] for i in tested], out_dir,
-                                    segmentations=segmentations, scoring=cfg.TEST))
+                                    segmentations=None if segmentations is None else [segmentations[i] for i in tested],
+                                    scoring=cfg.TEST))
     if skipped:
         logger.warning("%d of %d images could not be read and were skipped (listed in %s)", len(skipped),
                        len(roidb), os.path.join(out_dir, "test_summary.json"))
