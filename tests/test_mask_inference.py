@@ -4,8 +4,10 @@ the mask pass on the detection run's plan against the whole-image masks, its can
 Detector of a mask network returning and drawing masks, the exported mask graph and the viewer."""
 import json
 import os
+import re
 from types import SimpleNamespace
 
+import cv2
 import mxnet as mx
 import numpy as np
 import pytest
@@ -281,8 +283,9 @@ def test_mask_pass_where_images_fit_one_tile_gives_the_whole_image_masks(tiny_ma
 
 
 def test_tiled_mask_pass_stays_within_the_tile_on_the_regions_holding_the_boxes(tiny_mask_network, monkeypatch):
-    """A 90 x 150 image in 64 px tiles at scale 1 (and 0.5): no mask canvas is larger than a tile, and each
-    detection's map is the mask graph's on the region mask_regions gives it, cropped and resized alone."""
+    """A 90 x 150 image in 64 px tiles at scale 1 (and 0.5): the mask pass runs on canvases of the detection
+    run, none larger than a tile, and each detection's map is the mask graph's on the region mask_regions
+    gives it, cropped and resized alone (float32 rounding as above)."""
     from lib.config import with_overrides
     from lib.inference.masks import MaskHead
 
@@ -301,6 +304,7 @@ def test_tiled_mask_pass_stays_within_the_tile_on_the_regions_holding_the_boxes(
     (rows,) = detector.detect([image], plan=plan)
     maps = dict(detector.mask_head.run(ArrayImages([image]), {0: (rows[:, :4], rows[:, 5])}, plan))[0]
     assert len(rows) > 0 and canvases and max(max(h, w) for _, _, h, w in canvases) <= 64
+    assert {shape[2:] for shape in canvases} <= {batch.canvas for batch in plan.batches}  # the run's canvases
     assert len(plan.regions) > 2  # tiles
     chosen = mask_regions(rows[:, :4], (90, 150), plan, list(range(len(plan.regions))), detector.levels)
     for position in np.unique(chosen):
@@ -388,3 +392,189 @@ def test_viewer_tints_the_masks_of_a_results_file(tmp_path):
     (tmp_path / "broken.json").write_text(json.dumps(results))
     failed = subprocess.run(tool + ["--results", str(tmp_path / "broken.json")], capture_output=True, text=True)
     assert failed.returncode == 1 and "not a COCO RLE" in failed.stderr and "Traceback" not in failed.stderr
+
+
+def test_mask_head_binds_the_float16_graph_with_test_fp16(tiny_mask_network):
+    """With TEST.fp16 the mask graph's body and four convolutions are float16 (the casts of symbols/mask.py),
+    its inputs float32: bound with the types inferred from the inputs, the checkpoint's float32 values cast
+    into them (MXNet 1.9 has no float16 convolution on the CPU: bound here, run on GPUs only)."""
+    from lib.config import with_overrides
+    from lib.inference.masks import MaskHead
+
+    cfg, (args, aux) = tiny_mask_network
+    stand_in = SimpleNamespace(cfg=with_overrides(cfg, {"TEST.fp16": True}), classes=["bg", "a", "b", "c"],
+                               contexts=[mx.cpu()])
+    executor = MaskHead(stand_in, args, aux, compiled_deformable=False).executors[0]
+    types = {name: array.dtype for name, array in executor.arg_dict.items()}
+    assert types["data"] == types["mask_rois"] == types["mask_offset_weight"] == types["mask_out_weight"] == np.float32
+    assert types["mask_conv_3x3_4_weight"] == types["stage1_unit1_conv1_weight"] == np.float16
+    np.testing.assert_array_equal(executor.arg_dict["mask_conv_3x3_1_weight"].asnumpy(),
+                                  args["mask_conv_3x3_1_weight"].asnumpy().astype(np.float16))
+
+
+def test_autofocus_mask_pass_runs_on_the_focus_chips_of_the_run(monkeypatch):
+    """AutoFocus (scale 0.5 whole, then 1.0 on FocusChips) with masks: the mask pass runs on the regions and
+    canvases the detection run recorded; detections of the fine scale's range get their maps from a chip,
+    the others from the coarse whole image, each the mask graph's on that region alone."""
+    from lib.inference.masks import MaskHead
+
+    cfg = load_config(None, {"symbol": "resnet_tiny", "TRAIN.WITH_MASK": True, "TEST.fp16": False,
+                             "network.AUTO_FOCUS": True, "TEST.AUTO_FOCUS": True, "TEST.SCALES": [0.5, 1.0],
+                             "TEST.VALID_RANGES": [[20, -1], [-1, 40]], "TEST.DO_PRUNING": [False, True],
+                             "TEST.CHIP_HYPERPARAMS": [[1, 0.5, 2], [-1, -1, -1]], "TEST.BATCH_IMAGES": 1})
+    args, aux = _random_params([(inference_symbol(cfg, 4), inference_shapes(1, 64)),
+                                (mask_inference_symbol(cfg, 4), dict(data=(1, 3, 64, 64), mask_rois=(1, 5)))])
+    args["mask_out_weight"] *= 3000
+    detector = Detector.from_params(cfg, ["background", "a", "b", "c"], args, aux, contexts=[mx.cpu()])
+    canvases, forward = [], MaskHead.forward
+
+    def recording(head, data, rois):
+        canvases.append(data.shape[2:])
+        return forward(head, data, rois)
+
+    monkeypatch.setattr(MaskHead, "forward", recording)
+    image = np.random.RandomState(7).randint(0, 255, (120, 160, 3)).astype(np.uint8)
+    plan = RegionPlan()
+    (rows,) = detector.detect([image], plan=plan)
+    maps = dict(detector.mask_head.run(ArrayImages([image]), {0: (rows[:, :4], rows[:, 5])}, plan))[0]
+    assert plan.levels[0] == 0 and plan.regions[0].box == (0, 0, 160, 120) and set(plan.levels) == {0, 1}
+    assert set(canvases) <= {batch.canvas for batch in plan.batches}
+    chosen = mask_regions(rows[:, :4], (120, 160), plan, list(range(len(plan.regions))), detector.levels)
+    assert {plan.levels[p] for p in chosen} == {0, 1}
+    for position in np.unique(chosen):
+        members = chosen == position
+        crop = plan.regions[position].box
+        assert all(float(v).is_integer() for v in crop)  # this seed's chips: canvases exactly their crops
+        expected = _maps_on(cfg, (args, aux), image, tuple(int(v) for v in crop), plan.scales[position],
+                            rows[members, :4].astype(np.float64), rows[members, 5])
+        np.testing.assert_allclose(maps[members], expected, rtol=0, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------------
+# End to end: the tester (main_test.py's test) and demo.py with a tiny mask network of random weights.
+
+E2E_IMAGES = {7: (160, 120, [((20, 15, 75, 70), 1), ((85, 50, 150, 110), 2)]), 8: (80, 112, [((8, 20, 68, 100), 3)])}
+
+
+def _write_coco_with_polygons(root):
+    """A COCO-format set "val" of two random images with square objects and their polygons; the
+    categories are the tiny network's three classes."""
+    os.makedirs(os.path.join(root, "images", "val"))
+    rng = np.random.RandomState(6)
+    images, annotations = [], []
+    for image_id, (width, height, objects) in E2E_IMAGES.items():
+        cv2.imwrite(os.path.join(root, "images", "val", f"{image_id}.png"),
+                    rng.randint(0, 255, (height, width, 3)).astype(np.uint8))
+        images.append({"id": image_id, "file_name": f"{image_id}.png", "width": width, "height": height})
+        for (x1, y1, x2, y2), label in objects:
+            annotations.append({"id": len(annotations) + 1, "image_id": image_id, "category_id": label,
+                                "bbox": [x1, y1, x2 - x1, y2 - y1], "area": (x2 - x1) * (y2 - y1), "iscrowd": 0,
+                                "segmentation": [[x1, y1, x2, y1, x2, y2, x1, y2]]})
+    os.makedirs(os.path.join(root, "annotations"))
+    with open(os.path.join(root, "annotations", "instances_val.json"), "w") as f:
+        json.dump({"images": images, "annotations": annotations,
+                   "categories": [{"id": c, "name": name} for c, name in ((1, "a"), (2, "b"), (3, "c"))]}, f)
+
+
+@pytest.fixture(scope="module")
+def mask_run(tiny_mask_network, tmp_path_factory):
+    """(config, checkpoint file): the tiny mask network saved as a checkpoint, on the two-image set."""
+    from lib.config import with_overrides
+
+    root = tmp_path_factory.mktemp("mask_e2e")
+    _write_coco_with_polygons(str(root / "data"))
+    cfg, (args, aux) = tiny_mask_network
+    model = str(root / "SNIPER-0001.params")
+    mx.nd.save(model, {**{f"arg:{k}": v for k, v in args.items()}, **{f"aux:{k}": v for k, v in aux.items()}})
+    cfg = with_overrides(cfg, {"dataset.dataset": "coco", "dataset.dataset_path": str(root / "data"),
+                               "dataset.root_path": str(root), "dataset.test_image_set": "val",
+                               "dataset.NUM_CLASSES": 4, "output_path": str(root / "output"), "gpus": "",
+                               "TEST.MODEL": model, "TEST.NUM_PROCESS": 1})
+    return cfg, model
+
+
+def test_tester_of_a_mask_network_writes_segm_results_and_the_segm_table(mask_run):
+    """tester.test (main_test.py) on two images, the pipeline in a worker process: every result has its
+    segmentation (an RLE of the image's size), and coco_stats.json and coco_summary.txt have the segm table
+    next to the bbox one; the mask pass is timed in test_summary.json."""
+    from lib.inference import tester
+
+    cfg, _ = mask_run
+    summary = tester.test(cfg)
+    out = tester.results_dir(cfg)
+    assert summary["tested"] == 2 and summary["skipped"] == 0 and summary["speed"]["mask_seconds"] > 0
+    with open(os.path.join(out, "detections_val_results.json")) as f:
+        results = json.load(f)
+    assert results and all(r["segmentation"]["size"] == [E2E_IMAGES[r["image_id"]][1], E2E_IMAGES[r["image_id"]][0]]
+                           for r in results)
+    areas = mask_utils.area([{**r["segmentation"], "counts": r["segmentation"]["counts"].encode()} for r in results])
+    assert areas.max() > 0  # masks, not all empty
+    with open(os.path.join(out, "coco_stats.json")) as f:
+        stats = json.load(f)
+    assert {"AP", "AP50"} <= set(stats) and {"AP", "AP50"} <= set(stats["segm"])
+    assert all(0 <= stats["segm"][key] <= 1 for key in ("AP", "AP50"))
+    with open(os.path.join(out, "coco_summary.txt")) as f:
+        assert "segm:" in f.read()
+
+
+def test_an_image_unreadable_in_the_mask_pass_is_skipped_and_counted(mask_run, monkeypatch, caplog, tmp_path):
+    """An image read for its detections that cannot be read for its masks is logged and skipped, the other
+    one evaluated with its masks."""
+    from lib.config import with_overrides
+    from lib.inference import pipeline, tester
+
+    cfg = with_overrides(mask_run[0], {"TEST.NUM_PROCESS": 0})
+    detections = tester.run_images
+
+    def then_unreadable(*args, **kwargs):
+        found = detections(*args, **kwargs)
+        read = pipeline.read_roidb_image
+
+        def failing(entry):
+            if entry["id"] == 8:
+                raise IOError(f"cannot read {entry['image']}")
+            return read(entry)
+
+        monkeypatch.setattr(pipeline, "read_roidb_image", failing)
+        return found
+
+    monkeypatch.setattr(tester, "run_images", then_unreadable)
+    summary = tester.test(cfg, out_dir=str(tmp_path))
+    assert summary["tested"] == 1 and summary["skipped"] == 1 and summary["skipped_images"][0].endswith("8.png")
+    assert "skipping image id 8: cannot read" in caplog.text
+    with open(tmp_path / "detections_val_results.json") as f:
+        assert {r["image_id"] for r in json.load(f)} == {7}
+
+
+def test_demo_draws_the_masks_of_a_mask_network(mask_run, tmp_path):
+    """demo.py on one image writes the Detector's drawing with its masks tinted (not the drawing without
+    them) and logs each shown detection's mask area."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from lib.bootstrap import ROOT
+    from lib.config import dump_config
+    from lib.run.folder import numbered_classes
+
+    cfg, model = mask_run
+    config = tmp_path / "mask.yml"
+    config.write_text(dump_config(cfg))
+    assert yaml.safe_load(config.read_text())["TEST"]["MODEL"] == model
+    image_path = os.path.join(cfg.dataset.dataset_path, "images", "val", "7.png")
+    image = cv2.imread(image_path)
+    detector = Detector.from_config(cfg, model, numbered_classes(4))
+    found = detector(image)
+    thresh = float(found.scores[min(2, len(found) - 1)])  # random weights: the best three or so shown
+    shown = found.above(thresh)
+    assert len(shown) and shown.masks.any()
+    out = tmp_path / "drawn.png"
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "demo.py"), "--cfg", str(config), "--im_path",
+                           image_path, "--out", str(out), "--thresh", repr(thresh)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(re.findall(r"\] +mask \d+ px", done.stderr)) == len(shown)
+    drawn = cv2.imread(str(out))
+    np.testing.assert_array_equal(drawn, detector.draw(image, found, thresh))
+    assert (drawn != draw_detections(image, shown.to_array(), detector.classes, thresh)).any()

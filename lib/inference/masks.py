@@ -35,6 +35,7 @@ from symbols.backbones import feature_stride
 from symbols.mask import MASK_SIZE
 
 MASK_THRESH = 0.5
+INPUTS = ("data", "mask_rois")  # the mask graph's (symbols.sniper.mask_inference_symbol)
 
 
 def mask_regions(boxes, size, plan, positions, levels):
@@ -144,10 +145,12 @@ class MaskHead:
         self.detector = detector
         symbol = mask_inference_symbol(detector.cfg, len(detector.classes), compiled_deformable=compiled_deformable)
         stride = feature_stride(detector.cfg)
-        # executors reshaped per call (the rois are not a batch axis, as a Module would split them)
+        # executors reshaped per call (the rois are not a batch axis, as a Module would split them); the
+        # inputs float32, the parameters' types inferred (float16 in the float16 body and mask convolutions)
         self.executors = []
         for context in detector.contexts:
-            executor = symbol.simple_bind(context, grad_req="null", data=(1, 3, stride, stride), mask_rois=(1, 5))
+            executor = symbol.simple_bind(context, grad_req="null", type_dict=dict.fromkeys(INPUTS, "float32"),
+                                          data=(1, 3, stride, stride), mask_rois=(1, 5))
             executor.copy_params_from(arg_params, aux_params, allow_extra_params=True)
             self.executors.append(executor)
 
