@@ -25,6 +25,7 @@ from lib.inference.pipeline import ArrayImages, prepare_image
 from lib.inference.regions import Region, RegionPlan
 from lib.scales import pyramid
 from symbols import inference_symbol
+from symbols.backbones import feature_stride
 from symbols.sniper import mask_inference_symbol
 
 
@@ -275,9 +276,13 @@ def test_mask_pass_where_images_fit_one_tile_gives_the_whole_image_masks(tiny_ma
         np.testing.assert_allclose(maps[index], expected, rtol=0, atol=1e-5)
         assert 0.05 < (expected > 0.5).mean() < 0.95 and expected.std() > 0.02  # informative maps
     assert levels_used == {0, 1}
-    found = detector(images)
+    # the mask pass freed the detection network's canvases (bound again at its smallest input) ...
+    stride = feature_stride(cfg)
+    assert detector.module.data_shapes[0].shape == (contexts, 3, stride, stride)
+    found = detector(images)  # ... which grows them again, with its parameters
     for index, dets in enumerate(found):  # the API's masks: the maps pasted, in the API's (score) order
         order = np.argsort(-rows[index][:, 4], kind="stable")
+        np.testing.assert_array_equal(dets.to_array(), rows[index][order])
         np.testing.assert_array_equal(dets.masks, paste_masks(maps[index][order], rows[index][order, :4],
                                                               *shapes[index]))
 

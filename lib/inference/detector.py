@@ -192,6 +192,13 @@ class Detector:
         return plan(sizes, levels, self._batch_counts(levels), self.cfg.TEST.BATCH_PARTS,
                     self.cfg.network.IMAGE_STRIDE, extraction=self.rpn_only)
 
+    def release_buffers(self):
+        """Free the memory the network's last canvases took (bound again at its smallest input; the next
+        run grows it again): the mask pass runs its own graph after the detections."""
+        if self.module is not None and self.module.binded:
+            stride = feature_stride(self.cfg)
+            self.module.bind(data_shapes(len(self.contexts), stride, stride), for_training=False, force_rebind=True)
+
     # -- the network, as the pipeline drives it ------------------------------------------------------
     def forward_shape(self, batch):
         """(images, height, width) of the forward pass of a TestBatch: every device gets images."""

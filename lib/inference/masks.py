@@ -11,7 +11,10 @@ box whole; among those, one at a level whose valid range holds the box, the fine
 scale) or, if none holds it, the coarsest; then a tile whose core holds the box's centre (the tile that
 owns it), then the largest overlap. Where every level processes whole images this is the finest level
 whose valid range holds the box (none: the coarsest). Only the regions holding detections run again, on
-their batches' canvases, with the rest of a batch left out; the mask graph
+their batches' canvases, with the rest of a batch left out, after the detection network has freed its own
+canvases' memory (``Detector.release_buffers``: the two passes' peaks do not add up). Their pixels are read
+again (an image's regions close together in the batches' order, as in the tiled test; images without
+detections not at all; images in memory, the Python API's, are not decoded twice); the mask graph
 (symbols.sniper.mask_inference_symbol) runs on the detections' boxes in the region's canvas pixels and each
 detection keeps the 28x28 probability map of its own class.
 
@@ -206,6 +209,7 @@ class MaskHead:
                                           members[position]) for position, _ in kept])
         if not batches:
             return
+        self.detector.release_buffers()
         remaining = Counter(plan.regions[position].image for position in members)
         alive, maps = dict(remaining), {}  # images still to complete; the maps of those under way
         for position, result in run_regions(_MaskPass(self, rois), source, plan.regions, batches, self.detector.cfg,
