@@ -201,10 +201,15 @@ def tiny_mask_network():
     cfg = load_config(None, {"symbol": "resnet_tiny", "TRAIN.WITH_MASK": True, "TEST.fp16": False,
                      "TEST.SCALES": [1.0, 0.5], "TEST.VALID_RANGES": [[-1, 32], [20, -1]],  # overlapping
                      "TEST.BATCH_IMAGES": 1})
+    return cfg, _mask_network_params(cfg)
+
+
+def _mask_network_params(cfg):
+    """Random parameters of the tiny mask network of ``cfg`` (three classes), its masks informative."""
     args, aux = _random_params([(inference_symbol(cfg, 4), inference_shapes(1, 64)),
                                 (mask_inference_symbol(cfg, 4), dict(data=(1, 3, 64, 64), mask_rois=(1, 5)))])
     args["mask_out_weight"] *= 3000  # logits of a few units: probabilities across (0, 1), not all near 0.5
-    return cfg, (args, aux)
+    return args, aux
 
 
 def _maps_on(cfg, params, image, crop, scale, boxes, labels):
@@ -239,12 +244,26 @@ def _whole_image_maps(cfg, params, image, boxes, labels):
 
 
 def _detect_and_map(detector, images):
-    """(detection rows per image, {index: maps} of the mask pass on the detection run's plan)."""
+    """(detection rows per image, {index: maps} of the mask pass on the detection run's plan, the plan)."""
     plan = RegionPlan()
     rows = detector.detect(images, plan=plan)
     maps = dict(detector.mask_head.run(ArrayImages(images), {i: (r[:, :4], r[:, 5]) for i, r in enumerate(rows)},
                                        plan))
-    return rows, maps
+    return rows, maps, plan
+
+
+def _recorded_canvases(monkeypatch):
+    """The (height, width) of every canvas batch MaskHead.forward gets, from now on."""
+    from lib.inference.masks import MaskHead
+
+    canvases, forward = [], MaskHead.forward
+
+    def recording(head, data, rois):
+        canvases.append(data.shape[2:])
+        return forward(head, data, rois)
+
+    monkeypatch.setattr(MaskHead, "forward", recording)
+    return canvases
 
 
 @pytest.mark.parametrize("overrides, contexts, shapes", [
@@ -266,7 +285,7 @@ def test_mask_pass_where_images_fit_one_tile_gives_the_whole_image_masks(tiny_ma
                                     contexts=[mx.cpu(i) for i in range(contexts)])
     rng = np.random.RandomState(4)
     images = [rng.randint(0, 255, (h, w, 3)).astype(np.uint8) for h, w in shapes]
-    rows, maps = _detect_and_map(detector, images)
+    rows, maps, _ = _detect_and_map(detector, images)
     levels_used = set()
     for index, image in enumerate(images):
         assert len(rows[index]) > 0
@@ -292,24 +311,16 @@ def test_tiled_mask_pass_stays_within_the_tile_on_the_regions_holding_the_boxes(
     run, none larger than a tile, and each detection's map is the mask graph's on the region mask_regions
     gives it, cropped and resized alone (float32 rounding as above)."""
     from lib.config import with_overrides
-    from lib.inference.masks import MaskHead
 
     cfg, params = tiny_mask_network
     cfg = with_overrides(cfg, {"TEST.TILE": [64, 24]})
     detector = Detector.from_params(cfg, ["background", "a", "b", "c"], *params, contexts=[mx.cpu()])
-    canvases, forward = [], MaskHead.forward
-
-    def recording(head, data, rois):
-        canvases.append(data.shape)
-        return forward(head, data, rois)
-
-    monkeypatch.setattr(MaskHead, "forward", recording)
+    canvases = _recorded_canvases(monkeypatch)
     image = np.random.RandomState(5).randint(0, 255, (90, 150, 3)).astype(np.uint8)
-    plan = RegionPlan()
-    (rows,) = detector.detect([image], plan=plan)
-    maps = dict(detector.mask_head.run(ArrayImages([image]), {0: (rows[:, :4], rows[:, 5])}, plan))[0]
-    assert len(rows) > 0 and canvases and max(max(h, w) for _, _, h, w in canvases) <= 64
-    assert {shape[2:] for shape in canvases} <= {batch.canvas for batch in plan.batches}  # the run's canvases
+    (rows,), maps, plan = _detect_and_map(detector, [image])
+    maps = maps[0]
+    assert len(rows) > 0 and canvases and max(max(shape) for shape in canvases) <= 64
+    assert set(canvases) <= {batch.canvas for batch in plan.batches}  # the detection run's canvases
     assert len(plan.regions) > 2  # tiles
     chosen = mask_regions(rows[:, :4], (90, 150), plan, list(range(len(plan.regions))), detector.levels)
     for position in np.unique(chosen):
@@ -335,7 +346,7 @@ def test_detector_of_a_mask_network_returns_and_draws_masks(tiny_mask_network):
     plain = draw_detections(image, strongest.to_array(), detector.classes, 0)
     changed = (with_masks != plain).any(axis=2)
     assert not (changed & ~strongest.masks.any(axis=0)).any()
-    assert strongest.masks.any() and changed.any()  # seeded weights: this mask covers 648 px
+    assert strongest.masks.any() and changed.any()
 
 
 def test_export_writes_the_mask_graph_stock_mxnet_runs(tiny_mask_network, tmp_path):
@@ -421,27 +432,16 @@ def test_autofocus_mask_pass_runs_on_the_focus_chips_of_the_run(monkeypatch):
     """AutoFocus (scale 0.5 whole, then 1.0 on FocusChips) with masks: the mask pass runs on the regions and
     canvases the detection run recorded; detections of the fine scale's range get their maps from a chip,
     the others from the coarse whole image, each the mask graph's on that region alone."""
-    from lib.inference.masks import MaskHead
-
     cfg = load_config(None, {"symbol": "resnet_tiny", "TRAIN.WITH_MASK": True, "TEST.fp16": False,
                              "network.AUTO_FOCUS": True, "TEST.AUTO_FOCUS": True, "TEST.SCALES": [0.5, 1.0],
                              "TEST.VALID_RANGES": [[20, -1], [-1, 40]], "TEST.DO_PRUNING": [False, True],
                              "TEST.CHIP_HYPERPARAMS": [[1, 0.5, 2], [-1, -1, -1]], "TEST.BATCH_IMAGES": 1})
-    args, aux = _random_params([(inference_symbol(cfg, 4), inference_shapes(1, 64)),
-                                (mask_inference_symbol(cfg, 4), dict(data=(1, 3, 64, 64), mask_rois=(1, 5)))])
-    args["mask_out_weight"] *= 3000
-    detector = Detector.from_params(cfg, ["background", "a", "b", "c"], args, aux, contexts=[mx.cpu()])
-    canvases, forward = [], MaskHead.forward
-
-    def recording(head, data, rois):
-        canvases.append(data.shape[2:])
-        return forward(head, data, rois)
-
-    monkeypatch.setattr(MaskHead, "forward", recording)
+    params = _mask_network_params(cfg)
+    detector = Detector.from_params(cfg, ["background", "a", "b", "c"], *params, contexts=[mx.cpu()])
+    canvases = _recorded_canvases(monkeypatch)
     image = np.random.RandomState(7).randint(0, 255, (120, 160, 3)).astype(np.uint8)
-    plan = RegionPlan()
-    (rows,) = detector.detect([image], plan=plan)
-    maps = dict(detector.mask_head.run(ArrayImages([image]), {0: (rows[:, :4], rows[:, 5])}, plan))[0]
+    (rows,), maps, plan = _detect_and_map(detector, [image])
+    maps = maps[0]
     assert plan.levels[0] == 0 and plan.regions[0].box == (0, 0, 160, 120) and set(plan.levels) == {0, 1}
     assert set(canvases) <= {batch.canvas for batch in plan.batches}
     chosen = mask_regions(rows[:, :4], (120, 160), plan, list(range(len(plan.regions))), detector.levels)
@@ -450,7 +450,7 @@ def test_autofocus_mask_pass_runs_on_the_focus_chips_of_the_run(monkeypatch):
         members = chosen == position
         crop = plan.regions[position].box
         assert all(float(v).is_integer() for v in crop)  # this seed's chips: canvases exactly their crops
-        expected = _maps_on(cfg, (args, aux), image, tuple(int(v) for v in crop), plan.scales[position],
+        expected = _maps_on(cfg, params, image, tuple(int(v) for v in crop), plan.scales[position],
                             rows[members, :4].astype(np.float64), rows[members, 5])
         np.testing.assert_allclose(maps[members], expected, rtol=0, atol=1e-5)
 
@@ -583,3 +583,21 @@ def test_demo_draws_the_masks_of_a_mask_network(mask_run, tmp_path):
     drawn = cv2.imread(str(out))
     np.testing.assert_array_equal(drawn, detector.draw(image, found, thresh))
     assert (drawn != draw_detections(image, shown.to_array(), detector.classes, thresh)).any()
+
+
+def test_mask_benchmark_reports_the_test_with_and_without_masks(tmp_path):
+    """tools/benchmark_masks.py on one synthetic image at one small scale: both rows, in processes of their
+    own, the masks row with its segm AP table."""
+    import subprocess
+    import sys
+
+    from lib.bootstrap import ROOT
+
+    settings = ["gpus=", "TEST.SCALES=[0.25]", "TEST.VALID_RANGES=[[-1,-1]]", "TEST.BATCH_IMAGES=1", "TEST.NUM_PROCESS=0"]
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "benchmark_masks.py"), "--images", "1",
+                           "--out", str(tmp_path), "--set", *settings], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {cells[0]: cells[1:] for cells in ([c.strip() for c in line.split("|")[1:-1]]
+                                              for line in done.stdout.splitlines() if line.startswith("| "))}
+    assert rows["boxes"][0] == rows["masks"][0] == "1" and float(rows["masks"][2]) > 0
+    assert (rows["boxes"][3], rows["masks"][3]) == ("no", "yes")

@@ -12,7 +12,7 @@ TINY = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml")
 CONFIG_TOOLS = {
     "pixel_budget.py": [], "visualize_chips.py": ["1"], "visualize_batch.py": [], "ablation_synthetic.py": [],
     "train_neg_chips.py": [], "benchmark_inference.py": [], "benchmark_iterator.py": [], "benchmark_kvstore.py": [],
-    "benchmark_autofocus.py": [], "visualize_focus.py": ["1"],
+    "benchmark_autofocus.py": [], "visualize_focus.py": ["1"], "benchmark_masks.py": [],
 }
 
 
