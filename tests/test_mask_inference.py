@@ -593,7 +593,8 @@ def test_mask_benchmark_reports_the_test_with_and_without_masks(tmp_path):
 
     from lib.bootstrap import ROOT
 
-    settings = ["gpus=", "TEST.SCALES=[0.25]", "TEST.VALID_RANGES=[[-1,-1]]", "TEST.BATCH_IMAGES=1", "TEST.NUM_PROCESS=0"]
+    settings = ["gpus=", "TEST.SCALES=[0.25]", "TEST.VALID_RANGES=[[-1,-1]]", "TEST.BATCH_IMAGES=1",
+                "TEST.NUM_PROCESS=0"]
     done = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "benchmark_masks.py"), "--images", "1",
                            "--out", str(tmp_path), "--set", *settings], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
