@@ -22,6 +22,7 @@ from lib.train.trainer import TrainingDiverged, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml")
+TINY_MASK = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny_mask.yml")
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +30,7 @@ def data_dir(tmp_path_factory):
     return str(tmp_path_factory.mktemp("synthetic") / "data")
 
 
-def tiny_cfg(data_dir, out_dir, **overrides):
+def tiny_cfg(data_dir, out_dir, config=TINY, **overrides):
     base = {
         "dataset.dataset_path": data_dir, "dataset.synthetic_train": "2", "dataset.synthetic_val": "1",
         "dataset.root_path": str(out_dir), "output_path": str(out_dir), "TRAIN.NUM_PROCESS": "0",
@@ -37,7 +38,7 @@ def tiny_cfg(data_dir, out_dir, **overrides):
         "gpus": "cpu:1",
     }
     base.update(overrides)
-    return load_config(TINY, list(base.items()))
+    return load_config(config, list(base.items()))
 
 
 def params_of(prefix, epoch):
@@ -63,6 +64,23 @@ def test_loss_falls_on_two_cpu_contexts(data_dir, tmp_path):
     assert all(b["iteration"] > a["iteration"] for a, b in zip(records, records[1:]))
     assert records[-1]["RCNNLogLoss"] == pytest.approx(last["RCNNLogLoss"], rel=1e-6)
     assert all(r["chips_per_s"] > 0 and r["lr"] > 0 for r in records)
+
+
+def test_the_embedded_mask_config_trains_and_logs_a_finite_mask_loss(data_dir, tmp_path, caplog):
+    """configs/faster/sniper_synthetic_tiny_mask.yml on the tiny synthetic set, one short epoch (about 10 s
+    on one core): every periodic log line and metrics.jsonl record carries a finite MaskLogLoss, as does
+    the epoch's history."""
+    cfg = tiny_cfg(data_dir, tmp_path, TINY_MASK, **{"TRAIN.end_epoch": "1", "default.frequent": "4"})
+    assert cfg.TRAIN.WITH_MASK
+    with caplog.at_level(logging.INFO, logger="lib.train.trainer"):
+        prefix, history = train(cfg)
+    logged = re.findall(r"epoch\[1\] batch\[\d+/\d+\].* MaskLogLoss=(\S+)", caplog.text)
+    with open(os.path.join(checkpoint.output_dir(cfg), "metrics.jsonl")) as f:
+        records = [json.loads(line) for line in f]
+    assert logged and len(logged) == len(records) >= 2
+    assert all(np.isfinite(float(value)) and float(value) > 0 for value in logged)
+    assert all(np.isfinite(r["MaskLogLoss"]) and r["MaskLogLoss"] > 0 for r in records)
+    assert np.isfinite(history[-1]["MaskLogLoss"]) and os.path.isfile(checkpoint.params_path(prefix, 1))
 
 
 def test_resume_reproduces_uninterrupted_run_and_fixed_params_stay(data_dir, tmp_path):

@@ -46,7 +46,7 @@ def coco_results(detections, image_ids, category_ids, segmentations=None):
 
     ``category_ids[label]`` is the original COCO category id of contiguous label ``label``
     (index 0, background, is unused). Inclusive boxes become ``[x, y, w, h]`` with w = x2 - x1 + 1.
-    ``segmentations``: per image, one COCO RLE per detection row (lib.inference.masks.encode_masks),
+    ``segmentations``: per image, one COCO RLE per detection row (lib.inference.masks.encode_pasted),
     written as each entry's ``segmentation``.
     """
     if len(detections) != len(image_ids):

@@ -80,9 +80,10 @@ class AutoFocusStats:
         return sum(level.full_pixels for level in self.levels)
 
 
-def run_autofocus(detector, source, num_workers=0, stats=None, on_region=None, cache=None, merge=True):
+def run_autofocus(detector, source, num_workers=0, stats=None, on_region=None, cache=None, merge=True, plan=None):
     """Yield ``(index, detections (N, 6) or IOError)`` per image of ``source`` once its last level is done
-    (see the module docstring). ``stats`` (an AutoFocusStats) receives a LevelStats per level;
+    (see the module docstring). ``stats`` (an AutoFocusStats) receives a LevelStats per level; ``plan`` (a
+    lib.inference.regions.RegionPlan) each level's regions and batches, cached levels' too (the mask pass's);
     ``on_region(level, region, result, chips)`` sees every processed region (tools/visualize_focus.py):
     ``result`` is ``(candidates, focus_map, scale)``, its Candidates (lib.inference.merge) in the image's
     original pixels before the level's range, its FocusPixel map and the map's scale, ``chips`` the
@@ -109,10 +110,12 @@ def run_autofocus(detector, source, num_workers=0, stats=None, on_region=None, c
         scales = [level.spec.image_scale(*sizes[region.image]) for region in regions]
         level_stats = LevelStats(len(regions), sum(r.extent[0] * r.extent[1] * s * s for r, s in zip(regions, scales)),
                                  sum(h * w * level.spec.image_scale(h, w) ** 2 for h, w in (sizes[i] for i in found)))
+        batches = level_batches(regions, scales, len(sizes), level.spec, detector._batch_counts([level])[0],
+                                test.BATCH_PARTS, network.IMAGE_STRIDE)
+        if plan is not None:
+            plan.add_level(number, regions, scales, batches)
         result = cache.load(number, regions) if cache is not None else None
         if result is None:
-            batches = level_batches(regions, scales, len(sizes), level.spec, detector._batch_counts([level])[0],
-                                    test.BATCH_PARTS, network.IMAGE_STRIDE)
             result = _run_level(detector, source, regions, batches, num_workers, found)
             if cache is not None:
                 cache.save(number, result, regions)

@@ -26,8 +26,9 @@ from lib.inference.detections import Detections
 from lib.inference.masks import MaskHead
 from lib.inference.merge import merge_candidates, merge_scales, thresholded_levels
 from lib.inference.pipeline import ArrayImages, run_pipeline
+from lib.inference.regions import RegionPlan
 from lib.inference.scale_cache import cached_levels
-from lib.inference.tiling import run_tiled
+from lib.inference.tiling import Tiling, region_plan, run_tiled
 from lib.run.checkpoint import CheckpointError, checkpoint_prefix, load_params, params_path
 from lib.run.folder import load_run
 from lib.scales import pyramid
@@ -137,8 +138,8 @@ class Detector:
         detector.module.bind(data_shapes(len(detector.contexts), stride, stride), for_training=False)
         detector.module.set_params(arg_params, aux_params, allow_missing=False, allow_extra=True)
         if cfg.TRAIN.WITH_MASK and not rpn_only:
-            detector.mask_head = MaskHead(cfg, len(detector.classes), arg_params, aux_params, detector.contexts[0],
-                                          detector.levels, use_compiled_deformable(cfg, detector.contexts))
+            detector.mask_head = MaskHead(detector, arg_params, aux_params,
+                                          use_compiled_deformable(cfg, detector.contexts))
         return detector
 
     @classmethod
@@ -169,10 +170,12 @@ class Detector:
             if not (isinstance(image, np.ndarray) and image.ndim == 3 and image.shape[2] == 3 and image.size):
                 raise ValueError(f"expected a BGR image array (H, W, 3), got "
                                  f"{getattr(image, 'shape', type(image).__name__)}")
-        found = [Detections.from_array(d, self.classes) for d in self.detect(batch)]
-        if self.mask_head is not None:
-            found = [dataclasses.replace(dets, masks=self.mask_head.masks(image, dets.boxes, dets.labels))
-                     for dets, image in zip(found, batch)]
+        plan = RegionPlan() if self.mask_head is not None else None
+        found = [Detections.from_array(d, self.classes) for d in self.detect(batch, plan=plan)]
+        if self.mask_head is not None:  # on the regions of the detection run (lib.inference.masks)
+            masks = self.mask_head.masks(ArrayImages(batch), {i: (d.boxes, d.labels) for i, d in enumerate(found)},
+                                         plan)
+            found = [dataclasses.replace(dets, masks=masks[index]) for index, dets in enumerate(found)]
         return found[0] if single else found
 
     def draw(self, image, detections, thresh=0.5):
@@ -193,6 +196,13 @@ class Detector:
         levels = self.levels if levels is None else levels
         return plan(sizes, levels, self._batch_counts(levels), self.cfg.TEST.BATCH_PARTS,
                     self.cfg.network.IMAGE_STRIDE, extraction=self.rpn_only)
+
+    def release_buffers(self):
+        """Free the memory the network's last canvases took (bound again at its smallest input; the next
+        run grows it again): the mask pass runs its own graph after the detections."""
+        if self.module is not None and self.module.binded:
+            stride = feature_stride(self.cfg)
+            self.module.bind(data_shapes(len(self.contexts), stride, stride), for_training=False, force_rebind=True)
 
     # -- the network, as the pipeline drives it ------------------------------------------------------
     def forward_shape(self, batch):
@@ -243,19 +253,27 @@ class Detector:
         """Whether ``run`` and ``detect`` on the config's pyramid use AutoFocus (TEST.AUTO_FOCUS)."""
         return bool(self.cfg.TEST.AUTO_FOCUS) and not self.rpn_only
 
-    def run(self, source, levels=None, num_workers=0, combine=None):
+    def run(self, source, levels=None, num_workers=0, combine=None, plan=None):
         """Yield ``(index, result)`` per image of ``source`` (lib.inference.pipeline: RoidbImages or
         ArrayImages) as it completes, or ``(index, IOError)`` for an unreadable one; results are
         detections (see ``detect``) or, for the RPN-only network, proposals (see ``propose``), or what
         ``combine`` makes of an image's per-level results. With TEST.AUTO_FOCUS, detections on the
         config's pyramid come from lib.inference.autofocus (whole images at the coarsest level only); with
-        TEST.TILE, from lib.inference.tiling (every scale in tiles)."""
-        if self.autofocus and levels is None and combine is None:
-            yield from run_autofocus(self, source, num_workers)
+        TEST.TILE, from lib.inference.tiling (every scale in tiles). ``plan``, a RegionPlan
+        (lib.inference.regions), receives the regions and batches of a detection run on the config's
+        pyramid (whole images, tiles or FocusChips per level), on which the mask pass runs
+        (lib.inference.masks)."""
+        pyramid = levels is None and combine is None and not self.rpn_only
+        if plan is not None and not pyramid:
+            raise ValueError("a RegionPlan records detection runs on the config's test pyramid only")
+        if self.autofocus and pyramid:
+            yield from run_autofocus(self, source, num_workers, plan=plan)
             return
-        if self.cfg.TEST.TILE and not self.rpn_only and levels is None and combine is None:
-            yield from run_tiled(self, source, num_workers)  # lib.inference.tiling
+        if self.cfg.TEST.TILE and pyramid:
+            yield from run_tiled(self, source, num_workers, plan=plan)  # lib.inference.tiling
             return
+        if plan is not None:  # whole images at every level: the regions of batching.plan's batches
+            plan.extend(region_plan(self, source))
         levels = self.levels if levels is None else levels
         network = self.cfg.network
         yield from run_pipeline(self, source, self.plan(source.sizes(), levels), len(levels),
@@ -272,38 +290,42 @@ class Detector:
         yield from self.run(source, [self.levels[number] for number in numbers], num_workers,
                             combine=functools.partial(thresholded_levels, score_thresh=self.cfg.TEST.SCORE_THRESH))
 
-    def run_levels(self, source, num_workers=0, cache=None):
+    def run_levels(self, source, num_workers=0, cache=None, plan=None):
         """Yield ``(index, [Candidates per level of the config's pyramid] or IOError)`` per image of
         ``source``: what ``run`` yields before merging (``merge_levels`` merges), with the levels ``cache``
         (lib.inference.scale_cache.ScaleCache, TEST.USE_CACHE) holds read back instead of run, the others
-        cached. Images come in set order once the last level is done."""
+        cached. Images come in set order once the last level is done. ``plan`` (a RegionPlan) receives the
+        regions of every level, read back or run, as in ``run``."""
         if self.rpn_only:
             raise RuntimeError("this Detector holds the RPN-only network; it gives proposals, not detections")
         if self.autofocus:
-            yield from run_autofocus(self, source, num_workers, cache=cache, merge=False)
-        else:
-            yield from cached_levels(self, source, num_workers, cache)
+            yield from run_autofocus(self, source, num_workers, cache=cache, merge=False, plan=plan)
+            return
+        if plan is not None:  # whole images or tiles: the regions follow from the image sizes alone
+            plan.extend(region_plan(self, source, Tiling.from_config(self.cfg.TEST)))
+        yield from cached_levels(self, source, num_workers, cache)
 
     def merge_levels(self, per_level):
         """An image's final detections (N, 6) from its Candidates per level (``run_levels``): the valid
         ranges, suppression and cap of the config."""
         return merge_candidates(per_level, [level.valid_range for level in self.levels], self.cfg.TEST)
 
-    def _results(self, images, levels=None, combine=None):
-        found = dict(self.run(ArrayImages(images), levels, combine=combine))
+    def _results(self, images, levels=None, combine=None, plan=None):
+        found = dict(self.run(ArrayImages(images), levels, combine=combine, plan=plan))
         return [found[index] for index in range(len(images))]
 
     def scale_results(self, images, levels=None):
         """Per image, its results at each of ``levels`` before they are combined (``image_result``)."""
         return self._results(images, levels, combine=list)
 
-    def detect(self, images, levels=None):
+    def detect(self, images, levels=None, plan=None):
         """Merged detections per image (BGR uint8 arrays) at ``levels`` (default: the config's test
         pyramid), float32 (N, 6) ``[x1, y1, x2, y2, score, label]``. The images are batched together as
-        the reference batches a test set, so the result of an image can depend on its companions."""
+        the reference batches a test set, so the result of an image can depend on its companions.
+        ``plan`` as for ``run``."""
         if self.rpn_only:
             raise RuntimeError("this Detector holds the RPN-only network; it gives proposals, not detections")
-        return self._results(images, levels)
+        return self._results(images, levels, plan=plan)
 
     def propose(self, images):
         """RPN proposals per image, float32 (P, 5) ``[x1, y1, x2, y2, score]`` in original pixels:

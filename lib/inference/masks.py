@@ -1,35 +1,69 @@
 """Instance masks for the final detections of a TRAIN.WITH_MASK network (beyond the reference, which
 trains its mask branch only as a signal for the detector).
 
-After the multi-scale merge, each detection goes back to one level of the test pyramid: the finest one
-whose valid range holds its box (lib.inference.merge's rule; none: the coarsest level). The image is
-resized to that level as the detector resizes it, the mask graph (symbols.sniper.mask_inference_symbol)
-runs on the detections' boxes in the scaled pixels, and each detection keeps the 28x28 probability map
-of its own class. ``paste_masks`` puts the maps into the image: the map spans the box exactly as the
-training targets do (MaskRcnnTarget rasterises the gt polygon onto 28 cells across ``x1 .. x2``), so a
-pixel whose centre ``(x + 0.5, y + 0.5)`` lies in the box samples the map bilinearly at cell coordinates
-``(x + 0.5 - x1) * 28 / w - 0.5`` (w = ``x2 - x1``, at least 1; clamped to the map), and is part of the
-object when that probability is above MASK_THRESH; pixels outside the box are not. ``encode_masks``
-gives COCO's RLE (pycocotools.mask) for results files.
+The mask pass follows the detection test's own plan (a lib.inference.regions.RegionPlan: the whole images,
+TEST.TILE tiles or AutoFocus FocusChips each level processed, with the batches and canvases that ran them),
+so it is bounded as the detection pass is: no canvas larger than the detection's, the pixels of a region
+read as the detection read them (windows of a large file), images prepared in the ``TEST.NUM_PROCESS``
+workers, every context of the Detector used, the graph in float16 with TEST.fp16. After the multi-scale
+merge each detection goes back to one region of the plan (``mask_regions``), preferably one that holds its
+box whole; among those, one at a level whose valid range holds the box, the finest such (largest image
+scale) or, if none holds it, the coarsest; then a tile whose core holds the box's centre (the tile that
+owns it), then the largest overlap. Where every level processes whole images this is the finest level
+whose valid range holds the box (none: the coarsest). Only the regions holding detections run again, on
+their batches' canvases, with the rest of a batch left out, after the detection network has freed its own
+canvases' memory (``Detector.release_buffers``: the two passes' peaks do not add up). Their pixels are read
+again (an image's regions close together in the batches' order, as in the tiled test; images without
+detections not at all; images in memory, the Python API's, are not decoded twice); the mask graph
+(symbols.sniper.mask_inference_symbol) runs on the detections' boxes in the region's canvas pixels and each
+detection keeps the 28x28 probability map of its own class.
+
+``paste_masks`` puts the maps into the image: the map spans the box exactly as the training targets do
+(MaskRcnnTarget rasterises the gt polygon onto 28 cells across ``x1 .. x2``), so a pixel whose centre
+``(x + 0.5, y + 0.5)`` lies in the box samples the map bilinearly at cell coordinates ``(x + 0.5 - x1) * 28
+/ w - 0.5`` (w = ``x2 - x1``, at least 1; clamped to the map), and is part of the object when that
+probability is above MASK_THRESH; pixels outside the box are not. ``encode_pasted`` gives the same masks as
+COCO's RLE (pycocotools' compressed counts) from each box's pixels alone, never a whole-image mask.
 """
+from collections import Counter, defaultdict
+from dataclasses import replace
+
+import mxnet as mx
 import numpy as np
 
 from lib.inference.merge import in_test_range
-from lib.inference.pipeline import prepare_image
+from lib.inference.regions import run_regions
+from lib.inference.tiling import in_core
 from symbols.backbones import feature_stride
 from symbols.mask import MASK_SIZE
 
 MASK_THRESH = 0.5
+INPUTS = ("data", "mask_rois")  # the mask graph's (symbols.sniper.mask_inference_symbol)
 
 
-def mask_levels(boxes, levels):
-    """Per box (N, 4) in original pixels, the index of the finest level whose valid range holds it (the
-    coarsest when none does)."""
+def mask_regions(boxes, size, plan, positions, levels):
+    """Per box (N, 4, original pixels) of an image of (height, width) ``size``, the one of ``positions`` (that
+    image's regions in the RegionPlan ``plan``; ``levels`` the Detector's) whose features give its mask, by
+    the preferences of the module docstring, the first position among equals."""
     boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
-    chosen = np.full(len(boxes), len(levels) - 1)
-    for index in reversed(range(len(levels))):
-        chosen[in_test_range(boxes, levels[index].valid_range)] = index
-    return chosen
+    height, width = size
+    clipped = np.clip(boxes, 0, [width, height, width, height])
+    criteria = []  # per region, (N,) values of each preference, larger preferred
+    for position in positions:
+        region, scale = plan.regions[position], plan.scales[position]
+        x1, y1, x2, y2 = region.box
+        holds = (clipped[:, 0] >= x1) & (clipped[:, 1] >= y1) & (clipped[:, 2] <= x2) & (clipped[:, 3] <= y2)
+        in_range = in_test_range(boxes, levels[plan.levels[position]].valid_range)
+        owns = np.ones(len(boxes), bool) if region.core is None else in_core(boxes, region.core)
+        overlap = (np.clip(np.minimum(clipped[:, 2], x2) - np.maximum(clipped[:, 0], x1), 0, None) *
+                   np.clip(np.minimum(clipped[:, 3], y2) - np.maximum(clipped[:, 1], y1), 0, None))
+        criteria.append([holds, in_range, np.where(in_range, scale, -scale), owns, overlap])
+    keys = np.array(criteria, np.float64).transpose(1, 0, 2)  # (criterion, region, box)
+    best = np.ones(keys.shape[1:], bool)
+    for key in keys:
+        candidates = np.where(best, key, -np.inf)
+        best &= candidates == candidates.max(axis=0)
+    return np.asarray(positions)[best.argmax(axis=0)]
 
 
 def _sampling_weights(start, end, pixels):
@@ -48,87 +82,190 @@ def _sampling_weights(start, end, pixels):
     return weights
 
 
-def paste_masks(probabilities, boxes, height, width, thresh=MASK_THRESH):
-    """Boolean (N, height, width) masks of N (28, 28) probability maps on their boxes (N, 4)."""
+def _pasted(probabilities, boxes, height, width, thresh):
+    """Per map and box: ``(top, left, crop)``, the boolean mask of the image pixels the box covers (a box
+    is small against a large image), or None for a box wholly outside the image."""
     probabilities = np.asarray(probabilities, np.float64).reshape(-1, MASK_SIZE, MASK_SIZE)
     boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
     if len(probabilities) != len(boxes):
         raise ValueError(f"{len(probabilities)} mask maps for {len(boxes)} boxes")
-    masks = np.zeros((len(boxes), height, width), bool)
-    for mask, prob, (x1, y1, x2, y2) in zip(masks, probabilities, boxes):
-        # only the rows and columns the box covers: a box is small against a large image
+    for prob, (x1, y1, x2, y2) in zip(probabilities, boxes):
         cols = slice(max(int(np.floor(x1)), 0), min(int(np.ceil(x2)) + 1, width))
         rows = slice(max(int(np.floor(y1)), 0), min(int(np.ceil(y2)) + 1, height))
         if cols.start >= cols.stop or rows.start >= rows.stop:
+            yield None
             continue
         wx = _sampling_weights(x1 - cols.start, x2 - cols.start, cols.stop - cols.start)
         wy = _sampling_weights(y1 - rows.start, y2 - rows.start, rows.stop - rows.start)
         inside = wy.any(axis=1)[:, None] & wx.any(axis=1)[None, :]
-        mask[rows, cols] = inside & (wy @ prob @ wx.T > thresh)
+        yield rows.start, cols.start, inside & (wy @ prob @ wx.T > thresh)
+
+
+def paste_masks(probabilities, boxes, height, width, thresh=MASK_THRESH):
+    """Boolean (N, height, width) masks of N (28, 28) probability maps on their boxes (N, 4)."""
+    masks = np.zeros((len(boxes), height, width), bool)
+    for mask, pasted in zip(masks, _pasted(probabilities, boxes, height, width, thresh)):
+        if pasted is not None:
+            top, left, crop = pasted
+            mask[top:top + crop.shape[0], left:left + crop.shape[1]] = crop
     return masks
 
 
-def encode_masks(masks):
-    """COCO RLEs ``{"size": [h, w], "counts": str}`` (JSON-ready) of boolean (N, h, w) masks."""
+def _crop_rle(crop, top, left, height, width):
+    """COCO's RLE ``{"size": [h, w], "counts": str}`` of a (height, width) mask that is ``crop`` at (top,
+    left) and empty elsewhere: the runs of ones of each crop column, at their place in the column-major
+    image (runs meeting across columns joined), between runs of zeros."""
     from pycocotools import mask as mask_utils
 
-    masks = np.asarray(masks, bool)
-    if not len(masks):
-        return []
-    rles = mask_utils.encode(np.asfortranarray(masks.transpose(1, 2, 0).astype(np.uint8)))
-    return [{"size": [int(s) for s in rle["size"]], "counts": rle["counts"].decode("ascii")} for rle in rles]
+    steps = np.diff(np.asarray(crop, np.int8), axis=0, prepend=0, append=0).T  # (columns, rows + 1)
+    starts, ends = (np.nonzero(steps == sign) for sign in (1, -1))  # column-major order
+    starts, ends = ((left + col) * height + top + row for col, row in (starts, ends))
+    joined = np.flatnonzero(ends[:-1] == starts[1:])
+    starts, ends = np.delete(starts, joined + 1), np.delete(ends, joined)
+    counts = np.diff(np.concatenate([[0], np.stack([starts, ends], axis=1).reshape(-1), [height * width]]))
+    if len(counts) > 1 and counts[-1] == 0:
+        counts = counts[:-1]
+    rle = mask_utils.frPyObjects({"size": [height, width], "counts": [int(c) for c in counts]}, height, width)
+    return {"size": [height, width], "counts": rle["counts"].decode("ascii")}
+
+
+def encode_pasted(probabilities, boxes, height, width, thresh=MASK_THRESH):
+    """COCO RLEs (JSON-ready) of ``paste_masks``' masks, computed from the boxes' pixels alone."""
+    empty = np.zeros((0, 0), bool)
+    return [_crop_rle(empty, 0, 0, height, width) if pasted is None else _crop_rle(pasted[2], *pasted[:2], height,
+                                                                                     width)
+            for pasted in _pasted(probabilities, boxes, height, width, thresh)]
 
 
 class MaskHead:
-    """The mask graph of a TRAIN.WITH_MASK network bound on one context, with the Detector's parameters:
-    ``masks(image, boxes, labels)`` -> boolean (N, H, W) masks of an image's final detections."""
+    """The mask graph of a TRAIN.WITH_MASK network bound on every context of ``detector`` (a
+    lib.inference.detector.Detector) with its parameters: ``run`` gives the maps of a test run's final
+    detections on the regions of its plan, ``masks`` the pasted masks (the Python API)."""
 
-    def __init__(self, cfg, num_classes, arg_params, aux_params, context, levels, compiled_deformable):
-        import mxnet as mx
-
+    def __init__(self, detector, arg_params, aux_params, compiled_deformable):
         from symbols.sniper import mask_inference_symbol
 
-        self.cfg, self.levels = cfg, levels
-        symbol = mask_inference_symbol(cfg, num_classes, compiled_deformable=compiled_deformable)
-        stride = feature_stride(cfg)
-        # an executor, reshaped per call (the rois are not a batch axis, as a Module would need)
-        self.executor = symbol.simple_bind(context, grad_req="null", data=(1, 3, stride, stride), mask_rois=(1, 5))
-        self.executor.copy_params_from(arg_params, aux_params, allow_extra_params=True)
+        self.detector = detector
+        symbol = mask_inference_symbol(detector.cfg, len(detector.classes), compiled_deformable=compiled_deformable)
+        stride = feature_stride(detector.cfg)
+        # executors reshaped per call (the rois are not a batch axis, as a Module would split them); the
+        # inputs float32, the parameters' types inferred (float16 in the float16 body and mask convolutions)
+        self.executors = []
+        for context in detector.contexts:
+            executor = symbol.simple_bind(context, grad_req="null", type_dict=dict.fromkeys(INPUTS, "float32"),
+                                          data=(1, 3, stride, stride), mask_rois=(1, 5))
+            executor.copy_params_from(arg_params, aux_params, allow_extra_params=True)
+            self.executors.append(executor)
 
-    def probabilities(self, image, boxes, labels):
-        """(N, 28, 28): each detection's class map, from the level ``mask_levels`` picks for it."""
-        import mxnet as mx
+    def forward(self, data, rois):
+        """Per slot of a canvas batch ``data`` (B, 3, h, w) float32, the (n, 28, 28) maps of its ``rois``
+        (one ``(boxes (n, 4) canvas pixels, labels (n,))`` per slot, fewer than B: the rest have none). The
+        slots are shared among the contexts as the Detector shares a batch; a slot without rois is left out."""
+        per_device = -(-len(data) // len(self.executors))
+        counts = [len(rois[slot][0]) if slot < len(rois) else 0 for slot in range(len(data))]
+        running = []
+        for device, executor in enumerate(self.executors):
+            slots = [s for s in range(device * per_device, min((device + 1) * per_device, len(data))) if counts[s]]
+            if not slots:
+                continue
+            rows = np.concatenate([np.hstack([np.full((counts[s], 1), k), rois[s][0]]) for k, s in enumerate(slots)])
+            labels = np.concatenate([rois[s][1] for s in slots])
+            context = executor.arg_dict["data"].context
+            bound = executor.reshape(allow_up_sizing=True, data=(len(slots),) + data.shape[1:], mask_rois=rows.shape)
+            bound.forward(is_train=False, data=mx.nd.array(data[slots], context),
+                          mask_rois=mx.nd.array(rows, context))
+            # each roi's map of its own class (label - 1: the maps are of the foreground classes)
+            picked = mx.nd.gather_nd(bound.outputs[0], mx.nd.array(np.stack([np.arange(len(rows)), labels - 1]),
+                                                                   context))
+            running.append((slots, picked))
+        maps = [np.zeros((0, MASK_SIZE, MASK_SIZE), np.float32)] * len(data)
+        for slots, picked in running:
+            for slot, values in zip(slots, np.split(picked.asnumpy(), np.cumsum([counts[s] for s in slots])[:-1])):
+                maps[slot] = values
+        return maps
 
-        boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
-        labels = np.asarray(labels, np.int64).reshape(-1)
-        result = np.zeros((len(boxes), MASK_SIZE, MASK_SIZE), np.float32)
-        height, width = image.shape[:2]
-        network = self.cfg.network
-        chosen = mask_levels(boxes, self.levels)
-        for index in np.unique(chosen):
-            members = np.flatnonzero(chosen == index)
-            scale = self.levels[index].spec.image_scale(height, width)
-            canvas = np.zeros((1, 3, int(np.ceil(height * scale)), int(np.ceil(width * scale))), np.float32)
-            prepare_image(image, scale, network.PIXEL_MEANS, network.CHANNEL_ORDER, canvas[0])
-            rois = np.hstack([np.zeros((len(members), 1)), boxes[members] * scale]).astype(np.float32)
-            executor = self.executor.reshape(allow_up_sizing=True, data=canvas.shape, mask_rois=rois.shape)
-            maps = executor.forward(is_train=False, data=mx.nd.array(canvas), mask_rois=mx.nd.array(rois))[0]
-            maps = maps.asnumpy()  # (n, C, 28, 28), C foreground classes
-            result[members] = maps[np.arange(len(members)), labels[members] - 1]
-        return result
+    def run(self, source, detections, plan, num_workers=0):
+        """Yield ``(index, maps (N, 28, 28) float32, or the IOError of an unreadable image)`` per image of
+        ``detections`` (``{index: (boxes (N, 4) original pixels, labels (N,))}`` of images of ``source``),
+        computed on the regions of ``plan`` (the RegionPlan of the detection run, see the module docstring);
+        ``num_workers`` prepare the regions (lib.inference.pipeline)."""
+        sizes, levels = source.sizes(), self.detector.levels
+        regions_of = defaultdict(list)
+        for position, region in enumerate(plan.regions):
+            regions_of[region.image].append(position)
+        members = {}  # region position -> the detections (indices into its image's) it computes
+        for index, (boxes, _) in detections.items():
+            if not len(boxes):
+                yield index, np.zeros((0, MASK_SIZE, MASK_SIZE), np.float32)
+                continue
+            chosen = mask_regions(boxes, sizes[index], plan, regions_of[index], levels)
+            members.update((position, np.flatnonzero(chosen == position)) for position in np.unique(chosen))
+        batches, rois = [], []  # the batches of the regions holding detections, on their canvases
+        for batch in plan.in_image_order():
+            kept = [(position, scale) for position, scale in zip(batch.images, batch.scales) if position in members]
+            if kept:
+                batches.append(replace(batch, images=tuple(p for p, _ in kept), scales=tuple(s for _, s in kept)))
+                rois.append([_region_rois(plan, position, *detections[plan.regions[position].image],
+                                          members[position]) for position, _ in kept])
+        if not batches:
+            return
+        self.detector.release_buffers()
+        remaining = Counter(plan.regions[position].image for position in members)
+        alive, maps = dict(remaining), {}  # images still to complete; the maps of those under way
+        for position, result in run_regions(_MaskPass(self, rois), source, plan.regions, batches, self.detector.cfg,
+                                            num_workers, alive):
+            image = plan.regions[position].image
+            if isinstance(result, Exception):
+                maps.pop(image, None)
+                yield image, result
+                continue
+            if image not in maps:
+                maps[image] = np.zeros((len(detections[image][0]), MASK_SIZE, MASK_SIZE), np.float32)
+            maps[image][members[position]] = result[0]
+            remaining[image] -= 1
+            if not remaining[image]:
+                yield image, maps.pop(image)
 
-    def masks(self, image, boxes, labels):
-        """Boolean (N, H, W) masks of the detections ``boxes`` (N, 4, original pixels) of ``labels``."""
-        if not len(boxes):
-            return np.zeros((0,) + image.shape[:2], bool)
-        return paste_masks(self.probabilities(image, boxes, labels), boxes, *image.shape[:2])
+    def masks(self, source, detections, plan):
+        """``{index: boolean (N, H, W) masks}`` of ``detections`` (as for ``run``) on images in memory."""
+        sizes, masks = source.sizes(), {}
+        for index, maps in self.run(source, detections, plan):
+            if isinstance(maps, Exception):
+                raise maps
+            masks[index] = paste_masks(maps, detections[index][0], *sizes[index])
+        return masks
 
 
-def image_segmentations(mask_head, source, results):
-    """``{index: [RLE per detection row]}`` for ``results`` ``{index: (N, 6) rows}`` of the images of
-    ``source`` (lib.inference.pipeline, read again: the detections come from the merged scales)."""
-    segmentations = {}
-    for index, rows in results.items():
-        rows = np.asarray(rows, np.float32).reshape(-1, 6)
-        segmentations[index] = encode_masks(mask_head.masks(source.read(index), rows[:, :4], rows[:, 5]))
-    return segmentations
+def _region_rois(plan, position, boxes, labels, members):
+    """(boxes (n, 4) in the canvas pixels of region ``position`` of ``plan``, labels (n,)) of the detections
+    ``members`` (indices into an image's ``boxes`` and ``labels``): the inverse of ``Region.to_image``."""
+    region = plan.regions[position]
+    origin = np.array(region.box[:2] * 2, np.float64)
+    return ((np.asarray(boxes, np.float64)[members] - origin) * plan.scales[position],
+            np.asarray(labels, np.int64)[members])
+
+
+class _MaskPass:
+    """The mask graph as the pipeline's network: the pipeline runs the batches in their order
+    (lib.inference.pipeline.run_pipeline), each taking the next batch's rois."""
+
+    def __init__(self, head, rois):
+        self.head, self.rois = head, iter(rois)
+
+    def forward_shape(self, batch):
+        return self.head.detector.forward_shape(batch)
+
+    def forward(self, data, im_info):
+        return {"maps": self.head.forward(data, next(self.rois))}
+
+    def image_result(self, outputs, batch_size, slot, scale, resized, size):
+        return outputs["maps"][slot]
+
+
+def image_segmentations(mask_head, source, results, plan, num_workers=0):
+    """Yield ``(index, [RLE per detection row], or an IOError)`` per image of ``results`` (``{index: (N, 6)
+    rows}`` of images of ``source``, from the run that recorded ``plan``)."""
+    rows = {index: np.asarray(found, np.float32).reshape(-1, 6) for index, found in results.items()}
+    sizes = source.sizes()
+    for index, maps in mask_head.run(source, {i: (r[:, :4], r[:, 5]) for i, r in rows.items()}, plan, num_workers):
+        yield index, maps if isinstance(maps, Exception) else encode_pasted(maps, rows[index][:, :4], *sizes[index])

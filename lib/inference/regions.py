@@ -7,8 +7,11 @@ resized by its image's factor at its level. A region of a large image (lib.datas
 from the file by windows, reduced by ``shrink`` while it is read when the level's scale is below 1/2;
 the pipeline then sees an image ``shrink`` times smaller, planned and resized at ``shrink`` times the
 scale, and ``to_image`` maps its detections back.
+
+A ``RegionPlan`` records what a test run processed as regions, level after level, with the batches that
+ran them: the instance-mask pass (lib.inference.masks) runs the same regions on the same canvases.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -39,6 +42,37 @@ class Region:
     def to_image(self, boxes):
         """Boxes (N, 4) in the region's read pixels -> float64 (N, 4) in the image's original pixels."""
         return np.asarray(boxes, np.float64).reshape(-1, 4) * self.shrink + np.array(self.box[:2] * 2, np.float64)
+
+
+@dataclass
+class RegionPlan:
+    """Regions processed by a test run: ``regions`` (Region), each one's pyramid ``levels`` (index into the
+    Detector's levels) and ``scales`` (its image's resize factor there), and the ``batches`` (TestBatch,
+    pipeline level 0, ``images`` positions into ``regions``) that ran them, level after level."""
+
+    regions: list = field(default_factory=list)
+    levels: list = field(default_factory=list)
+    scales: list = field(default_factory=list)
+    batches: list = field(default_factory=list)
+
+    def add_level(self, level, regions, scales, batches):
+        """Append a level's ``regions`` and ``scales`` and its ``batches`` (positions into ``regions``)."""
+        self.extend(RegionPlan(list(regions), [level] * len(regions), list(scales), list(batches)))
+
+    def extend(self, other):
+        """Append the regions and batches of the RegionPlan ``other``."""
+        offset = len(self.regions)
+        self.regions += other.regions
+        self.levels += other.levels
+        self.scales += other.scales
+        self.batches += [replace(b, images=tuple(i + offset for i in b.images)) for b in other.batches]
+
+    def in_image_order(self, batches=None):
+        """``batches`` (default: the plan's) by the last image they serve, then by level: an image's
+        regions run close together, so that its results complete early and its pixels are read once."""
+        batches = self.batches if batches is None else batches
+        return sorted(batches, key=lambda b: (max(self.regions[i].image for i in b.images),
+                                              self.levels[b.images[0]]))
 
 
 def windowed(source, index):

@@ -30,6 +30,7 @@ from lib.inference.geojson import write_geojson
 from lib.inference.masks import image_segmentations
 from lib.inference.merge import candidate_rows, suppress
 from lib.inference.pipeline import RoidbImages, metered
+from lib.inference.regions import RegionPlan
 from lib.inference.scale_cache import ScaleCache
 from lib.run.checkpoint import output_dir
 
@@ -50,30 +51,53 @@ def proposal_file(cfg):
     return path
 
 
-def run_images(roidb, detector, num_workers, desc, speed=None, run=None):
+def run_images(roidb, detector, num_workers, desc, speed=None, run=None, plan=None):
     """``detector`` over every roidb entry (lib.inference.pipeline, ``num_workers`` processes); returns
     (results by roidb index, skipped entries). Unreadable images are logged with their path and skipped.
     The bar counts network passes (a batch at one scale), the work an ETA must extrapolate, not images
     started. ``speed`` (a dict), when given, gets the seconds end to end and in the network. ``run``
-    (default ``detector.run``) is what yields ``(index, result or IOError)`` for ``(source, num_workers)``."""
-    outputs, skipped = {}, []
+    (default ``detector.run``) is what yields ``(index, result or IOError)`` for ``(source, num_workers,
+    plan)``; ``plan`` (a RegionPlan) receives the regions the run processed, for the mask pass."""
     started = time.perf_counter()
+    outputs, skipped, network_seconds = _collect(
+        lambda: (run or detector.run)(RoidbImages(roidb), num_workers=num_workers, plan=plan), roidb, desc)
+    if speed is not None:
+        speed.update(images_per_second(len(outputs), time.perf_counter() - started, network_seconds))
+    return outputs, skipped
+
+
+def mask_images(roidb, detector, results, plan, num_workers, speed=None):
+    """The instance masks of ``results`` ({roidb index: (N, 6) rows}) of a TRAIN.WITH_MASK ``detector``
+    on the regions of its run's ``plan`` (lib.inference.masks); returns (RLEs by roidb index, skipped
+    entries): an image unreadable now is logged and skipped. ``speed`` gets the pass's seconds."""
+    started = time.perf_counter()
+    outputs, skipped, network_seconds = _collect(
+        lambda: image_segmentations(detector.mask_head, RoidbImages(roidb), results, plan, num_workers), roidb,
+        "masks")
+    if speed is not None:
+        speed.update(mask_seconds=round(time.perf_counter() - started, 3),
+                     mask_network_seconds=round(network_seconds, 3))
+    return outputs, skipped
+
+
+def _collect(run, roidb, desc):
+    """(results by roidb index, skipped entries, seconds in the network) of ``run()``'s ``(index, result or
+    IOError)``, under a progress bar of its network passes."""
+    outputs, skipped = {}, []
     with tqdm(total=0, desc=desc, unit="pass") as bar:
         def on_pass(meter):
             bar.total = meter.planned
             bar.update(1)
 
         with metered(on_pass) as meter:
-            for index, result in (run or detector.run)(RoidbImages(roidb), num_workers=num_workers):
+            for index, result in run():
                 if isinstance(result, Exception):
                     logger.error("skipping image id %s: %s", roidb[index]["id"], result)
                     skipped.append(roidb[index])
                 else:
                     outputs[index] = result
                 bar.set_postfix(images=f"{len(outputs) + len(skipped)}/{len(roidb)}", refresh=False)
-    if speed is not None:
-        speed.update(images_per_second(len(outputs), time.perf_counter() - started, meter.network_seconds))
-    return outputs, skipped
+    return outputs, skipped, meter.network_seconds
 
 
 def images_per_second(images, seconds, network_seconds):
@@ -101,31 +125,37 @@ def test(cfg, detector=None, checkpoint=None, out_dir=None, max_images=0, vis=Fa
                 detector.contexts)
     out_dir = out_dir or results_dir(cfg)
     speed, cache, levels = {}, None, None
+    plan = RegionPlan() if detector.mask_head is not None else None
     if cfg.TEST.USE_CACHE or vis:  # each scale's detections, merged here
         cache = ScaleCache.for_test(detector, roidb, out_dir) if cfg.TEST.USE_CACHE else None
-        levels, skipped = run_images(roidb, detector, cfg.TEST.NUM_PROCESS, "testing", speed,
-                                     run=lambda source, num_workers: detector.run_levels(source, num_workers, cache))
+        levels, skipped = run_images(roidb, detector, cfg.TEST.NUM_PROCESS, "testing", speed, plan=plan,
+                                     run=lambda source, num_workers, plan: detector.run_levels(source, num_workers,
+                                                                                               cache, plan))
         found = {index: detector.merge_levels(per_level) for index, per_level in levels.items()}
     else:
-        found, skipped = run_images(roidb, detector, cfg.TEST.NUM_PROCESS, "testing", speed)
+        found, skipped = run_images(roidb, detector, cfg.TEST.NUM_PROCESS, "testing", speed, plan=plan)
+    logger.info("speed: %s images/s end to end, %s images/s in the network alone (%.1f s, of which %.1f s in the "
+                "network)", _rate(speed["images_per_s"]), _rate(speed["network_images_per_s"]), speed["seconds"],
+                speed["network_seconds"])
+    segmentations = None
+    if detector.mask_head is not None:  # instance masks of the final detections (lib.inference.masks)
+        segmentations, unreadable = mask_images(roidb, detector, found, plan, cfg.TEST.NUM_PROCESS, speed)
+        skipped += unreadable
+        found = {index: found[index] for index in segmentations}
+        logger.info("masks of %d images in %.1f s (%.1f s in the network)", len(segmentations),
+                    speed["mask_seconds"], speed["mask_network_seconds"])
     tested = sorted(found)
     summary = {"image_set": image_set, "checkpoint": detector.source,
                "images": len(roidb), "tested": len(tested), "skipped": len(skipped),
                "skipped_images": [entry["image"] for entry in skipped], "speed": speed}
     if cache is not None:
         summary["scale_cache"] = {"folder": cache.folder, "read": cache.read, "written": cache.written}
-    logger.info("speed: %s images/s end to end, %s images/s in the network alone (%.1f s, of which %.1f s in the "
-                "network)", _rate(speed["images_per_s"]), _rate(speed["network_images_per_s"]), speed["seconds"],
-                speed["network_seconds"])
     if vis:
         draw_levels(detector, [roidb[i] for i in tested], [levels[i] for i in tested], [found[i] for i in tested],
                     os.path.join(out_dir, VIS_FOLDER), vis_thresh)
-    segmentations = None
-    if detector.mask_head is not None:  # instance masks of the final detections (lib.inference.masks)
-        by_index = image_segmentations(detector.mask_head, RoidbImages(roidb), {i: found[i] for i in tested})
-        segmentations = [by_index[i] for i in tested]
     summary.update(dataset.evaluate([roidb[i] for i in tested], [found[i] for i in tested], out_dir,
-                                    segmentations=segmentations, scoring=cfg.TEST))
+                                    segmentations=None if segmentations is None else [segmentations[i] for i in tested],
+                                    scoring=cfg.TEST))
     summary.update(write_geojson([roidb[i] for i in tested], [found[i] for i in tested], dataset.category_ids,
                                  dataset.classes, out_dir))
     if skipped:

@@ -32,7 +32,7 @@ import numpy as np
 from lib.inference.batching import plan_level
 from lib.inference.focus_chips import BORDER_MARGIN, border_keep_mask
 from lib.inference.merge import concat_candidates, merge_candidates, thresholded
-from lib.inference.regions import Region, run_regions
+from lib.inference.regions import Region, RegionPlan, run_regions
 from lib.dataset.large_images import is_large, shrink_factor
 
 logger = logging.getLogger(__name__)
@@ -130,46 +130,56 @@ def in_core(boxes, core):
     return (centre_x >= core[0]) & (centre_x < core[2]) & (centre_y >= core[1]) & (centre_y < core[3])
 
 
-def run_tiled(detector, source, num_workers=0, stats=None, numbers=None, merge=True):
-    """Yield ``(index, detections (N, 6) or IOError)`` per image of ``source`` with ``detector``'s test
-    pyramid, every level in tiles of TEST.TILE (module docstring). ``stats``, a list, receives per level
-    ``(regions, network pixels)``. ``numbers`` (default: all) are the levels to run; with ``merge`` false
-    an image's result is its Candidates per level run (lib.inference.merge), before the ranges."""
-    cfg = detector.cfg
-    test, network = cfg.TEST, cfg.network
-    tiling = Tiling.from_config(test)
-    numbers = list(range(len(detector.levels))) if numbers is None else list(numbers)
-    tiling.check_overlap([detector.levels[number] for number in numbers])
-    sizes = source.sizes()
-    regions, region_levels, batches = [], [], []
-    for number in numbers:
+def region_plan(detector, source, tiling=None, numbers=None):
+    """The RegionPlan of ``detector``'s test pyramid (the levels ``numbers``, default all) on the images of
+    ``source``: per level every image whole (read reduced when large), or in the tiles of ``tiling`` (a
+    Tiling) where it is larger than one. The images that fit keep the reference's batches
+    (``batching.plan_level``; without a tiling, those of ``batching.plan``), an image's tiles share canvases
+    one after the other."""
+    test, network = detector.cfg.TEST, detector.cfg.network
+    plan, sizes = RegionPlan(), source.sizes()
+    for number in range(len(detector.levels)) if numbers is None else numbers:
         level = detector.levels[number]
         wholes, tiles = ([], []), ([], [])  # (regions, scales) of the images that fit, of the tiles of the others
         for index, size in enumerate(sizes):
             scale = level.spec.image_scale(*size)
-            parts = tiling.split(whole_region(source, index, size, scale), scale)
+            region = whole_region(source, index, size, scale)
+            parts = [region] if tiling is None else tiling.split(region, scale)
             kind = wholes if parts[0].core is None else tiles
             kind[0].extend(parts)
             kind[1].extend([scale] * len(parts))
         batch_size = detector._batch_counts([level])[0]
-        level_batches = plan_regions(*wholes, level.spec, batch_size, test.BATCH_PARTS, network.IMAGE_STRIDE,
-                                     len(regions))
-        level_batches += plan_tiles(*tiles, level.spec, batch_size, network.IMAGE_STRIDE, len(regions) + len(wholes[0]))
-        batches += [(number, batch) for batch in level_batches]
-        level_regions, scales = wholes[0] + tiles[0], wholes[1] + tiles[1]
-        if stats is not None:
-            stats.append((len(level_regions), sum(r.extent[0] * r.extent[1] * s * s
-                                                  for r, s in zip(level_regions, scales))))
-        regions += level_regions
-        region_levels += [number] * len(level_regions)
-    # images complete early: batches by the last image they serve, then by level
-    batches = [batch for _, batch in sorted(batches, key=lambda lb: (max(regions[i].image for i in lb[1].images),
-                                                                      lb[0]))]
-    remaining = np.bincount([r.image for r in regions], minlength=len(sizes))
+        batches = plan_regions(*wholes, level.spec, batch_size, test.BATCH_PARTS, network.IMAGE_STRIDE)
+        batches += plan_tiles(*tiles, level.spec, batch_size, network.IMAGE_STRIDE, len(wholes[0]))
+        plan.add_level(number, wholes[0] + tiles[0], wholes[1] + tiles[1], batches)
+    return plan
+
+
+def run_tiled(detector, source, num_workers=0, stats=None, numbers=None, merge=True, plan=None):
+    """Yield ``(index, detections (N, 6) or IOError)`` per image of ``source`` with ``detector``'s test
+    pyramid, every level in tiles of TEST.TILE (module docstring). ``stats``, a list, receives per level
+    ``(regions, network pixels)``; ``plan``, a RegionPlan, the regions and batches of the run. ``numbers``
+    (default: all) are the levels to run; with ``merge`` false an image's result is its Candidates per level
+    run (lib.inference.merge), before the ranges."""
+    cfg = detector.cfg
+    test = cfg.TEST
+    tiling = Tiling.from_config(test)
+    numbers = list(range(len(detector.levels))) if numbers is None else list(numbers)
+    tiling.check_overlap([detector.levels[number] for number in numbers])
+    sizes = source.sizes()
+    tiles = region_plan(detector, source, tiling, numbers)
+    if plan is not None:
+        plan.extend(tiles)
+    if stats is not None:
+        for number in numbers:
+            members = [(r, s) for r, s, level in zip(tiles.regions, tiles.scales, tiles.levels) if level == number]
+            stats.append((len(members), sum(r.extent[0] * r.extent[1] * s * s for r, s in members)))
+    remaining = np.bincount([r.image for r in tiles.regions], minlength=len(sizes))
     candidates = {index: [] for index in range(len(sizes))}
     ranges = [detector.levels[number].valid_range for number in numbers]
-    for position, result in run_regions(detector, source, regions, batches, cfg, num_workers, candidates):
-        region = regions[position]
+    for position, result in run_regions(detector, source, tiles.regions, tiles.in_image_order(), cfg, num_workers,
+                                        candidates):
+        region = tiles.regions[position]
         if isinstance(result, Exception):
             yield region.image, result
             continue
@@ -179,5 +189,5 @@ def run_tiled(detector, source, num_workers=0, stats=None, numbers=None, merge=T
         if not remaining[region.image]:
             # in region order (level after level, tiles in order): the whole-image test's candidate order
             found = sorted(candidates.pop(region.image), key=lambda pc: pc[0])
-            per_level = [concat_candidates([c for p, c in found if region_levels[p] == number]) for number in numbers]
+            per_level = [concat_candidates([c for p, c in found if tiles.levels[p] == number]) for number in numbers]
             yield region.image, merge_candidates(per_level, ranges, test) if merge else per_level

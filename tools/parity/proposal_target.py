@@ -22,6 +22,7 @@ from lib.parity.fork import TARGET_INPUTS, TARGET_OUTPUTS, ForkCheckout, run_for
 from lib.parity.proposal_target import (STRIDE, compare_proposal_targets, project_targets,  # noqa: E402
                                         random_target_inputs)
 from lib.parity.tables import format_table  # noqa: E402
+from lib.logger import report_user_errors  # noqa: E402
 
 
 def arrays(path, names, parser):
@@ -32,6 +33,7 @@ def arrays(path, names, parser):
         parser.error(f"{path}: not a file of this tool's ({err})")
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     steps = parser.add_subparsers(dest="step", required=True)
