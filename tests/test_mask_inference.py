@@ -522,6 +522,25 @@ def test_tester_of_a_mask_network_writes_segm_results_and_the_segm_table(mask_ru
         assert "segm:" in f.read()
 
 
+def test_masks_of_a_test_merged_from_scale_caches_are_the_masks_of_the_run_that_wrote_them(mask_run, tmp_path):
+    """TEST.USE_CACHE with a mask network: the second test reads every scale back (the network runs for
+    the masks alone), and its regions plan, made from the image sizes, gives the first run's masks."""
+    from lib.config import with_overrides
+    from lib.inference import tester
+
+    cfg = with_overrides(mask_run[0], {"TEST.USE_CACHE": True})
+    first = tester.test(cfg, out_dir=str(tmp_path))
+    with open(tmp_path / "detections_val_results.json") as f:
+        written = json.load(f)
+    second = tester.test(cfg, out_dir=str(tmp_path))
+    with open(tmp_path / "detections_val_results.json") as f:
+        again = json.load(f)
+    levels = len(cfg.TEST.SCALES)
+    assert first["scale_cache"]["written"] == second["scale_cache"]["read"] == list(range(levels))
+    assert written and all(r["segmentation"]["counts"] for r in written)
+    assert again == written
+
+
 def test_an_image_unreadable_in_the_mask_pass_is_skipped_and_counted(mask_run, monkeypatch, caplog, tmp_path):
     """An image read for its detections that cannot be read for its masks is logged and skipped, the other
     one evaluated with its masks."""
