@@ -1,6 +1,6 @@
 # One entry point for set-up, build, tests and the main job.
 #   make            virtualenv + pinned packages + compiled extensions (idempotent, fast when done)
-#   make test       the test suite
+#   make test       the test suite (make test-all: with the slow end-to-end tests too)
 #   make train      the main job: synthetic data -> train tiny SNIPER on CPU -> COCO AP table; again over an
 #                   earlier run: make train TRAIN_ARGS=--resume (continue it) or TRAIN_ARGS=--overwrite (start over)
 #   make MXNET=mxnet-cu117   the same with a CUDA build of MXNet 1.9.1: every CUDA 11 wheel of 1.9.1 on PyPI,
@@ -69,7 +69,7 @@ define build_ops
 		$(filter %.cc,$(OPS_SRC)) $(MXINC)/src/lib_api.cc -o $(1) $(3)
 endef
 
-.PHONY: all venv build extensions test train clean distclean ops-cuda-check mxnet-gpu mxnet-gpu-smoke
+.PHONY: all venv build extensions test test-all train clean distclean ops-cuda-check mxnet-gpu mxnet-gpu-smoke
 all: build
 
 venv: $(STAMP)
@@ -130,6 +130,10 @@ mxnet-gpu mxnet-gpu-smoke:
 
 test: build
 	$(PY) -m pytest -q tests
+
+# also the tests marked slow (pytest.ini): long end-to-end runs of kinds the default run already covers
+test-all: build
+	$(PY) -m pytest -q -m "" tests
 
 train: build
 	$(PY) main_train.py --cfg configs/faster/sniper_synthetic_tiny.yml --eval $(TRAIN_ARGS)

@@ -549,6 +549,7 @@ def run_tool(name, *argv):
                           timeout=300, env=dict(os.environ, PYTHONPATH=ROOT))
 
 
+@pytest.mark.slow
 def test_benchmark_tool_compares_autofocus_with_full_inference(focus_everywhere):
     config, settings, path, root = focus_everywhere
     result = run_tool("benchmark_autofocus.py", "--cfg", config, *settings, "--images", "2", "--checkpoint", path)
@@ -563,6 +564,7 @@ def test_benchmark_tool_compares_autofocus_with_full_inference(focus_everywhere)
                                            "detections.json"))
 
 
+@pytest.mark.slow
 def test_visualize_focus_draws_a_panel_per_scale(focus_everywhere, tmp_path):
     import cv2
 

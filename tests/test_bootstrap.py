@@ -60,8 +60,9 @@ def test_programs_run_from_any_folder_with_a_foreign_python(program, tmp_path):
     # joining a dist_sync job imports MXNet: only the virtualenv has it
     (["--cfg", TINY, "--set", "default.kvstore", "dist_sync"], 1, "start the workers with tools/launch.py"),
 ])
-def test_the_exit_code_and_message_are_the_virtualenvs(argv, code, message):
+def test_the_exit_code_and_message_are_the_virtualenvs(argv, code, message, tmp_path):
     program = os.path.join(ROOT, "main_train.py")
+    argv = [*argv, "--set", "output_path", str(tmp_path / "output")]  # not the repository's (a run may be there)
     foreign, own = run(FOREIGN, program, *argv), run(sys.executable, program, *argv)
     assert foreign.returncode == own.returncode == code
     assert foreign.stderr == own.stderr and message in foreign.stderr and "Traceback" not in foreign.stderr

@@ -223,6 +223,7 @@ def fake_ssh(tmp_path):
             "--ssh", f"{path} -o BatchMode=yes", "--env", "OMP_NUM_THREADS=1", "--workdir", ROOT]
 
 
+@pytest.mark.slow
 def test_over_ssh_workers_start_alike_and_train_in_step(tmp_path, fake_ssh):
     with Launched(tmp_path, [*fake_ssh, "-n", "2", "-s", "1", sys.executable, WORKER, "train"], timeout=60) as job:
         assert job.finish() == 0, job.output()

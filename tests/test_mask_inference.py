@@ -604,6 +604,7 @@ def test_demo_draws_the_masks_of_a_mask_network(mask_run, tmp_path):
     assert (drawn != draw_detections(image, shown.to_array(), detector.classes, thresh)).any()
 
 
+@pytest.mark.slow
 def test_mask_benchmark_reports_the_test_with_and_without_masks(tmp_path):
     """tools/benchmark_masks.py on one synthetic image at one small scale: both rows, in processes of their
     own, the masks row with its segm AP table."""

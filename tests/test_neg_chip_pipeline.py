@@ -144,6 +144,7 @@ def test_sniper_trained_on_negative_chips_and_was_evaluated(finished):
     assert {"AP", "APs", "APm", "APl"} <= set(summary["stats"])
 
 
+@pytest.mark.slow
 def test_a_second_run_skips_done_stages_and_redoes_a_missing_one(finished, caplog):
     tmp_path, pipeline, outputs, _ = finished
     done = {stage: os.path.getmtime(outputs[stage]) for stage in ("rpn", "proposals", "sniper", "eval")}

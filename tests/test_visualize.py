@@ -64,6 +64,7 @@ def run_tool(*argv):
                           env=dict(os.environ, PYTHONPATH=ROOT))
 
 
+@pytest.mark.slow
 def test_viewer_draws_ground_truth_and_detections_of_a_test_set(val_set, tmp_path, tiny_config):
     folder, annotations = val_set
     first = annotations["images"][0]
