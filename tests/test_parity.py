@@ -131,8 +131,9 @@ FORK = os.environ.get("SNIPER_FORK_DIR")
 
 
 @pytest.mark.skipif(not REFERENCE, reason="SNIPER_REFERENCE_DIR (a checkout of the reference) is not set")
-def test_against_the_reference_chips_mining_targets_merge_coco_boxes_and_results_agree():
-    tables = run(ReferenceCheckout(REFERENCE), cases=20, images=10, seed=3, scenes=3, test_images=6)
+def test_against_the_reference_chips_mining_targets_merge_coco_boxes_results_and_mask_graphs_agree():
+    tables = run(ReferenceCheckout(REFERENCE), cases=20, images=10, seed=3, scenes=3, test_images=6, mask_chips=1,
+                 mask_chip_size=128)
     lines = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
              for line in tables.splitlines() if line.startswith("| ")}
     assert lines["chips identical, in pick order (the reference's shuffle replayed)"] == ["100.0% (20 / 20)"]
@@ -160,6 +161,28 @@ def test_against_the_reference_chips_mining_targets_merge_coco_boxes_and_results
     # the remaining COCO difference: boxes starting left of / above the image (docs/reference_differences.md)
     assert lines["gt boxes arrays identical (images)"][1] == "100.0% (10 / 10)"
     assert lines["results entries identical (box with 1 decimal, score with 8)"][0].startswith("100.0%")
+    # the mask training graphs: the reference's own symbol file against training_symbol with TRAIN.WITH_MASK
+    for name, count in (("parameter names identical (of both sides' names)", 343),
+                        ("parameter shapes identical (shared names)", 343), ("auxiliary state names identical", 202),
+                        ("auxiliary state shapes identical (shared names)", 202)):
+        assert lines[name] == [f"100.0% ({count} / {count})"] * 2 + ["-"], name
+    from lib.parity.mask_network import SIGNATURE_ROWS
+
+    assert lines[SIGNATURE_ROWS[4]] == ["100.0% (351 / 351)", "97.7% (343 / 351)",
+                                        "fp16 off: mask_conv_3x3 (8) (docs: fp16 casts of the mask branch)"]
+    assert lines[SIGNATURE_ROWS[5]][:2] == ["7 / 7; identical"] * 2
+    outputs = [cells for name, cells in lines.items() if name.endswith("_output`")]
+    assert len(outputs) == 7
+    # stock deformable operators as the reference: the same numbers (bit-identical when measured); compiled: last bits
+    assert all(_relative(cells[1]) <= 1e-6 and _relative(cells[2]) <= 1e-4 for cells in outputs)
+    count, stock = lines["every parameter"][:2]
+    assert count == "343" and stock.split(";")[0].endswith(" / 343") and _relative(stock) <= 1e-5
+    assert _relative(lines["auxiliary states after the forward"][1]) <= 1e-6
+
+
+def _relative(cell):
+    """The relative difference of a mask table cell ``... abs / rel``."""
+    return float(cell.rsplit("/", 1)[1])
 
 
 # ---- the test side: the fork's proposal operator on shared canvases -------------------------------------
@@ -562,3 +585,168 @@ def test_the_fork_s_gpu_proposal_target_compiles_against_the_stand_ins(tmp_path)
 
     operator = ForkCheckout(FORK).multi_proposal_target(str(tmp_path))  # running it needs a CUDA GPU
     assert hasattr(operator._lib, "harness_multi_proposal_target")
+
+
+# ---- the mask network: the reference's own mask training graph against the project's ------------------------
+
+def test_parameters_are_grouped_into_their_layer_families():
+    from lib.parity.mask_network import grouped, layer_group
+
+    assert [layer_group(name) for name in ("mask_conv_3x3_2_weight", "fc_new_1_bias", "stage4_unit3_offset_weight",
+                                           "bn_data_gamma", "stage1_unit1_bn1_moving_var", "conv_new_1_weight",
+                                           "mask_out_bias", "rpn_cls_score_weight")] == \
+        ["mask_conv_3x3", "fc_new", "stage4", "bn_data", "stage1", "conv_new", "mask_out", "rpn_cls_score"]
+    assert grouped(["fc_new_1_weight", "stage2_unit1_conv1_weight", "fc_new_2_bias"]) == "fc_new (2), stage2 (1)"
+    assert grouped([]) == "-"
+
+
+def _signature_pair():
+    """Two small graphs: the second's ``conv0`` is 1x1 (not 3x3), its ``mask_conv_3x3_1`` runs in float16, it
+    has one more layer ``extra`` and a second output."""
+    import mxnet as mx
+
+    x = mx.sym.var("x")
+    project = mx.sym.Convolution(mx.sym.BatchNorm(mx.sym.Convolution(x, num_filter=4, kernel=(3, 3), pad=(1, 1),
+                                                                     name="conv0"), name="bn0"),
+                                 num_filter=2, kernel=(1, 1), name="mask_conv_3x3_1")
+    hidden = mx.sym.BatchNorm(mx.sym.Convolution(x, num_filter=4, kernel=(1, 1), name="conv0"), name="bn0")
+    hidden = mx.sym.Convolution(mx.sym.Cast(hidden, dtype="float16"), num_filter=2, kernel=(1, 1),
+                                name="mask_conv_3x3_1")
+    out = mx.sym.Convolution(mx.sym.Cast(hidden, dtype="float32"), num_filter=2, kernel=(1, 1), name="extra")
+    return project, mx.sym.Group([out, mx.sym.BlockGrad(hidden)])
+
+
+def test_signatures_count_names_shapes_and_types_and_name_what_differs():
+    from lib.parity.mask_network import SIGNATURE_ROWS, signature_cells
+
+    project, reference = _signature_pair()
+    cells, differing = signature_cells(project, reference, {"x": (2, 3, 8, 8)})
+    rows = dict(zip(SIGNATURE_ROWS, zip(cells, differing)))
+    # parameters: 6 shared of 8 (extra's two only in the reference), conv0_weight (4, 3, 1, 1) against (4, 3, 3, 3)
+    assert rows["parameter names identical (of both sides' names)"] == ("75.0% (6 / 8)", "reference only: extra (2)")
+    assert rows["parameter shapes identical (shared names)"] == ("83.3% (5 / 6)", "conv0 (1)")
+    assert rows["auxiliary state names identical"] == ("100.0% (2 / 2)", "-")
+    assert rows["auxiliary state shapes identical (shared names)"] == ("100.0% (2 / 2)", "-")
+    # types over the 7 shared arguments (x too): the float16 convolution's weight and bias, a documented difference
+    assert rows[SIGNATURE_ROWS[4]] == ("71.4% (5 / 7)", "mask_conv_3x3 (2) (docs: fp16 casts of the mask branch)")
+    assert rows[SIGNATURE_ROWS[5]] == ("1 / 2; differ", "[256] / [256, 256]")  # 2 x 2 x 8 x 8 each
+    cells, differing = signature_cells(project, project, {"x": (2, 3, 8, 8)})
+    assert cells[:5] == ["100.0% (6 / 6)"] * 2 + ["100.0% (2 / 2)"] * 2 + ["100.0% (7 / 7)"]
+    assert differing == ["-"] * 6 and cells[5] == "1 / 1; identical"
+
+
+def test_differences_are_absolute_and_relative_to_the_reference_s_largest_magnitude():
+    from lib.parity.mask_network import difference
+
+    assert difference(np.array([1, 2, 4], np.float32), np.array([[1, 2, 3]], np.float32)) == (False, 1.0, 1 / 3)
+    assert difference(np.zeros(3), np.zeros((3, 1))) == (True, 0.0, 0.0)
+    assert difference(np.ones(2), np.zeros(2)).rel == float("inf")
+    with pytest.raises(ValueError, match="3 and 2 elements"):
+        difference(np.zeros(3), np.zeros(2))
+
+
+def _loss_graph(grad_scale, reshaped=False):
+    """A small training graph: FC, batch norm, ReLU, FC, softmax loss with ``grad_scale``, and its scores twice,
+    gradient-blocked: named ``scores_reshape`` (``reshaped``: as (2, 2, 3)) and ``scores`` (``reshaped``: unnamed)."""
+    import mxnet as mx
+
+    hidden = mx.sym.Activation(mx.sym.BatchNorm(mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=6, name="fc1"),
+                                                name="bn"), act_type="relu")
+    scores = mx.sym.FullyConnected(hidden, num_hidden=3, name="fc2")
+    loss = mx.sym.SoftmaxOutput(scores, label=mx.sym.var("label"), grad_scale=grad_scale, name="out")
+    first = mx.sym.Reshape(scores, shape=(2, 2, 3)) if reshaped else scores
+    return mx.sym.Group([loss, mx.sym.BlockGrad(first, name="scores_reshape"),
+                         mx.sym.BlockGrad(scores, **({} if reshaped else {"name": "scores"}))])
+
+
+def test_a_doubled_loss_gives_every_gradient_half_the_reference_s_at_equal_outputs():
+    from lib.parity.mask_network import gradient_rows, output_rows, random_parameters, signature, training_step
+
+    rng = np.random.default_rng(5)
+    inputs = {"data": rng.normal(0, 1, (4, 5)).astype(np.float32), "label": np.array([0, 2, 1, 2], np.float32)}
+    shapes = {name: value.shape for name, value in inputs.items()}
+    reference = _loss_graph(2.0, reshaped=True)
+    params, aux = random_parameters(rng, *signature(reference, shapes)[:2])
+    assert set(params) == {"fc1_weight", "fc1_bias", "bn_gamma", "bn_beta", "fc2_weight", "fc2_bias"}
+    assert params["fc2_weight"].dtype == np.float32
+    assert np.all((params["bn_gamma"] >= 0.5) & (params["bn_gamma"] <= 1.5))
+    theirs = training_step(reference, inputs, params, aux)
+    halved, same = (training_step(_loss_graph(scale), inputs, params, aux) for scale in (1.0, 2.0))
+    largest = max(float(np.abs(g).max()) for g in halved.gradients.values())
+    zero = sum(not np.any(g) for g in halved.gradients.values())  # fc1's bias before the batch norm: none flows
+    rows = {row[0]: row[1:] for row in gradient_rows([halved, same], theirs)}
+    # scaling by 2 is exact: |g - 2g| = |g|, over max |2g| exactly one half; only all-zero gradients stay equal
+    assert rows["every parameter"] == [6, f"{zero} / 6; {largest:.3g} / 0.5", "6 / 6; 0 / 0"]
+    assert rows["`fc2`"][0] == 2 and rows["`fc2`"][1].endswith(" / 0.5") and rows["`fc2`"][2] == "2 / 2; 0 / 0"
+    assert list(rows)[:3] == ["`fc1`", "`bn`", "`fc2`"]  # the reference's argument order
+    # the forward is the same: outputs and the moving statistics after it
+    assert rows["auxiliary states after the forward"] == [2, "2 / 2; 0 / 0", "2 / 2; 0 / 0"]
+    loss, reshaped, unnamed = output_rows(_loss_graph(1.0).list_outputs(), reference.list_outputs(), [halved, same],
+                                          theirs)
+    assert loss == ["`out_output`", "(4, 3) / (4, 3)", "0 / 0", "0 / 0", "-"]
+    assert reshaped == ["`scores_reshape_output`", "(4, 3) / (2, 2, 3)", "0 / 0", "0 / 0",
+                        "reshaped in the reference (the same elements)"]
+    assert unnamed == ["`scores_output`", "(4, 3) / (4, 3)", "0 / 0", "0 / 0", "an unnamed BlockGrad in the reference"]
+
+
+def test_float32_mxnet_turns_only_the_casts_to_float16_into_casts_to_float32():
+    import mxnet as mx
+
+    from lib.parity.reference import float32_mxnet
+
+    shim = float32_mxnet()
+    x = mx.sym.var("x")
+    for cast in (shim.sym.Cast(x, dtype=np.float16), shim.symbol.Cast(data=x, dtype="float16"),
+                 shim.sym.Cast(x, dtype=np.float32)):
+        assert cast.infer_type(x=np.float32)[1] == [np.float32]
+    assert shim.sym.Cast(x, dtype=np.uint8).infer_type(x=np.float32)[1] == [np.uint8]
+    assert shim.sym.FullyConnected is mx.sym.FullyConnected and shim.contrib is mx.contrib and shim.nd is mx.nd
+    assert mx.sym.Cast(x, dtype=np.float16).infer_type(x=np.float32)[1] == [np.float16]  # MXNet itself unchanged
+
+
+def test_random_mask_chips_are_the_loader_s_arrays_and_the_mask_target_reads_their_polygons():
+    import mxnet as mx
+
+    import lib.ops  # noqa: F401  (MaskRcnnTarget)
+    from lib.parity.mask_network import input_shapes, project_mask_config, random_mask_chips
+
+    shapes = input_shapes(project_mask_config(2, 128, False))
+    assert shapes["gt_masks"] == (2, 100, 500) and shapes["label"] == (2, 21 * 8 * 8)
+    inputs = random_mask_chips(np.random.default_rng(3), shapes, num_classes=81, gts=8)
+    assert {name: value.shape for name, value in inputs.items()} == shapes
+    labels = inputs["label"].reshape(2, 21, 8, 8)
+    weights = inputs["bbox_weight"].reshape(2, 21, 4, 8, 8)
+    np.testing.assert_array_equal(weights, np.repeat((labels == 1)[:, :, None], 4, axis=2))
+    assert set(np.unique(labels)) == {-1, 0, 1}
+    boxes, classes = inputs["gt_boxes"][:, :8, :4], inputs["gt_boxes"][:, :8, 4]
+    assert np.all(inputs["gt_boxes"][:, 8:] == -1) and np.all(boxes == np.floor(boxes))
+    assert np.all((boxes >= 0) & (boxes <= 127)) and np.all(boxes[..., 2:] - boxes[..., :2] >= 15)
+    assert np.all((classes >= 1) & (classes <= 80))
+    np.testing.assert_array_equal(inputs["gt_masks"][:, :8, 0], classes - 1)  # the category: the class - 1
+    np.testing.assert_array_equal(inputs["gt_masks"][:, 8:], -1)
+    # each gt's own box as its mask roi: its polygons fill part of the 28 x 28 cells, its class everywhere
+    rois = np.concatenate([np.repeat([[0], [1]], 8, axis=0), boxes.reshape(-1, 4)], axis=1)
+    targets, class_ids = (out.asnumpy() for out in mx.nd.MaskRcnnTarget(
+        mx.nd.array(rois), mx.nd.array(inputs["gt_masks"]), mx.nd.array(np.tile(np.arange(8), 2)[:, None]),
+        num_proposals=8, batch_size=2))
+    filled = (targets == 1).mean(axis=(1, 2))
+    assert np.all(filled > 0) and np.all(filled < 1) and np.all(np.isin(targets, (0, 1)))
+    np.testing.assert_array_equal(class_ids[:, 0, 0], classes.reshape(-1) - 1)
+
+
+def test_the_compare_tool_refuses_a_mask_chip_size_in_one_line(tmp_path, capsys):
+    import runpy
+
+    (tmp_path / "lib" / "chips").mkdir(parents=True)
+    (tmp_path / "lib" / "chips" / "cchips.cpp").write_text("")  # a reference checkout as far as the tool looks
+    tool = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools", "parity", "compare.py")
+    main = runpy.run_path(tool, run_name="parity_tool")["main"]
+    for arguments, message in (
+            (["--mask-chip-size", "200"], "--mask-chips 2 --mask-chip-size 200: config key TRAIN.CHIP_SIZE = 200: "
+                                          "must be a multiple of the resnet101 features' stride (16)"),
+            (["--mask-chips", "-1"], "--mask-chips -1 --mask-chip-size 192: 0 chips (no mask tables) or more"),
+            (["--mask-chip-size", "48"], "of at least 64 px"),
+            ([], "symbols/faster/resnet_mx_101_e2e_mask.py")):  # a checkout without the mask symbol file
+        with pytest.raises(SystemExit):
+            main(["--reference", str(tmp_path), *arguments])
+        assert message in capsys.readouterr().err.strip().splitlines()[-1]

@@ -7,12 +7,15 @@ from lib.parity.compare import (MINING_RANGES, MINING_SCALES, MINING_VARIANTS, _
                                 compare_chips, compare_coco_boxes, compare_merge, compare_mining, compare_results,
                                 random_mining_scene)
 from lib.parity.detection import compare_test_batches, compare_test_proposals
+from lib.parity.mask_network import compare_mask_network
 from lib.parity.tables import format_table
 
 
-def run(reference, cases=200, images=100, seed=0, workdir=None, fork=None, batches=100, scenes=20, test_images=16):
+def run(reference, cases=200, images=100, seed=0, workdir=None, fork=None, batches=100, scenes=20, test_images=16,
+        mask_chips=2, mask_chip_size=192):
     """Every comparison against ``reference`` (a lib.parity.reference.ReferenceCheckout) and, given ``fork``
-    (a lib.parity.fork.ForkCheckout), its operators on ``batches`` random batches; the tables."""
+    (a lib.parity.fork.ForkCheckout), its operators on ``batches`` random batches; the tables. The mask
+    network's run on ``mask_chips`` chips of ``mask_chip_size`` px (0 chips: left out)."""
     with tempfile.TemporaryDirectory(prefix="sniper_parity_") as scratch:
         workdir = workdir or scratch
         bbox = reference.bbox_transform()
@@ -57,4 +60,7 @@ def run(reference, cases=200, images=100, seed=0, workdir=None, fork=None, batch
                 f"Test proposal layer on shared canvases ({batches} random batches of 2-4 images, seed {seed}, "
                 f"`TEST.PROPOSAL_LAYER: reference`)", ["quantity", "agreement"],
                 compare_test_proposals(fork.multi_proposal(os.path.join(workdir, "fork")), batches, seed)))
+        if mask_chips:
+            tables += [format_table(*table) for table in compare_mask_network(reference, mask_chips, mask_chip_size,
+                                                                               seed)]
         return "\n".join(tables)

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from lib.parity.shim import load_python2_module, stub_module
+from lib.parity.shim import load_python2_module, overlay_module, stub_module
 
 # The wrapper around the reference's lib/chips/cchips.cpp: its cgenerate shuffles the candidate windows with
 # random_shuffle(ids.begin(), ids.end()) while its candidate list ``chips`` is in scope; the macro below
@@ -227,6 +227,40 @@ class ReferenceCheckout(Checkout):
             f.write(CHIPS_WRAPPER)
         compile_shared_library(workdir, source, library, "the reference's cchips.cpp")
         return ReferenceChips(library)
+
+    def mask_network(self, float16=True):
+        """The class ``resnet_mx_101_e2e_mask`` of the reference's mask symbol file (``MASK_SYMBOL``; its base
+        class from symbols/symbol.py, the OHEM operator it star-imports and never calls a stub) on the installed
+        MXNet with lib/ops loaded, which registers MultiProposalTargetMask and MaskRcnnTarget under the fork's
+        names with its input keywords. ``float16`` False: its casts to float16 cast to float32 (``float32_mxnet``),
+        the graph otherwise as written."""
+        import mxnet as mx
+
+        import lib.ops  # noqa: F401  (the fork's mask operators, for the reference's mx.sym calls)
+
+        stubs = {"mxnet": mx if float16 else float32_mxnet(), "symbols": stub_module("symbols", __path__=[]),
+                 "symbols.symbol": load_python2_module(self.read("symbols/symbol.py"), "symbols.symbol"),
+                 "operator_py": stub_module("operator_py", __path__=[]),
+                 "operator_py.box_annotator_ohem": stub_module("operator_py.box_annotator_ohem")}
+        return load_python2_module(self.read(MASK_SYMBOL), "resnet_mx_101_e2e_mask", stubs).resnet_mx_101_e2e_mask
+
+
+MASK_SYMBOL = "symbols/faster/resnet_mx_101_e2e_mask.py"
+
+
+def float32_mxnet():
+    """The installed MXNet, except that ``mx.sym.Cast`` (``mx.symbol.Cast``) to float16 casts to float32 (a
+    node that changes nothing on float32 data): a symbol file with float16 casts then runs on the CPU, where
+    MXNet 1.9 has no float16 matrix product ("FP16 gemm on cpu not implemented!")."""
+    import mxnet as mx
+
+    def cast(*args, **kwargs):
+        if np.dtype(kwargs.get("dtype", np.float32)) == np.float16:
+            kwargs["dtype"] = np.float32
+        return mx.sym.Cast(*args, **kwargs)
+
+    symbol = overlay_module("mxnet.symbol", mx.sym, Cast=cast)
+    return overlay_module("mxnet", mx, sym=symbol, symbol=symbol)
 
 
 def ndarray_as_numpy(data, ctx=None, dtype=None):

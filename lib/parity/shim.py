@@ -33,6 +33,12 @@ def stub_module(name, **attributes):
     return module
 
 
+def overlay_module(name, base, **replacements):
+    """A module ``name`` that is ``base`` except for ``replacements`` (every other attribute read from
+    ``base``): a real package the reference imports with a few of its functions changed."""
+    return stub_module(name, __getattr__=lambda attribute: getattr(base, attribute), **replacements)
+
+
 @contextlib.contextmanager
 def _modules(stubs):
     saved = {name: sys.modules.get(name) for name in stubs}
