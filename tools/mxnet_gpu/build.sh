@@ -49,6 +49,9 @@ with zipfile.ZipFile(sys.argv[1]) as wheel:
 PY
     ln -sf libopenblas.so.0 "$OPENBLAS/lib/libopenblas.so"
   fi
+  # MXNet links -llapack (USE_LAPACK); OpenBLAS holds LAPACK itself, so the name points at it (the library
+  # then needs libopenblas.so.0 alone, its soname)
+  ln -sf libopenblas.so.0 "$OPENBLAS/lib/liblapack.so"
 }
 
 check_source() {
@@ -99,15 +102,16 @@ PY
   echo "$stamp" > "$BUILD/src/.patched"
 }
 
-configure() {
-  [ -f "$BUILD/build/build.ninja" ] && return
+configure() {  # again when its settings changed (compile flags unchanged: the objects stay)
+  local settings="linker -L$CUDA_HOME/lib/stubs -L$OPENBLAS/lib"
+  [ -f "$BUILD/build/build.ninja" ] && [ "$(cat "$BUILD/build/.settings" 2>/dev/null)" = "$settings" ] && return
   mkdir -p "$BUILD/build"
   local start=$SECONDS
   (cd "$BUILD/build" && cmake -G Ninja "$BUILD/src" -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_MAKE_PROGRAM="$TC/tools/bin/ninja" \
     -DCMAKE_C_COMPILER=gcc -DCMAKE_CXX_COMPILER=g++ -DCMAKE_CUDA_HOST_COMPILER=g++ \
     -DCMAKE_CUDA_COMPILER="$CUDA_HOME/bin/nvcc" -DCUDAToolkit_ROOT="$CUDA_HOME" \
-    -DCMAKE_LIBRARY_PATH="$CUDA_HOME/lib/stubs" -DCMAKE_SHARED_LINKER_FLAGS="-L$CUDA_HOME/lib/stubs" \
+    -DCMAKE_LIBRARY_PATH="$CUDA_HOME/lib/stubs" -DCMAKE_SHARED_LINKER_FLAGS="-L$CUDA_HOME/lib/stubs -L$OPENBLAS/lib" \
     -DUSE_CUDA=ON -DMXNET_CUDA_ARCH="9.0+PTX" -DUSE_CUDNN=ON \
     -DCUDNN_INCLUDE="$CUDNN_HOME/include" -DCUDNN_LIBRARY="$CUDNN_HOME/lib/libcudnn.so" \
     -DUSE_NCCL=OFF -DUSE_NVTX=OFF -DUSE_MKLDNN=OFF -DUSE_INTGEMM=OFF -DUSE_OPENCV=OFF -DUSE_OPENMP=ON \
@@ -115,6 +119,7 @@ configure() {
     -DOpenBLAS_LIB="$OPENBLAS/lib/libopenblas.so" -DUSE_CCACHE=OFF -DBUILD_CPP_EXAMPLES=OFF \
     -DUSE_DIST_KVSTORE=OFF -DUSE_F16C=ON -DUSE_SIGNAL_HANDLER=ON) > "$BUILD/configure.log" 2>&1 \
     || { tail -30 "$BUILD/configure.log"; rm -f "$BUILD/build/build.ninja"; echo "error: configure failed ($BUILD/configure.log)" >&2; exit 1; }
+  echo "$settings" > "$BUILD/build/.settings"
   grep -E "NVCC architecture flags|Found CUDAToolkit|Found CUDNN|OpenBLAS" "$BUILD/configure.log" || true
   echo "configured in $((SECONDS - start)) s"
 }
