@@ -51,7 +51,8 @@ def main(argv=None):
     from lib.start_checks import check_test_start
     from lib.run.checkpoint import output_dir
 
-    check_test_start(cfg)
+    check_test_start(cfg, None if args.images else
+                     cfg.dataset.image_set if cfg.TEST.EXTRACT_PROPOSALS else cfg.dataset.test_image_set)
     setup_logging(output_dir(cfg), name="test")
     with logged_outcome("proposal extraction" if cfg.TEST.EXTRACT_PROPOSALS else "testing"):
         log_config(args.cfg or args.model, args.set, dump_config(cfg))

@@ -51,13 +51,14 @@ def check_run_folder(cfg, resume, overwrite):
         clear_later_epochs(checkpoint_prefix(cfg), cfg.TRAIN.begin_epoch, overwrite=False)
 
 
-def check_class_count(cfg):
-    """A ``dataset.NUM_CLASSES`` that contradicts the training set's class list (for COCO its annotation
-    file's categories, found by a scan: lib.dataset.coco.read_categories), before the roidb is built."""
+def check_class_count(cfg, image_set=None):
+    """A ``dataset.NUM_CLASSES`` that contradicts the class list of ``image_set`` (default: the training set;
+    for COCO its annotation file's categories, found by a scan: lib.dataset.coco.read_categories), before the
+    roidb is built."""
     from lib.dataset.roidb import DATASETS, check_num_classes
 
     if cfg.dataset.NUM_CLASSES:
-        kind, image_set = cfg.dataset.dataset, cfg.dataset.image_set
+        kind, image_set = cfg.dataset.dataset, image_set or cfg.dataset.image_set
         check_num_classes(cfg, DATASETS[kind].class_count(cfg, image_set),
                           f"{kind} image set {image_set!r} in {os.path.abspath(cfg.dataset.dataset_path)}")
 
@@ -81,6 +82,10 @@ def check_training_start(cfg, resume=False, overwrite=False):
     check_proposals(cfg)
 
 
-def check_test_start(cfg):
+def check_test_start(cfg, image_set=None):
+    """A test's start; ``image_set``: the dataset image set it reads (none for a folder of images), whose
+    class count must be the network's."""
     check_output_path(cfg)
     check_devices(cfg)
+    if image_set:
+        check_class_count(cfg, image_set)

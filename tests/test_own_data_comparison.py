@@ -125,3 +125,30 @@ def test_a_comparison_of_one_epoch_on_tiny_sets_trains_tests_and_tabulates_every
         compare_own_data.main([*argv[:3], "2", *argv[4:]])
     assert stop.value.code == 1 and "that run trained 1 epochs, not 2: give another output folder (--out)" in \
         capsys.readouterr().err
+
+
+@pytest.mark.parametrize("case", ["no gpu", "class count", "out is a file"])
+def test_a_doomed_comparison_fails_in_one_line_before_anything_is_written(tmp_path, capsys, case):
+    small_set(str(tmp_path / "plain"))
+    shutil.copytree(tmp_path / "plain", tmp_path / "empty")
+    add_empty_images(str(tmp_path / "empty"), "train", count=1)
+    out = tmp_path / "out"
+    extra = {"no gpu": ["gpus", "0"], "class count": ["dataset.NUM_CLASSES", "7"], "out is a file": []}[case]
+    if case == "out is a file":
+        out.write_text("not a folder")
+    argv = ["--cfg", TINY, "--epochs", "1", "--out", str(out), "--rpn-epochs", "1", "--data",
+            f"plain={tmp_path / 'plain'}", f"empty={tmp_path / 'empty'}", "--empty-images", "empty",
+            "--set", *FAST, "dataset.root_path", str(tmp_path / "root"), *extra]
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("work started")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(own_data, "train_stage", refuse)
+        with pytest.raises(SystemExit) as stop:
+            compare_own_data.main(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code != 0 and "Traceback" not in err
+    assert {"no gpu": "gpus", "class count": "NUM_CLASSES", "out is a file": "output_path"}[case] in err
+    assert (out.is_file() if case == "out is a file" else not out.exists())  # nothing written
+    assert not (tmp_path / "root").exists()

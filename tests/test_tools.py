@@ -32,6 +32,15 @@ def test_a_bad_set_key_is_one_line(tool, tmp_path):
     assert os.listdir(tmp_path) == []  # nothing written
 
 
+@pytest.mark.parametrize("variants", ["single,sniper", "sniper_neg"])
+def test_a_doomed_ablation_is_refused_in_one_line_before_anything_is_written(variants, tmp_path):
+    out = tmp_path / "out"  # gpus 0 on a machine without a GPU: every variant's start is checked first
+    result = run_tool("ablation_synthetic.py", "--cfg", TINY, "--variants", variants, "--out", str(out),
+                      "--set", "gpus", "0", "dataset.root_path", str(tmp_path / "root"), cwd=tmp_path)
+    assert result.returncode == 1 and "gpus" in result.stderr and "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1 and not out.exists() and not (tmp_path / "root").exists()
+
+
 @pytest.mark.parametrize("tool", ["pixel_budget.py", "visualize_chips.py", "visualize_batch.py"])
 def test_a_missing_config_file_is_one_line(tool, tmp_path):
     missing = tmp_path / "missing.yml"

@@ -81,6 +81,17 @@ def test_the_negative_chip_pipeline_refuses_a_doomed_start_as_main_train_does(ov
     assert sorted(os.listdir(tmp_path)) == []  # no log, lock, run folder or generated data
 
 
+@pytest.mark.parametrize("extract, image_set", [("false", "val"), ("true", "train")])
+def test_a_test_refuses_a_class_count_its_image_set_contradicts_before_reading_it(extract, image_set, tmp_path):
+    """main_test.py checks the image set it reads (the test set, or the training set it extracts proposals of)."""
+    out = tmp_path / "out"
+    result = run_train("output_path", str(out), "dataset.dataset_path", str(tmp_path / "data"),
+                       "dataset.NUM_CLASSES", "7", "TEST.EXTRACT_PROPOSALS", extract, cwd=tmp_path,
+                       program="main_test.py")
+    assert_one_line(result, f"dataset.NUM_CLASSES is 7, but synthetic image set '{image_set}'", "set it to 6")
+    assert sorted(os.listdir(tmp_path)) == []  # no log, results or generated data
+
+
 def test_an_output_path_naming_a_file_is_refused_at_load(tmp_path):
     afile = tmp_path / "results.txt"
     afile.write_text("mine")

@@ -42,6 +42,7 @@ from lib.pipeline.neg_chips import (DEFAULT_RPN_EPOCHS, NegChipPipeline, eval_st
                                     summary_path, train_stage)
 from lib.pixel_budget import BASELINE_SCALE, epoch_pixel_budget
 from lib.run.checkpoint import checkpoint_prefix, load_progress, params_path
+from lib.start_checks import check_training_start
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +60,8 @@ def single_scale_overrides(test_at_own_scale):
                  ("TRAIN.NEG_CHIP_MIN_PROPOSALS", "[0]"), ("TRAIN.CHIP_SIZE", str(SINGLE_CHIP_SIZE)),
                  ("TRAIN.USE_NEG_CHIPS", "false"), ("dataset.proposal", "")]
     if test_at_own_scale:
-        overrides += [("TEST.SCALES", scale), ("TEST.VALID_RANGES", "[[-1, -1]]")]
+        # one level: TEST.BATCH_IMAGES needs one count (the configs give one per scale); one image per canvas
+        overrides += [("TEST.SCALES", scale), ("TEST.VALID_RANGES", "[[-1, -1]]"), ("TEST.BATCH_IMAGES", "1")]
     return overrides
 
 
@@ -111,12 +113,27 @@ class Ablation:
     def variant_overrides(self, variant, extra=()):
         return self.common + [("output_path", os.path.join(self.args.out, variant))] + list(extra)
 
+    def variant_extra(self, variant):
+        """The overrides that make a training variant (single or sniper) of the config."""
+        if variant == "single":
+            return single_scale_overrides(self.args.baseline_test == "own") + self.single
+        return [("TRAIN.USE_NEG_CHIPS", "false"), ("dataset.proposal", "")]
+
+    def check_start(self):
+        """What can fail before any work, nothing written yet (lib.start_checks, as main_train.py): every
+        variant's training start; the stages resume, so earlier epochs in its folder are fine."""
+        for variant in self.args.variants:
+            if variant == "sniper_neg":
+                NegChipPipeline(self.args.cfg, self.variant_overrides(variant), self.args.rpn_epochs).check_start()
+            else:
+                cfg = load_config(self.args.cfg, self.variant_overrides(variant, self.variant_extra(variant)))
+                check_training_start(cfg, resume=True)
+
     def run(self, variant):
         logger.info("variant %s: %s", variant, TITLES[variant])
         if variant == "sniper_neg":
             return self._run_neg()
-        extra = (single_scale_overrides(self.args.baseline_test == "own") + self.single if variant == "single"
-                 else [("TRAIN.USE_NEG_CHIPS", "false"), ("dataset.proposal", "")])
+        extra = self.variant_extra(variant)
         probe = load_config(self.args.cfg, self.variant_overrides(variant, extra))
         per_epoch = iterations_per_epoch(probe)
         epochs, timing = schedule(self.args.iterations, per_epoch, self.args.lr_step_fraction)
@@ -211,6 +228,7 @@ def main(argv=None):
         ablation = Ablation(args)
     except (ConfigError, ValueError) as err:
         sys.exit(f"config error: {err}")
+    ablation.check_start()
     setup_logging(args.out, name="ablation")
     logger.info("ablation of %s on variants %s at %d iterations each, overrides %s", args.cfg, args.variants,
                 args.iterations, args.set)

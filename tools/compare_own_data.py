@@ -55,6 +55,7 @@ def main(argv=None):
                                        args.empty_images, args.rpn_epochs)
     except (ConfigError, ValueError) as err:
         sys.exit(f"config error: {err}")
+    comparison.check_start()  # a doomed comparison fails in seconds, nothing written (as main_train.py)
     setup_logging(args.out, name="compare_own_data")
 
     def save(results):

@@ -37,6 +37,7 @@ from lib.evaluation.coco_summary import scored_max_dets
 from lib.pipeline.neg_chips import (DEFAULT_RPN_EPOCHS, NegChipPipeline, eval_stage, evaluated, run_stage,
                                     summary_path, train_stage)
 from lib.run.checkpoint import checkpoint_prefix, output_dir, params_path
+from lib.start_checks import check_training_start
 from lib.train.optimizer import lr_step_epochs
 from lib.train.progress import format_duration
 
@@ -149,8 +150,7 @@ class OwnDataComparison:
             return self.cfg_file
         from lib.scales_fit import fit_dataset, report, write_fitted_config
 
-        stem = os.path.splitext(os.path.basename(self.cfg_file))[0]
-        path = os.path.join(self.out, row.data.name, f"{stem}_fitted.yml")
+        path = self.fitted_config(row)
         if not os.path.isfile(path):
             cfg = load_config(self.cfg_file, self.overrides + row.data.overrides())
             fit = fit_dataset(cfg)
@@ -162,9 +162,32 @@ class OwnDataComparison:
         folder = os.path.join(self.out, row.data.name, row.label)
         return self.overrides + row.data.overrides() + self.schedule + [("output_path", folder)]
 
+    def check_start(self):
+        """What can fail before any work, before anything is written (lib.start_checks), for every row not
+        yet done: output folder, devices, run folder, class count (and the negative chip pipeline's own
+        checks). A fitted config not yet written is checked as the config it is fitted from: the fit changes
+        scales and anchors, none of what is checked."""
+        for row in self.rows:
+            if os.path.isfile(self.kept_result(row)):
+                continue
+            fitted = row.config != "embedded" and os.path.isfile(self.fitted_config(row))
+            cfg_file, overrides = self.fitted_config(row) if fitted else self.cfg_file, self.row_overrides(row)
+            if row.empty:
+                NegChipPipeline(cfg_file, overrides + [("TRAIN.EMPTY_IMAGES", row.empty)],
+                                self.rpn_epochs).check_start()
+            else:
+                check_training_start(load_config(cfg_file, overrides), resume=True)  # the stages resume
+
+    def kept_result(self, row):
+        return os.path.join(self.out, row.data.name, row.label, ROW_FILE)
+
+    def fitted_config(self, row):
+        stem = os.path.splitext(os.path.basename(self.cfg_file))[0]
+        return os.path.join(self.out, row.data.name, f"{stem}_fitted.yml")
+
     def run_row(self, row):
         """Train and test one row (or read its kept result); returns the result dict."""
-        kept = os.path.join(self.out, row.data.name, row.label, ROW_FILE)
+        kept = self.kept_result(row)
         if os.path.isfile(kept):
             with open(kept) as f:
                 result = json.load(f)
