@@ -5,26 +5,30 @@ only large objects) the published pyramid trains many objects at sizes the ancho
 spends chips on scales no object needs. This module proposes a pyramid from the data and checks it
 with the real chip miner (``lib.pixel_budget.epoch_pixel_budget``, the calls training makes).
 
-The rule (README "Fitting the scales to your data"). An object is *well sized* in a chip when its
-sqrt(area) in chip pixels lies in the band ``[low, high]``:
+The rule (README "Fitting the scales to your data"). Sizes are sqrt(area) in chip pixels:
 
 * ``low`` = smallest anchor side / sqrt(2) (feature stride x ``min(ANCHOR_SCALES)`` / sqrt(2): a box
   that size, centred on the smallest square anchor, has IoU 0.5 with it, RPN's positive threshold),
-  at least ``RPN_MIN_GT_SIZE`` (smaller boxes are dropped from the RPN targets);
-* ``high`` = CHIP_SIZE / 2 (the published middle scale trains up to 150 x 1.667 = 250 px in 512 px chips).
+  at least ``RPN_MIN_GT_SIZE`` (smaller boxes are dropped from the RPN targets): the least size any scale
+  can train;
+* ``comfortable`` = CHIP_SIZE / 10 and ``high`` = CHIP_SIZE / 2: the sizes the published middle scale
+  trains (32 x 1.667 = 53 to 150 x 1.667 = 250 px in 512 px chips). Only the finest scale trains objects
+  below ``comfortable`` (they cannot be enlarged further): a pyramid whose coarser scales train objects at
+  the anchors' least size, with nothing finer for them, lost 0.13 AP on the synthetic set (BENCHMARKS.md).
 
 A box is *kept* by a pyramid when the miner makes it valid in a positive chip at a scale where it is
-well sized (at least ``low``; the ranges bound it above). The candidates are built from the sizes:
+well sized: at least ``comfortable``, or at least ``low`` at the finest scale (the ranges bound it above).
+The candidates are built from the sizes:
 
 1. the coarsest scale alone (longer side to CHIP_SIZE, the whole image in one chip) when the boxes it
-   shows below ``low`` are within the allowed loss;
+   shows below ``comfortable`` are within the allowed loss;
 2. otherwise the finest factor ``s1 = low / q`` makes the size quantile ``q`` (at the trims 0, a quarter
    and half of ``1 - keep``: the rest is left to the miner's own losses) exactly ``low`` (capped at
    ``max_factor``: then smaller anchor scales are proposed instead); each next factor is
-   ``s * low / high * overlap`` (overlap 1: adjacent ranges touch; 1.25: they overlap), until the
-   boxes above the last range are well sized at the coarsest scale (appended) or there are none (the
-   last range opened). Range of factor ``s``: ``[low / s, high / s]``
-   original pixels, the finest one open below; the coarsest's lower end is ``low`` over its median factor.
+   ``s * comfortable / high * overlap`` (overlap 1: adjacent ranges touch; 1.25: they overlap), until the
+   boxes above the last range are at least ``comfortable`` at the coarsest scale (appended) or there are
+   none (the last range opened). Range of factor ``s``: ``[comfortable / s, high / s]`` original pixels,
+   the finest one open below; the coarsest's lower end is ``comfortable`` over its median factor.
 
 Every candidate (and the input config's pyramid) is mined; the proposal is the candidate with the
 fewest chip pixels that keeps at least ``keep`` of the trainable boxes (fewer scales on ties), else the
@@ -57,16 +61,19 @@ class FitError(ValueError):
 
 @dataclass(frozen=True)
 class SizeBand:
-    """sqrt(area) in chip pixels of the objects a chip trains well (module docstring)."""
+    """sqrt(area) in chip pixels of the objects a chip trains well (module docstring): from ``low`` at the
+    finest scale, from ``comfortable`` at the others, up to ``high``."""
 
     low: float
+    comfortable: float
     high: float
 
     @classmethod
     def from_config(cls, cfg, anchor_scales=None):
         scales = anchor_scales or cfg.network.ANCHOR_SCALES
         low = max(feature_stride(cfg) * min(scales) / math.sqrt(2), float(cfg.TRAIN.RPN_MIN_GT_SIZE))
-        return cls(low=low, high=cfg.TRAIN.CHIP_SIZE / 2)
+        chip_size = cfg.TRAIN.CHIP_SIZE
+        return cls(low=low, comfortable=max(chip_size / 10, low), high=chip_size / 2)
 
 
 @dataclass(frozen=True)
@@ -132,7 +139,7 @@ def build_pyramid(sizes, coarse, trim, overlap, cfg, max_factor):
     chip_size, stride = cfg.TRAIN.CHIP_SIZE, feature_stride(cfg)
     band, anchors = SizeBand.from_config(cfg), tuple(cfg.network.ANCHOR_SCALES)
     label = f"trim {trim:.3f}, overlap {overlap:g}"
-    if np.mean(sizes * coarse < band.low) <= trim:
+    if np.mean(sizes * coarse < band.comfortable) <= trim:
         return Pyramid((float(chip_size),), ((-1, -1),), anchors, label)
     quantile = max(float(np.quantile(sizes, trim)), 1.0)
     factor = band.low / quantile
@@ -148,19 +155,19 @@ def build_pyramid(sizes, coarse, trim, overlap, cfg, max_factor):
         above = sizes > top
         if not above.any():
             break
-        if np.mean(above & (sizes * coarse < band.low)) <= trim / 2 or len(factors) == MAX_LEVELS - 1:
+        if np.mean(above & (sizes * coarse < band.comfortable)) <= trim / 2 or len(factors) == MAX_LEVELS - 1:
             coarsest = True
             break
-        following = _round_up(factors[-1] * band.low / band.high * overlap)
+        following = _round_up(factors[-1] * band.comfortable / band.high * overlap)
         if following <= median_coarse:
             coarsest = True
             break
         factors.append(following)
-    ranges = [[math.floor(band.low / s), math.ceil(band.high / s)] for s in factors]
+    ranges = [[math.floor(band.comfortable / s), math.ceil(band.high / s)] for s in factors]
     ranges[0][0] = -1
     scales = list(factors)
     if coarsest:
-        ranges.append([min(math.floor(band.low / median_coarse), ranges[-1][1]), -1])
+        ranges.append([min(math.floor(band.comfortable / median_coarse), ranges[-1][1]), -1])
         scales.append(float(chip_size))
     else:
         ranges[-1][1] = -1
@@ -220,12 +227,12 @@ def evaluate(roidb, cfg, pyramid, seed=0):
     def measure(entry, image_chips):
         sizes = box_sqrt_area(entry["boxes"])
         kept, valid = np.zeros(len(sizes), bool), np.zeros(len(sizes), bool)
-        for scale in image_chips.scales:
+        for level, scale in enumerate(image_chips.scales):  # finest first
             index = np.unique(np.concatenate(scale.pos_valid)) if scale.pos_valid else np.zeros(0, np.int64)
             seen = sizes[index] * scale.im_scale
             chip_sizes.append(seen)
             valid[index] = True
-            kept[index[seen >= band.low]] = True
+            kept[index[seen >= (band.comfortable if level else band.low)]] = True
         counts["boxes"] += len(sizes)
         counts["kept"] += int(kept.sum())
         counts["valid"] += int(valid.sum())
@@ -325,8 +332,9 @@ def write_fitted_config(config_path, cfg, fit, out_path=None):
         _set_nested(loaded, key, value)
     e = fit.proposal
     header = (f"# Written by tools/fit_scales.py from {config_path}: the pyramid keeps {100 * e.kept:.1f}% of the\n"
-              f"# training boxes well sized (chip px >= {fit.band.low:.1f}), {e.chips_per_image:.2f} chips per image,\n"
-              f"# {e.pixel_ratio:.2f}x the pixels of single-scale 800x1333 training.\n")
+              f"# training boxes well sized (chip px >= {fit.band.low:.1f} at the finest scale, >= "
+              f"{fit.band.comfortable:.1f} at the others),\n# {e.chips_per_image:.2f} chips per image, "
+              f"{e.pixel_ratio:.2f}x the pixels of single-scale 800x1333 training.\n")
     path = out_path or fitted_config_path(config_path)
     text = header + yaml.safe_dump(loaded, sort_keys=False, default_flow_style=None)
     with atomic_open(path, "w") as f:

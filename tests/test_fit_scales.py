@@ -1,7 +1,8 @@
 """lib/scales_fit.py on size distributions whose pyramid is worked out by hand.
 
 Default config: stride 16, smallest anchor scale 2 -> 32 px anchors, so the well-sized band is
-low = 32 / sqrt(2) = 22.627 px, high = CHIP_SIZE / 2 = 256 px (chip pixels, sqrt area). Boxes are
+low = 32 / sqrt(2) = 22.627 px at the finest scale, comfortable = CHIP_SIZE / 10 = 51.2 px at the others,
+high = CHIP_SIZE / 2 = 256 px (chip pixels, sqrt area). Boxes are
 squares of side ``a`` in inclusive pixels (sqrt area = a). Factors are rounded UP to 3 significant
 digits, range ends outward to whole pixels.
 """
@@ -15,7 +16,8 @@ import pytest
 import yaml
 
 from lib.config import load_config
-from lib.scales_fit import FitError, SizeBand, fit_pyramid, fitted_config_path, write_fitted_config
+from lib.scales_fit import FitError, Pyramid, SizeBand, evaluate, fit_pyramid, fitted_config_path, \
+    write_fitted_config
 
 LOW = 32 / math.sqrt(2)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -44,9 +46,9 @@ def cfg():
 
 def test_band_from_anchors(cfg):
     band = SizeBand.from_config(cfg)
-    assert band.low == pytest.approx(LOW) and band.high == 256
+    assert band.low == pytest.approx(LOW) and band.comfortable == 51.2 and band.high == 256
     # anchor scale 0.5 -> 8 px anchors -> 5.7 px, below RPN_MIN_GT_SIZE (10): the floor wins
-    assert SizeBand.from_config(cfg, (0.5, 2)).low == 10
+    assert SizeBand.from_config(cfg, (0.5, 2)) == SizeBand(low=10, comfortable=51.2, high=256)
 
 
 def test_all_tiny_is_one_enlarged_scale(cfg):
@@ -79,14 +81,30 @@ def test_all_huge_is_the_coarsest_scale_alone(cfg):
 
 def test_two_clusters_skip_the_middle_scale(cfg):
     # 10 px and 400 px in 1000 x 800: s1 = 22.627 / 10 -> 2.27 (range up to 256 / 2.27 = 112.8 -> 113);
-    # the 400 px boxes are 400 * 0.512 = 205 px at the coarsest scale, whose range starts at
-    # 22.627 / 0.512 = 44.2 -> 44. No middle scale.
+    # the 400 px boxes are 400 * 0.512 = 205 px at the coarsest scale (>= 51.2), whose range starts at
+    # 51.2 / 0.512 = 100. No middle scale.
     sides = [10, 400] * 100
     fit = fit_pyramid(square_entries(sides, 1000, 800, 10), cfg)
     assert fit.proposal.pyramid.scales == (2.27, 512.0)
-    assert fit.proposal.pyramid.valid_ranges == ((-1, 113), (44, -1))
+    assert fit.proposal.pyramid.valid_ranges == ((-1, 113), (100, -1))
     assert fit.proposal.kept == 1.0
     assert fit.proposal.chip_pixels < fit.current.chip_pixels
+
+
+def test_objects_the_coarsest_scale_shows_below_comfortable_get_a_middle_scale(cfg):
+    # 10 px and 140 px in 1600 x 1200: s1 = 2.27 trains up to 113 px; the whole image in one chip
+    # (512 / 1600 = 0.32) shows the 140 px boxes at 44.8 px, trainable by the anchors (>= 22.6) but below
+    # comfortable: a middle factor 2.27 * 51.2 / 256 = 0.454 (range 51.2 / 0.454 = 112.8 -> 112 and up),
+    # which shows them at 63.6 px, is the last level (nothing above 256 / 0.454 = 564 px). With overlap
+    # 1.25 it would be 0.568, more chips for the same boxes.
+    entries = square_entries([10, 140] * 60, 1600, 1200, 12)
+    fit = fit_pyramid(entries, cfg)
+    assert fit.proposal.pyramid.scales == (2.27, 0.454)
+    assert fit.proposal.pyramid.valid_ranges == ((-1, 113), (112, -1))
+    assert fit.proposal.kept == 1.0
+    # the coarsest instead of the middle scale (its range from 22.627 / 0.32 = 70 px) keeps only the 10 px
+    two_ends = Pyramid((2.27, 512.0), ((-1, 113), (70, -1)), tuple(cfg.network.ANCHOR_SCALES), "two ends")
+    assert evaluate(entries, cfg, two_ends).kept == pytest.approx(0.5)
 
 
 def test_coco_like_gives_up_the_rare_tiniest(cfg):
@@ -114,7 +132,7 @@ def test_fitted_yaml_loads_and_holds_the_proposal(cfg, tmp_path):
     fitted = load_config(path)
     assert fitted.name == "mine_fitted" and fitted.TRAIN.lr == 0.01
     assert fitted.TRAIN.SCALES == fitted.TEST.SCALES == (2.27, 512.0)
-    assert fitted.TRAIN.VALID_RANGES == ((-1, 113), (44, -1))
+    assert fitted.TRAIN.VALID_RANGES == ((-1, 113), (100, -1))
     assert fitted.TEST.BATCH_IMAGES == (2, 4) and len(fitted.TRAIN.NEG_CHIP_MIN_PROPOSALS) == 2
     assert yaml.safe_load(open(path))["TRAIN"]["lr"] == 0.01
 

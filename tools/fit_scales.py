@@ -37,8 +37,8 @@ def main():
         fit = fit_dataset(cfg, args.keep, args.max_images, args.max_factor, args.seed)
     except FitError as err:
         sys.exit(f"fit_scales: {err}")
-    print(f"well sized with the proposal's anchors: {fit.band.low:.1f} to {fit.band.high:.0f} chip px (sqrt area; "
-          f"each candidate is scored with its own); trainable (valid under some "
+    print(f"well sized with the proposal's anchors: {fit.band.low:.1f} (finest scale) or {fit.band.comfortable:.1f} "
+          f"(the others) to {fit.band.high:.0f} chip px (sqrt area; each candidate is scored with its own); trainable (valid under some "
           f"candidate): {100 * fit.trainable:.1f}% of the boxes; * = proposal")
     print(report(fit))
     if not fit.meets_keep:
