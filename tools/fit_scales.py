@@ -38,8 +38,8 @@ def main():
     except FitError as err:
         sys.exit(f"fit_scales: {err}")
     print(f"well sized with the proposal's anchors: {fit.band.low:.1f} (finest scale) or {fit.band.comfortable:.1f} "
-          f"(the others) to {fit.band.high:.0f} chip px (sqrt area; each candidate is scored with its own); trainable (valid under some "
-          f"candidate): {100 * fit.trainable:.1f}% of the boxes; * = proposal")
+          f"(the others) to {fit.band.high:.0f} chip px (sqrt area; each candidate is scored with its own); "
+          f"trainable (valid under some candidate): {100 * fit.trainable:.1f}% of the boxes; * = proposal")
     print(report(fit))
     if not fit.meets_keep:
         print(f"no candidate keeps {100 * args.keep:.0f}% of the trainable boxes: the proposal keeps the most")
