@@ -45,6 +45,13 @@ ifeq ($(MXNET),mxnet-local-gpu)
 VENV_CUDA13 = $(shell $(PY) -c "import nvidia,os;print(os.path.join(nvidia.__path__[0],'cu13'))")
 OPS_VARIANT_FLAGS = $(call CUDA_FLAGS,$(VENV_CUDA13)/include)
 OPS_VARIANT_LDFLAGS = -L$(VENV_CUDA13)/lib -l:libcudart.so.13 -Wl,-rpath,$(VENV_CUDA13)/lib
+# without the NVIDIA driver (a build or CI machine), libmxnet.so loads against the toolchain's libcuda stub,
+# which answers "no device": MXNet then counts 0 GPUs and runs on the CPU
+ifeq ($(shell ldconfig -p 2>/dev/null | grep -c 'libcuda\.so\.1 '),0)
+export LD_LIBRARY_PATH := $(abspath $(MXNET_GPU_BUILD))/toolchain/cuda/nvidia/cu13/lib/stubs$(if $(LD_LIBRARY_PATH),:$(LD_LIBRARY_PATH))
+# make's $(shell) does not see exported variables
+PY_ENV := LD_LIBRARY_PATH=$(LD_LIBRARY_PATH)
+endif
 endif
 # `make ops-cuda-check`: the GPU variant compiled and linked on any machine, without a GPU or a CUDA
 # toolkit, against CUDA 11.7 (mxnet-cu117's) from pip packages installed into build/cuda/pkg, not the
@@ -64,7 +71,7 @@ CUDA13_CHECK_HOME := $(CUDA13_CHECK_DIR)/pkg/nvidia/cu13
 OPS_CUDA13_LIB := $(CUDA13_CHECK_DIR)/libsniper_ops_cuda.so
 # One recipe for both variants: $(1) output, $(2) extra compiler flags, $(3) extra linker flags.
 define build_ops
-	$(eval MXINC := $(shell $(PY) -c "import mxnet,os;print(os.path.dirname(mxnet.__file__))"))
+	$(eval MXINC := $(shell $(PY_ENV) $(PY) -c "import mxnet,os;print(os.path.dirname(mxnet.__file__))"))
 	$(CXX) $(CXXFLAGS_OPS) $(2) -I$(MXINC)/include -Ilib/ops/src \
 		$(filter %.cc,$(OPS_SRC)) $(MXINC)/src/lib_api.cc -o $(1) $(3)
 endef
@@ -73,7 +80,7 @@ endef
 all: build
 
 venv: $(STAMP)
-$(STAMP): requirements.txt constraints.txt $(if $(filter mxnet-local-gpu,$(MXNET)),$(wildcard $(MXNET_GPU_LIB)))
+$(STAMP): requirements.txt constraints.txt $(if $(filter mxnet-local-gpu,$(MXNET)),$(wildcard $(MXNET_GPU_LIB)) $(MXNET_GPU_VERSIONS))
 	@case " $(MXNET_VARIANTS) " in *" $(MXNET) "*) ;; *) echo "error: MXNET=$(MXNET) is not one of: \
 	$(MXNET_VARIANTS) (the MXNet $(MXNET_VERSION) wheels on PyPI, and mxnet-local-gpu: make mxnet-gpu)" >&2; exit 1;; esac
 	@[ "$(MXNET)" != mxnet-local-gpu ] || [ -f $(MXNET_GPU_LIB) ] || { echo "error: MXNET=mxnet-local-gpu needs \

@@ -76,13 +76,14 @@ def make(*args):
 
 def test_mxnet_local_gpu_needs_the_built_library_and_installs_it_over_the_cpu_wheel(tmp_path):
     missing = str(tmp_path / "no-build")
-    refused = make("MXNET=mxnet-local-gpu", f"MXNET_GPU_BUILD={missing}", "venv")
+    venv = f"VENV={tmp_path / 'venv'}"  # a fresh stamp: this checkout's venv may hold the variant already
+    refused = make(venv, "MXNET=mxnet-local-gpu", f"MXNET_GPU_BUILD={missing}", "venv")
     assert refused.returncode != 0
     assert f"error: MXNET=mxnet-local-gpu needs {missing}/install/libmxnet.so" in refused.stderr
     library = tmp_path / "build" / "install" / "libmxnet.so"
     library.parent.mkdir(parents=True)
     library.write_bytes(b"")
-    planned = make("-n", "MXNET=mxnet-local-gpu", f"MXNET_GPU_BUILD={tmp_path / 'build'}", "venv")
+    planned = make("-n", venv, "MXNET=mxnet-local-gpu", f"MXNET_GPU_BUILD={tmp_path / 'build'}", "venv")
     assert planned.returncode == 0, planned.stderr
     # the CPU wheel, the CUDA 13 libraries at the versions the build links, then the library copied over
     assert '"mxnet==1.9.1"' in planned.stdout and "nvidia-cudnn-cu13==9.19.0.56" in planned.stdout

@@ -143,6 +143,10 @@ install_library() {  # BUILD/install/libmxnet.so: stripped, finding its librarie
   cp "$BUILD/build/libmxnet.so" "$lib.tmp"
   strip --strip-unneeded "$lib.tmp"
   patchelf --set-rpath '$ORIGIN:$ORIGIN/../nvidia/cu13/lib:$ORIGIN/../nvidia/cudnn/lib' "$lib.tmp"
+  # a shared library links with undefined symbols and fails only when loaded: none of MXNet's own may be left
+  local missing
+  missing=$(nm -D --undefined-only "$lib.tmp" | awk '$2 ~ /^_ZN(5mxnet|7mshadow|4nnvm|4dmlc)/ {print $2}')
+  [ -z "$missing" ] || { echo "error: libmxnet.so would not load, undefined:" >&2; c++filt <<<"$missing" >&2; exit 1; }
   mv "$lib.tmp" "$lib"
   (cd "$PROJECT" && "$PYTHON" "$HERE/check_objects.py" "$lib")
   ls -l "$lib"
