@@ -97,10 +97,12 @@ environment() {  # the package, the CUDA 13 libraries it links, the numpy 2 shim
          (os.path.join(b, "cu13", "lib"), os.path.join(b, "cudnn", "lib")) if os.path.isdir(d)))' 2>/dev/null || true)
   # on the build machine, the toolchain's (a CPU machine also needs its driver stub to load the library)
   local toolchain=$MXNET_GPU_BUILD/toolchain/cuda/nvidia
-  if [ -z "$libs" ] && [ -d "$toolchain/cu13/lib" ]; then
-    toolchain=$(cd "$toolchain" && pwd)
-    libs="$toolchain/cu13/lib:$toolchain/cudnn/lib"
-    ldconfig -p | grep -q 'libcuda\.so\.1 ' || libs="$libs:$toolchain/cu13/lib/stubs"
+  [ ! -d "$toolchain/cu13/lib" ] || toolchain=$(cd "$toolchain" && pwd)
+  [ -n "$libs" ] || [ ! -d "$toolchain/cu13/lib" ] || libs="$toolchain/cu13/lib:$toolchain/cudnn/lib"
+  # a machine without the driver (a CPU rehearsal) loads the library against the toolchain's stub, which
+  # answers "no device"; never on a GPU machine, whose ldconfig knows libcuda.so.1
+  if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 ' && [ -d "$toolchain/cu13/lib/stubs" ]; then
+    libs="${libs:+$libs:}$toolchain/cu13/lib/stubs"
   fi
   export LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export CUDA_CACHE_MAXSIZE=4294967296  # room for the driver's PTX JIT cache, should any PTX be compiled
