@@ -7,6 +7,8 @@ checkpoints are written atomically with their optimizer state.
 import contextlib
 import logging
 import os
+import signal
+import threading
 import time
 
 import mxnet as mx
@@ -168,11 +170,43 @@ def _train(cfg, resume, kvstore, workers):
     return prefix, history
 
 
+class _CtrlC:
+    """Python raises KeyboardInterrupt in whatever bytecode the main thread runs; raised inside a finaliser
+    (MXNet's NDArray.__del__ runs all the time) it is printed and dropped, and training went on. The handler
+    also remembers the signal, and the epoch loop raises it again after the batch it interrupted."""
+    pending = False
+
+    @classmethod
+    def handle(cls, signum, frame):
+        cls.pending = True
+        raise KeyboardInterrupt
+
+    @classmethod
+    def raise_if_pending(cls):
+        if cls.pending:
+            raise KeyboardInterrupt
+
+    @classmethod
+    @contextlib.contextmanager
+    def remembered(cls):
+        if threading.current_thread() is not threading.main_thread():  # only the main thread gets signals
+            yield
+            return
+        cls.pending = False
+        previous = signal.signal(signal.SIGINT, cls.handle)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+            cls.pending = False
+
+
 @contextlib.contextmanager
 def _interruption_said(prefix, progress):
     """Ctrl-C in the epoch loop: one line saying where the run stopped and how to continue it."""
     try:
-        yield
+        with _CtrlC.remembered():
+            yield
     except KeyboardInterrupt:
         done = checkpoint.last_complete_epoch(prefix)
         where = f"in epoch {progress.epoch + 1}" if progress.epoch is not None else "before the first epoch"
@@ -209,6 +243,7 @@ def _train_epoch(cfg, module, loader, metric, epoch, num_workers, progress):
     updates = 0
     every = record_every(cfg.default.frequent, num_batches)
     for iteration, batch in enumerate(loader):
+        _CtrlC.raise_if_pending()
         module.forward_backward(batch)
         module.update_metric(metric, batch.label)
         _check_finite(metric, epoch + 1, iteration)
@@ -225,6 +260,7 @@ def _train_epoch(cfg, module, loader, metric, epoch, num_workers, progress):
             logger.info("epoch[%d] batch[%d/%d] speed %.2f chips/s lr %.2e %s %s", epoch + 1, iteration + 1,
                         num_batches, speed, lr, " ".join(f"{k}={v:.4f}" for k, v in values.items()), eta)
             window_tic, window_samples = now, 0
+    _CtrlC.raise_if_pending()
     updates += accumulation.flush()
     bar.close()
     logger.info("epoch[%d] done in %.1f s", epoch + 1, time.time() - tic)
