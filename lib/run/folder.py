@@ -112,12 +112,15 @@ def newest_checkpoint(folder, prefix):
 
 
 def best_checkpoint(folder):
-    """The checkpoint ``{folder}/best.json`` names (evaluation while training), or None without one (or
-    when it names a file no longer there)."""
+    """The checkpoint ``{folder}/best.json`` names (evaluation while training), or None without one, when
+    no evaluation had a defined metric (``"best": null``) or when it names a file no longer there."""
     path = os.path.join(folder, BEST_FILE)
     try:
         with open(path) as f:
-            name = json.load(f)["best"]["params"]
+            best = json.load(f)["best"]
+        if best is None:
+            return None
+        name = best["params"]
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as err:
