@@ -157,12 +157,15 @@ def _coerce(key, default, value):
     raise ConfigError(f"config key {key}: unsupported default type {type(default).__name__}")
 
 
-def _dotted_keys(node, prefix=""):
+def flat_config(node, prefix=""):
+    """``{dotted.key: plain value}`` of every key of a config (or of the defaults), e.g. to compare two."""
+    flat = {}
     for key, value in node.items():
         if isinstance(value, dict):
-            yield from _dotted_keys(value, f"{prefix}{key}.")
+            flat.update(flat_config(value, f"{prefix}{key}."))
         else:
-            yield prefix + key
+            flat[prefix + key] = plain(value)
+    return flat
 
 
 def _unknown(key):
@@ -170,7 +173,7 @@ def _unknown(key):
         return ConfigError(f"config key {key} is no longer set: it is {DERIVED_KEYS[key]}")
     if key in RENAMED_KEYS:
         return ConfigError(f"config key {key} was renamed to {RENAMED_KEYS[key]}; use that name")
-    known = list(_dotted_keys(DEFAULTS))
+    known = list(flat_config(DEFAULTS))
     # case-insensitive first (TRAIN.LR for TRAIN.lr), then the closest spelling
     nearest = [k for k in known if k.lower() == key.lower()] or difflib.get_close_matches(key, known, n=1, cutoff=0.8)
     hint = f"; did you mean {nearest[0]}?" if nearest else ""
