@@ -466,17 +466,21 @@ def images_per_device(test_cfg, num_levels):
 
 
 def lr_step_epochs(train):
-    """``TRAIN.lr_step`` "5.33" or "8,11" (or "" for none) -> the epochs at which the lr drops, each inside
-    the run (0 < epoch < TRAIN.end_epoch: a later step would never be taken)."""
+    """``TRAIN.lr_step`` "5.33" or "8,11" (or "" / "none" for no step) -> the epochs at which the lr drops,
+    each inside the run (0 < epoch < TRAIN.end_epoch: a later step would never be taken)."""
     text = train.lr_step
+    no_step = "'' or none for no step (shell: --set TRAIN.lr_step none, or --set TRAIN.lr_step '')"
+    if str(text).strip().lower() == "none":
+        return []
     try:
         epochs = [float(part) for part in str(text).split(",") if part.strip()]
     except ValueError:
-        raise ValueError(f"config key TRAIN.lr_step: expected comma-separated epochs, got {text!r}") from None
+        raise ValueError(f"config key TRAIN.lr_step: expected comma-separated epochs, got {text!r}; "
+                         f"{no_step}") from None
     outside = [epoch for epoch in epochs if not 0 < epoch < train.end_epoch]
     if outside:
         raise ValueError(f"config key TRAIN.lr_step = {text!r}: step {outside[0]:g} is not inside the run "
-                         f"(0 < step < TRAIN.end_epoch {train.end_epoch}); '' for no step")
+                         f"(0 < step < TRAIN.end_epoch {train.end_epoch}); {no_step}")
     return epochs
 
 

@@ -67,7 +67,7 @@ def check_proposals(cfg):
     """With negative chips on, the proposal file is there and is a proposal .npz (its index read, not its
     boxes), before the roidb is built."""
     from lib.dataset.proposals import check_proposal_file
-    from lib.dataset.roidb import neg_chip_proposals
+    from chip_generator.mining import neg_chip_proposals
 
     path = neg_chip_proposals(cfg)
     if path:

@@ -8,6 +8,7 @@ lines appear once.
 """
 import json
 import logging
+import math
 import os
 import time
 
@@ -120,3 +121,17 @@ def schedule_warnings(cfg, iters_per_epoch, num_update):
             f"the warm-up (TRAIN.warmup_step {train.warmup_step}): the learning rate never reaches TRAIN.lr, so "
             f"expect a model that detects little; train more epochs (README: 'How many epochs') or lower "
             f"TRAIN.warmup_step"]
+
+
+SCHEDULE_WARMUPS = 4  # the least schedule recommended: the warm-up, then three times as long at TRAIN.lr
+LR_STEP_SHARE = 5.33 / 7  # where the published schedule steps the rate (TRAIN.lr_step 5.33 of 7 epochs)
+
+
+def recommended_schedule(cfg, iters_per_epoch):
+    """``(updates, end_epoch, lr_step)``: the least schedule recommended for a set of ``iters_per_epoch``
+    updates an epoch, ``SCHEDULE_WARMUPS`` x TRAIN.warmup_step updates (at least 2 epochs) with the lr step at
+    ``LR_STEP_SHARE`` of them. Counted in updates, so it holds whatever a scale fit does to the chips an epoch
+    (README, 'How many epochs')."""
+    updates = SCHEDULE_WARMUPS * cfg.TRAIN.warmup_step
+    epochs = max(2, math.ceil(updates / max(iters_per_epoch, 1)))
+    return updates, epochs, round(epochs * LR_STEP_SHARE, 2)
