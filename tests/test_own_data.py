@@ -229,6 +229,17 @@ def test_undefined_evaluations_count_for_nothing_between_defined_ones(tmp_path):
     assert TrainingEvaluation(cfg, 2, test=FakeTester([])).best() is None
 
 
+def test_a_resume_with_another_metric_scores_the_kept_history_by_it(tmp_path):
+    cfg = eval_cfg(tmp_path, **{"TRAIN.EVAL_EVERY": "1"})
+    first = TrainingEvaluation(cfg, 0, test=FakeTester([0.4, 0.2]))
+    for epoch in (1, 2):
+        first.after_epoch(epoch, fake_params(cfg, epoch))
+    assert first.best()["epoch"] == 1
+    # its APs are half its AP: the kept epochs' values are their APs, not dropped
+    resumed = TrainingEvaluation(with_overrides(cfg, {"TRAIN.EVAL_METRIC": "APs"}), 2, test=FakeTester([]))
+    assert [(h["epoch"], h["value"]) for h in resumed.history] == [(1, 0.2), (2, 0.1)]
+
+
 def test_a_val_set_without_annotations_is_an_undefined_metric_not_a_crash(tmp_path, caplog):
     cfg = eval_cfg(tmp_path, **{"TRAIN.EVAL_EVERY": "1"})
     evaluation = TrainingEvaluation(cfg, 0, test=lambda cfg, checkpoint, out_dir, max_images: {"tested": 3})

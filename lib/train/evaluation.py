@@ -15,7 +15,8 @@ without small objects), NaN (VOC's mAP without ground truth), or absent (a set w
 value is no value: it is kept as ``null`` in best.json's history, never picks the best epoch, never counts
 towards EARLY_STOP, and the first evaluation it happens at says so in one warning naming the metrics that
 are defined on the set. A resumed run continues the history of the epochs
-it keeps (a fresh start over an old run folder drops the old history). Rank 0 alone evaluates; early stopping is refused with several workers (the others would wait
+it keeps, each value taken again from its stats under the current metric (a fresh start over an old run folder
+drops the old history). Rank 0 alone evaluates; early stopping is refused with several workers (the others would wait
 for a batch that never comes).
 """
 import json
@@ -118,10 +119,9 @@ class TrainingEvaluation:
         try:
             with open(self.path) as f:
                 saved = json.load(f)
-            if saved.get("metric") != self.metric:
-                return []
-            # an older file kept COCO's -1 as a value
-            return [dict(h, value=h["value"] if defined(h["value"]) else None) for h in saved["history"]]
+            # each value again from its stats: another TRAIN.EVAL_METRIC (a resume may change it), or an older
+            # file that kept COCO's -1 as a value
+            return [dict(h, value=metric_value(h["stats"], self.metric)) for h in saved["history"]]
         except (OSError, ValueError, KeyError, TypeError) as err:
             logger.warning("%s cannot be read (%s): the evaluation history starts afresh", self.path, err)
             return []
