@@ -20,6 +20,7 @@ from lib.train.optimizer import lr_steps, make_optimizer_params
 from lib.train import trainer
 from lib.run.folder import check_resume_config, write_run_config
 from lib.run.lock import RunFolderError, run_lock
+from lib.start_checks import check_run_folder
 from lib.train.trainer import TrainingDiverged, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -168,33 +169,41 @@ def test_resume_compares_the_settings_with_the_run_record_allowing_the_schedule_
     monkeypatch.chdir(tmp_path)
     cfg = load_config(TINY, [("output_path", "runs"), ("dataset.dataset_path", "data/mine")])
     with pytest.raises(RunFolderError, match=r"holds checkpoints but no config.yaml: --resume cannot check"):
-        check_resume_config(cfg, 1)
+        check_resume_config(cfg)
     write_run_config(cfg)
-    check_resume_config(cfg, 1)  # the same settings
+    check_resume_config(cfg)  # the same settings
     allowed = {"TRAIN.end_epoch": "9", "TRAIN.lr_step": "8", "default.frequent": "5", "TRAIN.EVAL_EVERY": "1",
                "TRAIN.EARLY_STOP": "2", "TRAIN.KEEP_CHECKPOINTS": "3", "TRAIN.NUM_PROCESS": "1"}
-    check_resume_config(with_overrides(cfg, allowed), 1)
+    check_resume_config(with_overrides(cfg, allowed))
     # the issue's case: an 8-image run resumed as the 200-image one, one line naming every key that differs
     other = with_overrides(cfg, {"dataset.synthetic_train": "8", "TRAIN.BATCH_IMAGES": "2", "TRAIN.end_epoch": "9"})
     with pytest.raises(RunFolderError) as refused:
-        check_resume_config(other, 1)
+        check_resume_config(other)
     message = str(refused.value)
     assert "\n" not in message and "dataset.synthetic_train 200 -> 8; TRAIN.BATCH_IMAGES 4 -> 2; put them back" in message
     assert "end_epoch" not in message
     # a relative path names another folder from another working directory: compared as the files they name
     # (the saved ones relative to the training's directory, which the checkpoint's metadata records)
-    folder = checkpoint.output_dir(cfg)
+    folder, prefix = checkpoint.output_dir(cfg), checkpoint.checkpoint_prefix(cfg)
     write_json({"model": {"symbol": cfg.symbol, "rpn_only": False, "NUM_CLASSES": 1, "classes": ["__background__"],
-                          "workdir": os.path.relpath(tmp_path, folder)}},
-               checkpoint.progress_path(checkpoint.checkpoint_prefix(cfg), 1))
+                          "workdir": os.path.relpath(tmp_path, folder)}}, checkpoint.progress_path(prefix, 1))
+    open(checkpoint.params_path(prefix, 1), "w").close()
     os.makedirs(tmp_path / "elsewhere")
     monkeypatch.chdir(tmp_path / "elsewhere")
     moved = with_overrides(cfg, {"output_path": str(tmp_path / "runs")})
     with pytest.raises(RunFolderError, match=re.escape(f"dataset.dataset_path '{tmp_path}/data/mine' -> "
                                                        f"'{tmp_path}/elsewhere/data/mine'")):
-        check_resume_config(moved, 1)
-    check_resume_config(with_overrides(moved, {"dataset.dataset_path": str(tmp_path / "data" / "mine"),
-                                               "dataset.root_path": str(tmp_path / "data")}), 1)
+        check_resume_config(moved)
+    same = with_overrides(moved, {"dataset.dataset_path": str(tmp_path / "data" / "mine"),
+                                  "dataset.root_path": str(tmp_path / "data")})
+    check_resume_config(same)
+    # the start check (main_train.py, the pipelines' stages, whose finished ones are skipped) refuses before the
+    # log file is made; a record of another prefix (a pipeline's other stage, sharing the folder) is not checked
+    with pytest.raises(RunFolderError, match="dataset.synthetic_train 200 -> 8; put them back"):
+        check_run_folder(with_overrides(same, {"dataset.synthetic_train": "8"}), resume=True, overwrite=False)
+    open(checkpoint.params_path(checkpoint.checkpoint_prefix(moved) + "_rpn", 1), "w").close()
+    check_run_folder(with_overrides(same, {"dataset.synthetic_train": "8", "TRAIN.model_prefix": "SNIPER_rpn"}),
+                     resume=True, overwrite=False)
 
 
 def test_run_paths_follow_output_path_config_name_and_prefix():

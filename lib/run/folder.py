@@ -180,14 +180,27 @@ def _shown(value):
     return text if len(text) <= 160 else text[:157] + "..."
 
 
-def check_resume_config(cfg, epoch):
-    """Before resuming the run folder of ``cfg`` from its checkpoint ``epoch``: its ``config.yaml`` (the
-    settings those checkpoints were trained with) must be ``cfg`` but for ``RESUME_MAY_CHANGE``, paths compared
-    as the files they name (the saved ones relative to the training's working directory); else one
-    RunFolderError naming every key that differs, before anything is written."""
+def _trained_in(prefix):
+    """The training's working directory recorded with the newest checkpoint of ``prefix`` whose metadata
+    reads (a damaged one is resume's to skip), or None."""
+    for epoch in reversed(params_epochs(prefix)):
+        try:
+            info = read_model_info(params_path(prefix, epoch))
+        except ModelError:
+            continue
+        if info is not None and "workdir" in info:
+            return os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(prefix)), info["workdir"]))
+    return None
+
+
+def check_resume_config(cfg):
+    """Before continuing the checkpoints of ``cfg``'s run folder (a resume; a start at TRAIN.begin_epoch > 0):
+    its ``config.yaml`` (the settings they were trained with) must be ``cfg`` but for ``RESUME_MAY_CHANGE``,
+    paths compared as the files they name (the saved ones relative to the training's working directory, taken
+    as the current one without metadata); else one RunFolderError naming every key that differs, before
+    anything is written."""
     folder = output_dir(cfg)
     path = os.path.join(folder, CONFIG_FILE)
-    params = params_path(checkpoint_prefix(cfg), epoch)
     advice = ("start a new run (another name or output_path; network.pretrained can take its checkpoint), or "
               "--overwrite to move this run's epochs aside")
     if not os.path.isfile(path):
@@ -198,11 +211,9 @@ def check_resume_config(cfg, epoch):
     except ConfigError as err:
         raise RunFolderError(f"{path} (the settings of the checkpoints --resume continues) cannot be loaded: "
                              f"{err}; {advice}") from None
-    info = read_model_info(params) or {}  # without metadata: taken as trained in the current directory
-    base = os.path.normpath(os.path.join(os.path.abspath(folder), info["workdir"])) if "workdir" in info \
-        else os.getcwd()
     was = flat_config(saved)
-    was.update((key, os.path.normpath(value)) for key, value in resolved_paths(saved, base))
+    was.update((key, os.path.normpath(value))
+               for key, value in resolved_paths(saved, _trained_in(checkpoint_prefix(cfg)) or os.getcwd()))
     now = flat_config(cfg)
     now.update((key, os.path.normpath(os.path.abspath(value))) for key, value in resolved_paths(cfg, os.getcwd()))
     differ = [key for key in now if key not in RESUME_MAY_CHANGE and now[key] != was.get(key)]
@@ -211,6 +222,22 @@ def check_resume_config(cfg, epoch):
         raise RunFolderError(f"--resume: the checkpoints in {folder} were trained with other settings "
                              f"({path}): {changes}; put them back (keys that may change on resume: README, "
                              f"'Resuming'), or {advice}")
+
+
+def check_run_record(cfg):
+    """``check_resume_config`` at a start that may continue checkpoints (main_train.py --resume, the pipelines'
+    stages, whose finished ones are skipped), before its log file: when the folder holds checkpoints of
+    ``cfg``'s prefix and its ``config.yaml`` is theirs (a pipeline's stages share the folder, the record is the
+    last started stage's). The trainer checks again whatever it resumes."""
+    path = os.path.join(output_dir(cfg), CONFIG_FILE)
+    if not params_epochs(checkpoint_prefix(cfg)) or not os.path.isfile(path):
+        return
+    try:
+        prefix = load_config(path).TRAIN.model_prefix
+    except ConfigError:
+        prefix = cfg.TRAIN.model_prefix  # check_resume_config names the unreadable record
+    if prefix == cfg.TRAIN.model_prefix:
+        check_resume_config(cfg)
 
 
 def load_run(model, overrides=()):

@@ -21,12 +21,11 @@ for a batch that never comes).
 """
 import json
 import logging
-import math
 import os
 
 from lib.atomic import write_json
 from lib.errors import UserError
-from lib.evaluation.coco_summary import SEGM_PREFIX, parse_bands, scored_max_dets, stat_names
+from lib.evaluation.coco_summary import SEGM_PREFIX, defined, parse_bands, scored_max_dets, stat_names
 from lib.run.folder import BEST_FILE
 from lib.run.checkpoint import output_dir
 
@@ -55,11 +54,6 @@ def flat_stats(stats):
     if isinstance(segm, dict):
         numbers.update({SEGM_PREFIX + k: v for k, v in segm.items() if isinstance(v, (int, float))})
     return numbers
-
-
-def defined(value):
-    """Whether a metric value is a value: not None, finite and not COCO's -1 (metrics lie in [0, 1])."""
-    return value is not None and math.isfinite(value) and value >= 0
 
 
 def metric_value(stats, metric):

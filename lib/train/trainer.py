@@ -90,7 +90,7 @@ def _train(cfg, resume, kvstore, workers):
     prefix = checkpoint.checkpoint_prefix(cfg)
     begin_epoch = _begin_epoch(cfg, prefix, resume)
     if workers.rank == 0 and begin_epoch > 0:  # continues checkpoints of this folder: trained with these settings?
-        check_resume_config(cfg, begin_epoch)
+        check_resume_config(cfg)
     if workers.rank == 0:  # the writer of the run's files clears what a killed write left behind
         for folder in sorted({checkpoint.output_dir(cfg), os.path.dirname(prefix)}):
             remove_stale_temporaries(folder)
