@@ -180,7 +180,8 @@ def test_resume_compares_the_settings_with_the_run_record_allowing_the_schedule_
     with pytest.raises(RunFolderError) as refused:
         check_resume_config(other)
     message = str(refused.value)
-    assert "\n" not in message and "dataset.synthetic_train 200 -> 8; TRAIN.BATCH_IMAGES 4 -> 2; put them back" in message
+    assert "\n" not in message
+    assert "dataset.synthetic_train 200 -> 8; TRAIN.BATCH_IMAGES 4 -> 2; put them back" in message
     assert "end_epoch" not in message
     # a relative path names another folder from another working directory: compared as the files they name
     # (the saved ones relative to the training's directory, which the checkpoint's metadata records)

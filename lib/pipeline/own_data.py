@@ -105,7 +105,8 @@ def row_result(row, cfg, summary_file, seconds):
         stats = json.load(f).get("stats") or {}
     chips = cfg.TRAIN.BATCH_IMAGES * len(parse_contexts(cfg.gpus))
     return {"set": row.data.name, "config": row.config, "empty": row.empty, "scales": list(cfg.TRAIN.SCALES),
-            "epochs": cfg.TRAIN.end_epoch, **{name: stats[name] if defined(stats.get(name)) else None for name in STATS},
+            "epochs": cfg.TRAIN.end_epoch,
+            **{name: stats[name] if defined(stats.get(name)) else None for name in STATS},
             "max_dets": scored_max_dets(cfg.TEST),
             "chips_per_epoch": chips_per_epoch(os.path.join(output_dir(cfg), "metrics.jsonl"), chips),
             "seconds": seconds, "summary": summary_file}

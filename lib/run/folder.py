@@ -36,7 +36,8 @@ PATH_KEYS = ("dataset.root_path", "dataset.dataset_path", "dataset.proposal", "n
 # cadence, checkpoint keeping and the loaders' machinery, not what its checkpoints were trained on or how its
 # evaluations are scored; ``name``/``output_path`` locate the run folder, ``TEST.MODEL``/``TEST_EPOCH`` serve main_test.
 RESUME_MAY_CHANGE = ("TRAIN.end_epoch", "TRAIN.lr_step", "TRAIN.begin_epoch", "TRAIN.resume", "default.frequent",
-                     "TRAIN.TENSORBOARD", "TRAIN.EVAL_EVERY", "TRAIN.EVAL_METRIC", "TRAIN.EARLY_STOP", "TRAIN.KEEP_CHECKPOINTS",
+                     "TRAIN.TENSORBOARD", "TRAIN.EVAL_EVERY", "TRAIN.EVAL_METRIC", "TRAIN.EARLY_STOP",
+                     "TRAIN.KEEP_CHECKPOINTS",
                      "TRAIN.NUM_PROCESS", "TRAIN.LOADER_TIMEOUT", "TRAIN.STALL_WARN", "TRAIN.IMAGE_CACHE_MB",
                      "TEST.NUM_PROCESS", "TEST.LOADER_TIMEOUT", "TEST.STALL_WARN", "TEST.USE_CACHE", "TEST.MODEL",
                      "TEST.TEST_EPOCH", "name", "output_path")
