@@ -173,15 +173,17 @@ def test_resume_compares_the_settings_with_the_run_record_allowing_the_schedule_
     write_run_config(cfg)
     check_resume_config(cfg)  # the same settings
     allowed = {"TRAIN.end_epoch": "9", "TRAIN.lr_step": "8", "default.frequent": "5", "TRAIN.EVAL_EVERY": "1",
-               "TRAIN.EARLY_STOP": "2", "TRAIN.KEEP_CHECKPOINTS": "3", "TRAIN.NUM_PROCESS": "1"}
+               "TRAIN.EARLY_STOP": "2", "TRAIN.KEEP_CHECKPOINTS": "3", "TRAIN.NUM_PROCESS": "1", "gpus": "0,1"}
     check_resume_config(with_overrides(cfg, allowed))
     # the case: an 8-image run resumed as the 200-image one, one line naming every key that differs
-    other = with_overrides(cfg, {"dataset.synthetic_train": "8", "TRAIN.BATCH_IMAGES": "2", "TRAIN.end_epoch": "9"})
+    other = with_overrides(cfg, {"dataset.synthetic_train": "8", "TRAIN.BATCH_IMAGES": "2", "TRAIN.end_epoch": "9",
+                                 "gpus": "cpu:3"})
     with pytest.raises(RunFolderError) as refused:
         check_resume_config(other)
     message = str(refused.value)
     assert "\n" not in message
-    assert "dataset.synthetic_train 200 -> 8; TRAIN.BATCH_IMAGES 4 -> 2; put them back" in message
+    assert ("gpus 'cpu:2' -> 'cpu:3'; dataset.synthetic_train 200 -> 8; TRAIN.BATCH_IMAGES 4 -> 2; put them back"
+            in message)
     assert "end_epoch" not in message
     # a relative path names another folder from another working directory: compared as the files they name
     # (the saved ones relative to the training's directory, which the checkpoint's metadata records)

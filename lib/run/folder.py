@@ -22,6 +22,7 @@ from collections import namedtuple
 from lib.atomic import atomic_open
 from lib.config import ConfigError, add_config_arguments, dump_config, flat_config, load_config, \
     parse_cli_overrides, with_overrides
+from lib.contexts import device_count
 from lib.run.checkpoint import CheckpointError, checkpoint_prefix, output_dir, params_epochs, params_path, \
     progress_path
 from lib.run.lock import RunFolderError
@@ -35,6 +36,7 @@ PATH_KEYS = ("dataset.root_path", "dataset.dataset_path", "dataset.proposal", "n
 # Keys a resumed run may change (README, "Resuming"): they extend the schedule, or change logging, evaluation
 # cadence, checkpoint keeping and the loaders' machinery, not what its checkpoints were trained on or how its
 # evaluations are scored; ``name``/``output_path`` locate the run folder, ``TEST.MODEL``/``TEST_EPOCH`` serve main_test.
+# ``gpus`` may name other devices, as many (the batch is TRAIN.BATCH_IMAGES per device).
 RESUME_MAY_CHANGE = ("TRAIN.end_epoch", "TRAIN.lr_step", "TRAIN.begin_epoch", "TRAIN.resume", "default.frequent",
                      "TRAIN.TENSORBOARD", "TRAIN.EVAL_EVERY", "TRAIN.EVAL_METRIC", "TRAIN.EARLY_STOP",
                      "TRAIN.KEEP_CHECKPOINTS",
@@ -217,7 +219,8 @@ def check_resume_config(cfg):
                for key, value in resolved_paths(saved, _trained_in(checkpoint_prefix(cfg)) or os.getcwd()))
     now = flat_config(cfg)
     now.update((key, os.path.normpath(os.path.abspath(value))) for key, value in resolved_paths(cfg, os.getcwd()))
-    differ = [key for key in now if key not in RESUME_MAY_CHANGE and now[key] != was.get(key)]
+    differ = [key for key in now if key not in RESUME_MAY_CHANGE and now[key] != was.get(key)
+              and not (key == "gpus" and device_count(now[key]) == device_count(was.get(key)))]  # other ids, as many
     if differ:
         changes = "; ".join(f"{key} {_shown(was.get(key))} -> {_shown(now[key])}" for key in differ)
         raise RunFolderError(f"--resume: the checkpoints in {folder} were trained with other settings "
