@@ -729,9 +729,10 @@ def test_progress_records_go_to_the_event_log_against_the_update_count(tmp_path)
     progress.start_epoch(0, 10)
     progress.record(4, 0.01, {"RPNLogLoss": 0.5}, 12.0)
     progress.end_epoch_updates(10)
-    progress.record_evaluation({"AP": 0.3, "AP50": 0.6})
+    progress.record_evaluation({"AP": 0.3, "AP50": 0.6, "APs": -1.0})  # -1: undefined, not drawn
     assert events.calls == [(104, {"lr": 0.01, "speed/chips_per_s": 12.0, "loss/RPNLogLoss": 0.5}),
                             (110, {"eval/AP": 0.3, "eval/AP50": 0.6})]
+    assert json.loads(open(tmp_path / "metrics.jsonl").read().splitlines()[-1])["eval"]["APs"] == -1.0
 
 
 def read_event_scalars(folder):

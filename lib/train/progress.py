@@ -13,6 +13,7 @@ import os
 import time
 
 from lib.atomic import write_bytes
+from lib.evaluation.coco_summary import defined
 
 logger = logging.getLogger(__name__)
 
@@ -64,14 +65,16 @@ class RunProgress:
         return epoch_left, epoch_left + later_epochs * per_batch * self.num_batches
 
     def record_evaluation(self, stats):
-        """Append the evaluation after this epoch (``{"eval": stats}`` with its iteration and epoch)."""
+        """Append the evaluation after this epoch (``{"eval": stats}`` with its iteration and epoch; COCO's -1
+        kept there as COCO writes it); TensorBoard gets the defined values only (no -1 drawn as a point)."""
         if self.path:
             record = {"iteration": self.num_update, "epoch": self.epoch + 1, "eval": stats,
                       "seconds": round(self.clock() - self.run_start, 3)}
             with open(self.path, "a") as f:
                 f.write(json.dumps(record) + "\n")
         if self.events is not None:
-            self.events.scalars(self.num_update, {f"eval/{name}": value for name, value in stats.items()})
+            self.events.scalars(self.num_update, {f"eval/{name}": value for name, value in stats.items()
+                                                  if defined(value)})
 
     def record(self, batches_done, lr, losses, speed, updates_done=None):
         """Append one metrics record; return the "ETA epoch .. run .." text for the log line. Its iteration
