@@ -361,8 +361,8 @@ def write_fitted_config(config_path, cfg, fit, out_path=None, overrides=()):
               f"{fit.band.comfortable:.1f} at the others),\n# {e.chips_per_image:.2f} chips per image, "
               f"{e.pixel_ratio:.2f}x the pixels of single-scale 800x1333 training.\n")
     if carried:
-        header += (f"# Fitted with --set {' '.join(carried)}: their values are written below, so this file "
-                   f"trains on the data the fit read.\n")
+        header += (f"# Fitted with --set {' '.join(carried)}:\n# their values are written below, so this file trains "
+                   f"on the data the fit read.\n")
     path = out_path or fitted_config_path(config_path)
     text = header + yaml.safe_dump(loaded, sort_keys=False, default_flow_style=None)
     with atomic_open(path, "w") as f:

@@ -199,5 +199,5 @@ def test_the_command_line_prints_its_table_and_writes_a_loadable_fitted_config(t
     assert fitted.TRAIN.lr == 0.01
     assert (fitted.dataset.dataset, fitted.dataset.dataset_path, fitted.dataset.image_set) == (
         "coco", str(tmp_path / "data"), "train")
-    assert ("# Fitted with --set dataset.dataset dataset.dataset_path dataset.root_path dataset.image_set: their "
+    assert ("# Fitted with --set dataset.dataset dataset.dataset_path dataset.root_path dataset.image_set:\n# their "
             "values are written below") in open(tmp_path / "mine_fitted.yml").read()
