@@ -42,6 +42,12 @@ from lib.boxes import ignore_overlaps
 from lib.scales import in_valid_range, pyramid, scaled_image_size
 
 
+def neg_chip_proposals(cfg):
+    """The proposal file training mines negative chips from: ``dataset.proposal`` with TRAIN.USE_NEG_CHIPS on,
+    else '' (none is read: negative chips are off)."""
+    return cfg.dataset.proposal if cfg.TRAIN.USE_NEG_CHIPS else ""
+
+
 @dataclass(frozen=True)
 class MiningParams:
     """What chip mining reads from the config (TRAIN section), parsed once per run."""
@@ -68,13 +74,14 @@ class MiningParams:
                                  f"got {list(stride)!r}")
         elif len(stride) != 1 or isinstance(stride[0], bool) or not float(stride[0]).is_integer() or stride[0] <= 0:
             raise ValueError(f"config key TRAIN.CHIP_STRIDE: expected a positive integer, got {train.CHIP_STRIDE!r}")
-        if len(train.NEG_CHIP_MIN_PROPOSALS) != len(train.SCALES):
+        negative = len(train.NEG_CHIP_MIN_PROPOSALS) == len(train.SCALES)
+        if not negative and neg_chip_proposals(cfg):  # with negative chips off the key is not read
             raise ValueError(f"config key TRAIN.NEG_CHIP_MIN_PROPOSALS = {list(train.NEG_CHIP_MIN_PROPOSALS)!r}: needs "
                              f"one value per training scale ({len(train.SCALES)})")
         return cls(levels=pyramid(train, "TRAIN"), chip_size=int(train.CHIP_SIZE),
                    chip_stride=tuple(int(v) for v in stride),
-                   neg_min_proposals=tuple(int(v) for v in train.NEG_CHIP_MIN_PROPOSALS),
-                   max_neg_chips=int(train.MAX_NEG_CHIPS) if train.USE_NEG_CHIPS else 0,
+                   neg_min_proposals=tuple(int(v) for v in train.NEG_CHIP_MIN_PROPOSALS) if negative else (),
+                   max_neg_chips=int(train.MAX_NEG_CHIPS) if train.USE_NEG_CHIPS and negative else 0,
                    validity_rules=train.VALIDITY_RULES, chip_valid_boxes=train.CHIP_VALID_BOXES,
                    neg_chip_rules=train.NEG_CHIP_RULES, chip_windows=train.CHIP_WINDOWS,
                    truncate_image_size=train.CHIP_CROP == "truncate")

@@ -157,12 +157,15 @@ def _coerce(key, default, value):
     raise ConfigError(f"config key {key}: unsupported default type {type(default).__name__}")
 
 
-def _dotted_keys(node, prefix=""):
+def flat_config(node, prefix=""):
+    """``{dotted.key: plain value}`` of every key of a config (or of the defaults), e.g. to compare two."""
+    flat = {}
     for key, value in node.items():
         if isinstance(value, dict):
-            yield from _dotted_keys(value, f"{prefix}{key}.")
+            flat.update(flat_config(value, f"{prefix}{key}."))
         else:
-            yield prefix + key
+            flat[prefix + key] = plain(value)
+    return flat
 
 
 def _unknown(key):
@@ -170,7 +173,7 @@ def _unknown(key):
         return ConfigError(f"config key {key} is no longer set: it is {DERIVED_KEYS[key]}")
     if key in RENAMED_KEYS:
         return ConfigError(f"config key {key} was renamed to {RENAMED_KEYS[key]}; use that name")
-    known = list(_dotted_keys(DEFAULTS))
+    known = list(flat_config(DEFAULTS))
     # case-insensitive first (TRAIN.LR for TRAIN.lr), then the closest spelling
     nearest = [k for k in known if k.lower() == key.lower()] or difflib.get_close_matches(key, known, n=1, cutoff=0.8)
     hint = f"; did you mean {nearest[0]}?" if nearest else ""
@@ -463,17 +466,21 @@ def images_per_device(test_cfg, num_levels):
 
 
 def lr_step_epochs(train):
-    """``TRAIN.lr_step`` "5.33" or "8,11" (or "" for none) -> the epochs at which the lr drops, each inside
-    the run (0 < epoch < TRAIN.end_epoch: a later step would never be taken)."""
+    """``TRAIN.lr_step`` "5.33" or "8,11" (or "" / "none" for no step) -> the epochs at which the lr drops,
+    each inside the run (0 < epoch < TRAIN.end_epoch: a later step would never be taken)."""
     text = train.lr_step
+    no_step = "'' or none for no step (shell: --set TRAIN.lr_step none, or --set TRAIN.lr_step '')"
+    if str(text).strip().lower() == "none":
+        return []
     try:
         epochs = [float(part) for part in str(text).split(",") if part.strip()]
     except ValueError:
-        raise ValueError(f"config key TRAIN.lr_step: expected comma-separated epochs, got {text!r}") from None
+        raise ValueError(f"config key TRAIN.lr_step: expected comma-separated epochs, got {text!r}; "
+                         f"{no_step}") from None
     outside = [epoch for epoch in epochs if not 0 < epoch < train.end_epoch]
     if outside:
         raise ValueError(f"config key TRAIN.lr_step = {text!r}: step {outside[0]:g} is not inside the run "
-                         f"(0 < step < TRAIN.end_epoch {train.end_epoch}); '' for no step")
+                         f"(0 < step < TRAIN.end_epoch {train.end_epoch}); {no_step}")
     return epochs
 
 

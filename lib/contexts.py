@@ -40,3 +40,12 @@ def fp16_enabled(cfg, section, contexts):
         raise ValueError(f"{section}.fp16 is true but the contexts are CPUs; MXNet 1.9 cannot run a float16 "
                          f"network on the CPU. Set --set {section}.fp16 false, or gpus to GPU ids.")
     return True
+
+
+def device_count(spec):
+    """How many contexts ``gpus`` = ``spec`` names, without asking this machine whether they exist (a GPU
+    config planned on a CPU machine, e.g. by tools/fit_scales.py); refusing a bad spec is parse_contexts'."""
+    spec = str(spec).strip()
+    if spec.startswith("cpu:") and spec[4:].isdigit():
+        return max(int(spec[4:]), 1)
+    return max(sum(1 for part in spec.split(",") if part.strip() not in ("", "cpu")), 1)

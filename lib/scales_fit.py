@@ -35,6 +35,7 @@ fewest chip pixels that keeps at least ``keep`` of the trainable boxes (fewer sc
 one keeping the most. Trainable: valid in a positive chip under some candidate (the miner never trains a
 box under 2 px a side in original pixels, whatever the scale).
 """
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -43,9 +44,12 @@ import yaml
 
 from lib.atomic import atomic_open
 from lib.benchmarking import markdown_table
-from lib.config import with_overrides
+from lib.config import RENAMED_KEYS, flat_config, with_overrides
+from lib.contexts import device_count
 from lib.pixel_budget import epoch_pixel_budget
 from lib.scales import MAX_SCALE_FACTOR, box_sqrt_area
+from lib.train.accumulation import updates_per_epoch
+from lib.train.progress import SCHEDULE_WARMUPS, recommended_schedule
 from symbols.backbones import feature_stride
 
 DEFAULT_KEEP = 0.98
@@ -108,6 +112,7 @@ class Fit:
     meets_keep: bool
     trainable: float  # share of boxes some candidate makes valid (the keep target is relative to it)
     max_boxes: int  # most boxes in one image
+    training_entries: int  # of the whole training set, flipped copies included (the fit samples its images)
 
 
 def _round_up(value, digits=3):
@@ -261,7 +266,22 @@ def fit_dataset(cfg, keep=DEFAULT_KEEP, max_images=DEFAULT_MAX_IMAGES, max_facto
     from lib.dataset import load_roidb
 
     roidb, _ = load_roidb(cfg, cfg.dataset.image_set, training=True)
-    return fit_pyramid(training_images(roidb, max_images, seed), cfg, keep, max_factor, seed)
+    fit = fit_pyramid(training_images(roidb, max_images, seed), cfg, keep, max_factor, seed)
+    return dataclasses.replace(fit, training_entries=len(roidb))
+
+
+def schedule_text(cfg, fit):
+    """The fitted pyramid's updates an epoch (its chips per image over the training entries, in batches of
+    TRAIN.BATCH_IMAGES x the devices of ``gpus``, TRAIN.GRAD_ACCUM_STEPS a update) and the epochs giving the
+    recommended number of updates (lib.train.progress.recommended_schedule), as the --set to train them."""
+    chips = fit.proposal.chips_per_image * fit.training_entries
+    batch = cfg.TRAIN.BATCH_IMAGES * device_count(cfg.gpus)
+    per_epoch = updates_per_epoch(math.ceil(chips / batch), cfg.TRAIN.GRAD_ACCUM_STEPS)
+    updates, epochs, step = recommended_schedule(cfg, per_epoch)
+    return (f"schedule: about {chips:.0f} chips an epoch ({fit.training_entries} training images, flips "
+            f"included) = {per_epoch} updates of {batch} chips (x {cfg.TRAIN.GRAD_ACCUM_STEPS} accumulated); the "
+            f"recommended {updates} updates ({SCHEDULE_WARMUPS} x TRAIN.warmup_step {cfg.TRAIN.warmup_step}) "
+            f"take {epochs} epochs: --set TRAIN.end_epoch {epochs} TRAIN.lr_step {step:g}")
 
 
 def fit_pyramid(roidb, cfg, keep=DEFAULT_KEEP, max_factor=DEFAULT_MAX_FACTOR, seed=0):
@@ -282,7 +302,7 @@ def fit_pyramid(roidb, cfg, keep=DEFAULT_KEEP, max_factor=DEFAULT_MAX_FACTOR, se
         proposal = max(evaluations, key=lambda e: (e.kept, -e.chip_pixels))
     return Fit(band=SizeBand.from_config(cfg, proposal.pyramid.anchor_scales), current=evaluations[0],
                evaluations=evaluations, proposal=proposal, meets_keep=bool(passing), trainable=trainable,
-               max_boxes=max(len(e["boxes"]) for e in roidb))
+               max_boxes=max(len(e["boxes"]) for e in roidb), training_entries=len(roidb))
 
 
 def report(fit):
@@ -323,11 +343,16 @@ def fitted_config_path(config_path):
     return f"{stem}_fitted.{ext}"
 
 
-def write_fitted_config(config_path, cfg, fit, out_path=None):
-    """The input YAML with the proposal's keys (and ``dense_overrides``) set, written (atomically) beside
-    it; returns the path."""
+def write_fitted_config(config_path, cfg, fit, out_path=None, overrides=()):
+    """The input YAML with the ``--set`` keys it was fitted with (``overrides``: ``[(key, value)]``, written as
+    ``cfg`` holds them: the fitted file trains on the data the fit read), then the proposal's keys (and
+    ``dense_overrides``) set, written (atomically) beside it; returns the path."""
     with open(config_path) as f:
         loaded = yaml.safe_load(f) or {}
+    values = flat_config(cfg)
+    carried = list(dict.fromkeys(RENAMED_KEYS.get(key, key) for key, _ in overrides))
+    for key in carried:
+        _set_nested(loaded, key, values[key])
     for key, value in {**pyramid_overrides(cfg, fit.proposal.pyramid), **dense_overrides(cfg, fit.max_boxes)}.items():
         _set_nested(loaded, key, value)
     e = fit.proposal
@@ -335,6 +360,9 @@ def write_fitted_config(config_path, cfg, fit, out_path=None):
               f"# training boxes well sized (chip px >= {fit.band.low:.1f} at the finest scale, >= "
               f"{fit.band.comfortable:.1f} at the others),\n# {e.chips_per_image:.2f} chips per image, "
               f"{e.pixel_ratio:.2f}x the pixels of single-scale 800x1333 training.\n")
+    if carried:
+        header += (f"# Fitted with --set {' '.join(carried)}:\n# their values are written below, so this file trains "
+                   f"on the data the fit read.\n")
     path = out_path or fitted_config_path(config_path)
     text = header + yaml.safe_dump(loaded, sort_keys=False, default_flow_style=None)
     with atomic_open(path, "w") as f:

@@ -36,10 +36,12 @@ def check_devices(cfg):
 
 
 def check_run_folder(cfg, resume, overwrite):
-    """Before the log file is made: a run folder held by another run, or holding later epochs that a
-    fresh start would overwrite, is refused as the trainer would refuse it (the trainer checks again
+    """Before the log file is made: a run folder held by another run, holding later epochs that a fresh
+    start would overwrite, or whose checkpoints a resume would continue with other settings
+    (lib.run.folder.check_run_record), is refused as the trainer would refuse it (the trainer checks again
     under its lock: this check only makes the refusal leave nothing behind)."""
     from lib.run.checkpoint import checkpoint_prefix, output_dir
+    from lib.run.folder import check_run_record
     from lib.run.lock import clear_later_epochs, run_lock
 
     folder = output_dir(cfg)
@@ -49,6 +51,8 @@ def check_run_folder(cfg, resume, overwrite):
         pass
     if not (resume or cfg.TRAIN.resume or overwrite):
         clear_later_epochs(checkpoint_prefix(cfg), cfg.TRAIN.begin_epoch, overwrite=False)
+    if resume or cfg.TRAIN.resume or cfg.TRAIN.begin_epoch > 0:
+        check_run_record(cfg)  # continued checkpoints were trained with these settings
 
 
 def check_class_count(cfg, image_set=None):
@@ -67,7 +71,7 @@ def check_proposals(cfg):
     """With negative chips on, the proposal file is there and is a proposal .npz (its index read, not its
     boxes), before the roidb is built."""
     from lib.dataset.proposals import check_proposal_file
-    from lib.dataset.roidb import neg_chip_proposals
+    from chip_generator.mining import neg_chip_proposals
 
     path = neg_chip_proposals(cfg)
     if path:

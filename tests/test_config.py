@@ -305,10 +305,10 @@ def test_an_unknown_key_far_from_every_known_one_gets_no_suggestion():
     ("symbol", "resnet999", "config key symbol: unknown backbone 'resnet999' (registered: mobilenetv2, "
                             "mobilenetv2_tiny, resnet101, resnet50, resnet_tiny)"),
     ("TRAIN.lr_step", "7.5", "config key TRAIN.lr_step = '7.5': step 7.5 is not inside the run (0 < step < "
-                             "TRAIN.end_epoch 7); '' for no step"),
-    ("TRAIN.lr_step", "five", "config key TRAIN.lr_step: expected comma-separated epochs, got 'five'"),
-    ("TRAIN.NEG_CHIP_MIN_PROPOSALS", "[25, 10]", "config key TRAIN.NEG_CHIP_MIN_PROPOSALS = [25, 10]: needs one "
-                                                 "value per training scale (3)"),
+                             "TRAIN.end_epoch 7); '' or none for no step (shell: --set TRAIN.lr_step none, or "
+                             "--set TRAIN.lr_step '')"),
+    ("TRAIN.lr_step", "five", "config key TRAIN.lr_step: expected comma-separated epochs, got 'five'; '' or none "
+                              "for no step (shell: --set TRAIN.lr_step none, or --set TRAIN.lr_step '')"),
     ("TEST.BATCH_IMAGES", "[1, 1]", "config key TEST.BATCH_IMAGES = [1, 1]: expected a positive integer or one per "
                                     "test scale (3)"),
 ])
@@ -317,6 +317,25 @@ def test_what_a_stage_would_refuse_is_refused_at_load_in_one_line(key, value, me
     with pytest.raises(ConfigError) as err:
         load_config(None, [(key, value)])
     assert str(err.value) == message
+
+
+def test_no_lr_step_is_none_or_empty():
+    from lib.config import lr_step_epochs
+
+    for text in ("none", "None", ""):
+        assert lr_step_epochs(load_config(None, [("TRAIN.lr_step", text), ("TRAIN.end_epoch", "1")]).TRAIN) == []
+
+
+def test_neg_chip_min_proposals_is_needed_per_scale_only_with_negative_chips_on():
+    # issue 35: two scales with the three-scale default list load while negative chips are off (no proposal
+    # file, or TRAIN.USE_NEG_CHIPS false), and are refused in one line when they are on
+    two_scales = [("TRAIN.SCALES", "[2.0, 512]"), ("TRAIN.VALID_RANGES", "[[-1, 100], [80, -1]]")]
+    assert load_config(None, two_scales).TRAIN.NEG_CHIP_MIN_PROPOSALS == (25, 10, 10)
+    assert load_config(None, two_scales + [("TRAIN.USE_NEG_CHIPS", "false"), ("dataset.proposal", "p.npz")])
+    with pytest.raises(ConfigError) as err:
+        load_config(None, two_scales + [("dataset.proposal", "p.npz")])
+    assert str(err.value) == ("config key TRAIN.NEG_CHIP_MIN_PROPOSALS = [25, 10, 10]: needs one value per "
+                              "training scale (2)")
 
 
 def test_a_saved_config_may_hold_the_backbone_stride_it_now_derives(tmp_path):

@@ -169,9 +169,13 @@ def test_the_command_line_prints_its_table_and_writes_a_loadable_fitted_config(t
     boxes = [ann(10 * i + k + 1, i + 1, [60 * k + 5, 40 * k + 7, 6, 6]) for i in range(10) for k in range(10)]
     write_coco(str(tmp_path / "data"), "train", [image_record(i + 1, 640, 480) for i in range(10)], boxes)
     source = tmp_path / "mine.yml"
-    source.write_text(f"dataset:\n  dataset: coco\n  dataset_path: {tmp_path / 'data'}\n  root_path: {tmp_path}\n"
-                      f"  image_set: train\nTRAIN:\n  lr: 0.01\n")
-    result = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "fit_scales.py"), "--cfg", str(source)],
+    # issue 35: the file names the synthetic set, --set the user's COCO folder: the fitted file must train on the
+    # latter, the data the fit read
+    source.write_text("dataset:\n  dataset: synthetic\n  dataset_path: data/synthetic\nTRAIN:\n  lr: 0.01\n"
+                      "  warmup_step: 30\n  BATCH_IMAGES: 4\ngpus: 'cpu:2'\n")
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "fit_scales.py"), "--cfg", str(source),
+                             "--set", "dataset.dataset", "coco", f"dataset.dataset_path={tmp_path / 'data'}",
+                             "--set", "dataset.root_path", str(tmp_path), "dataset.image_set", "train"],
                             cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.splitlines()
@@ -180,7 +184,20 @@ def test_the_command_line_prints_its_table_and_writes_a_loadable_fitted_config(t
     current, proposal = [row for row in rows if row[1] == "current config"], [row for row in rows if row[0] == "*"]
     assert current[0][2:5] == ["[3.0, 1.667, 512.0]", "[[-1, 80], [32, 150], [120, -1]]", "0.0"]  # 6 px at 3x: 18
     assert len(proposal) == 1 and proposal[0][2:5] == ["[3.78]", "[[-1, -1]]", "100.0"]
+    # the schedule in updates: chips/img x 20 entries (10 images and their flips) in batches of 4 x 2 devices;
+    # 4 x warmup_step 30 = 120 updates -> ceil(120 / per epoch) epochs, the step at 5.33/7 of them
+    per_image = float(proposal[0][6])
+    per_epoch = math.ceil(per_image * 20 / 8)
+    epochs = max(2, math.ceil(120 / per_epoch))
+    assert lines[-2] == (f"schedule: about {per_image * 20:.0f} chips an epoch (20 training images, flips included) = "
+                         f"{per_epoch} updates of 8 chips (x 1 accumulated); the recommended 120 updates (4 x "
+                         f"TRAIN.warmup_step 30) take {epochs} epochs: --set TRAIN.end_epoch {epochs} "
+                         f"TRAIN.lr_step {round(epochs * 5.33 / 7, 2):g}")
     assert lines[-1] == f"wrote {tmp_path / 'mine_fitted.yml'}"
     fitted = load_config(str(tmp_path / "mine_fitted.yml"))
     assert fitted.TRAIN.SCALES == fitted.TEST.SCALES == (3.78,) and fitted.TRAIN.VALID_RANGES == ((-1, -1),)
-    assert fitted.TRAIN.lr == 0.01 and fitted.dataset.dataset_path == str(tmp_path / "data")
+    assert fitted.TRAIN.lr == 0.01
+    assert (fitted.dataset.dataset, fitted.dataset.dataset_path, fitted.dataset.image_set) == (
+        "coco", str(tmp_path / "data"), "train")
+    assert ("# Fitted with --set dataset.dataset dataset.dataset_path dataset.root_path dataset.image_set:\n# their "
+            "values are written below") in open(tmp_path / "mine_fitted.yml").read()

@@ -185,6 +185,80 @@ def test_a_resumed_run_keeps_the_history_of_the_epochs_it_keeps(tmp_path):
     assert find_checkpoint(output_dir(cfg))[0].endswith("SNIPER-0003.params")  # the newest again
 
 
+def undefined_aps_stats(ap):
+    """A val set without small objects: APs and ARs are COCO's undefined -1 at every epoch."""
+    return {"AP": ap, "AP50": 2 * ap, "APs": -1.0, "ARs": -1.0}
+
+
+def test_an_undefined_metric_never_picks_the_best_epoch_nor_stops_training(tmp_path, caplog):
+    # issue 35: APs -1 at every epoch, epoch 2 without detections (every defined stat 0): no best epoch, no
+    # early stop, one warning naming the metrics that are defined, --model RUN_FOLDER then takes the newest
+    cfg = eval_cfg(tmp_path, **{"TRAIN.EVAL_EVERY": "1", "TRAIN.EARLY_STOP": "2", "TRAIN.EVAL_METRIC": "APs"})
+    sequence = [undefined_aps_stats(0.3), undefined_aps_stats(0.0), undefined_aps_stats(0.2),
+                undefined_aps_stats(0.1)]
+
+    def tester(cfg, checkpoint, out_dir, max_images):
+        return {"tested": 4, "stats": sequence.pop(0)}
+
+    evaluation = TrainingEvaluation(cfg, 0, test=tester)
+    with caplog.at_level(logging.WARNING, logger="lib.train.evaluation"):
+        stops = [evaluation.after_epoch(epoch, fake_params(cfg, epoch)) for epoch in range(1, 5)]
+    assert stops == [False] * 4 and evaluation.best() is None
+    warnings = [r.getMessage() for r in caplog.records if "undefined" in r.getMessage()]
+    assert len(warnings) == 1 and "TRAIN.EVAL_METRIC APs is undefined on minival2014" in warnings[0]
+    assert warnings[0].endswith("defined there: AP, AP50")
+    best = json.load(open(os.path.join(output_dir(cfg), "best.json")))
+    assert best["best"] is None and [h["value"] for h in best["history"]] == [None] * 4
+    open(os.path.join(output_dir(cfg), "config.yaml"), "w").write("TRAIN:\n  model_prefix: SNIPER\n")
+    assert find_checkpoint(output_dir(cfg))[0].endswith("SNIPER-0004.params")  # the newest, not an undefined best
+
+
+def test_undefined_evaluations_count_for_nothing_between_defined_ones(tmp_path):
+    # NaN (VOC without ground truth) and -1 are skipped: AP 0.2, NaN, -1, 0.3 -> best epoch 4, and with
+    # EARLY_STOP 2 the two undefined evaluations after epoch 1 do not stop the run
+    cfg = eval_cfg(tmp_path, **{"TRAIN.EVAL_EVERY": "1", "TRAIN.EARLY_STOP": "2"})
+    evaluation = TrainingEvaluation(cfg, 0, test=FakeTester([0.2, float("nan"), -1.0, 0.3, 0.25, 0.1]))
+    stops = [evaluation.after_epoch(epoch, fake_params(cfg, epoch)) for epoch in range(1, 7)]
+    assert stops == [False] * 5 + [True] and evaluation.best()["epoch"] == 4
+    # an older best.json that kept -1 as a value: read back as undefined
+    path = os.path.join(output_dir(cfg), "best.json")
+    old = json.load(open(path))
+    old["history"] = [{"epoch": 1, "value": -1.0, "stats": {}, "params": "SNIPER-0001.params"},
+                      {"epoch": 2, "value": -1.0, "stats": {}, "params": "SNIPER-0002.params"}]
+    write_json(old, path)
+    assert TrainingEvaluation(cfg, 2, test=FakeTester([])).best() is None
+
+
+def test_a_resume_with_another_metric_scores_the_kept_history_by_it(tmp_path):
+    cfg = eval_cfg(tmp_path, **{"TRAIN.EVAL_EVERY": "1"})
+    first = TrainingEvaluation(cfg, 0, test=FakeTester([0.4, 0.2]))
+    for epoch in (1, 2):
+        first.after_epoch(epoch, fake_params(cfg, epoch))
+    assert first.best()["epoch"] == 1
+    # its APs are half its AP: the kept epochs' values are their APs, not dropped
+    resumed = TrainingEvaluation(with_overrides(cfg, {"TRAIN.EVAL_METRIC": "APs"}), 2, test=FakeTester([]))
+    assert [(h["epoch"], h["value"]) for h in resumed.history] == [(1, 0.2), (2, 0.1)]
+
+
+def test_a_val_set_without_annotations_is_an_undefined_metric_not_a_crash(tmp_path, caplog):
+    cfg = eval_cfg(tmp_path, **{"TRAIN.EVAL_EVERY": "1"})
+    evaluation = TrainingEvaluation(cfg, 0, test=lambda cfg, checkpoint, out_dir, max_images: {"tested": 3})
+    with caplog.at_level(logging.WARNING, logger="lib.train.evaluation"):
+        assert evaluation.after_epoch(1, fake_params(cfg, 1)) is False
+    assert evaluation.best() is None and "defined there: none" in caplog.text
+
+
+def test_an_epoch_without_detections_keeps_minus_one_where_there_is_no_ground_truth(tmp_path):
+    # one 100 px object of category 1, nothing small or medium, no detections at all: COCOeval's own rule,
+    # 0 where ground truth exists (AP, APl, every AR of it), -1 where none does (APs, APm, ARs, ARm);
+    # per category: 0 for "one", NaN for "two" (no ground truth)
+    stats = evaluate_coco(coco_gt([(10, 10, 100, 1)]), write_results(tmp_path, []), str(tmp_path))
+    undefined = {"APs", "APm", "ARs", "ARm"}
+    assert stats == {name: -1.0 if name in undefined else 0.0 for name in COCO_STAT_NAMES}
+    per_class = json.load(open(tmp_path / "per_class_ap.json"))
+    assert per_class["one"] == {"AP": 0.0, "AP50": 0.0} and np.isnan(per_class["two"]["AP"])
+
+
 def test_evaluation_keys_are_checked_before_training(tmp_path):
     with pytest.raises(EvaluationError, match="TRAIN.EVAL_METRIC"):
         TrainingEvaluation(eval_cfg(tmp_path, **{"TRAIN.EVAL_METRIC": "mean"}), 0, test=FakeTester([]))
@@ -655,9 +729,10 @@ def test_progress_records_go_to_the_event_log_against_the_update_count(tmp_path)
     progress.start_epoch(0, 10)
     progress.record(4, 0.01, {"RPNLogLoss": 0.5}, 12.0)
     progress.end_epoch_updates(10)
-    progress.record_evaluation({"AP": 0.3, "AP50": 0.6})
+    progress.record_evaluation({"AP": 0.3, "AP50": 0.6, "APs": -1.0})  # -1: undefined, not drawn
     assert events.calls == [(104, {"lr": 0.01, "speed/chips_per_s": 12.0, "loss/RPNLogLoss": 0.5}),
                             (110, {"eval/AP": 0.3, "eval/AP50": 0.6})]
+    assert json.loads(open(tmp_path / "metrics.jsonl").read().splitlines()[-1])["eval"]["APs"] == -1.0
 
 
 def read_event_scalars(folder):

@@ -65,7 +65,7 @@ def test_chips_per_epoch_and_the_table_from_a_run_written_by_hand(tmp_path):
     os.makedirs(tmp_path / cfg.name)
     (tmp_path / cfg.name / "metrics.jsonl").write_text(json.dumps({"epoch": 1, "batch": 3, "batches": 3}) + "\n")
     summary = tmp_path / "test_summary.json"
-    summary.write_text(json.dumps({"stats": {"AP": 0.25, "AP50": 0.5, "AP75": 0.1}}))
+    summary.write_text(json.dumps({"stats": {"AP": 0.25, "AP50": 0.5, "AP75": 0.1, "APs": -1.0}}))  # -1: undefined
     result = row_result(Row(DataSet("small", "x"), "fitted", "negative"), cfg, str(summary), 3725.0)
     assert result["chips_per_epoch"] == 3 * 4 * 2 and result["max_dets"] == 200  # 4 chips x 2 contexts
     assert (result["APs"], result["epochs"], result["scales"]) == (None, 4, [3.0, 1.667, 512.0])

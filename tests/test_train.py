@@ -13,11 +13,14 @@ import mxnet as mx
 import numpy as np
 import pytest
 
+from lib.atomic import write_json
 from lib.config import load_config, with_overrides
 from lib.run import checkpoint
 from lib.train.optimizer import lr_steps, make_optimizer_params
 from lib.train import trainer
+from lib.run.folder import check_resume_config, write_run_config
 from lib.run.lock import RunFolderError, run_lock
+from lib.start_checks import check_run_folder
 from lib.train.trainer import TrainingDiverged, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -106,8 +109,17 @@ def test_resume_reproduces_uninterrupted_run_and_fixed_params_stay(data_dir, tmp
 def test_divergence_stops_before_update_and_keeps_last_checkpoint(data_dir, tmp_path):
     prefix, _ = train(tiny_cfg(data_dir, tmp_path, **{"TRAIN.end_epoch": "1"}))
     good = params_of(prefix, 1)
+    diverging = tiny_cfg(data_dir, tmp_path, **{"TRAIN.lr": "1e30", "TRAIN.warmup": "false"})
+    record = os.path.join(checkpoint.output_dir(diverging), "config.yaml")
+    kept_record = open(record).read()
+    # --resume with another learning rate is refused (issue 35), naming the keys; the run record is untouched
+    with pytest.raises(RunFolderError, match=re.escape("were trained with other settings") + ".*"
+                       + re.escape("TRAIN.lr 0.015 -> 1e+30; TRAIN.warmup True -> False; put them back")):
+        train(diverging, resume=True)
+    assert open(record).read() == kept_record
+    write_run_config(diverging)  # a run trained at that rate from the start: its record says so
     with pytest.raises(TrainingDiverged, match=r"epoch 2 iteration \d+: \w+ is (nan|inf)"):
-        train(tiny_cfg(data_dir, tmp_path, **{"TRAIN.lr": "1e30", "TRAIN.warmup": "false"}), resume=True)
+        train(diverging, resume=True)
     assert checkpoint.last_complete_epoch(prefix) == 1
     assert not os.path.exists(checkpoint.params_path(prefix, 2))
     kept = params_of(prefix, 1)
@@ -151,6 +163,50 @@ def test_resume_after_a_damaged_last_checkpoint_and_a_killed_write_continues_fro
     assert got.keys() == expected.keys()
     for name in expected:
         np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_resume_compares_the_settings_with_the_run_record_allowing_the_schedule_and_logging(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(TINY, [("output_path", "runs"), ("dataset.dataset_path", "data/mine")])
+    with pytest.raises(RunFolderError, match=r"holds checkpoints but no config.yaml: --resume cannot check"):
+        check_resume_config(cfg)
+    write_run_config(cfg)
+    check_resume_config(cfg)  # the same settings
+    allowed = {"TRAIN.end_epoch": "9", "TRAIN.lr_step": "8", "default.frequent": "5", "TRAIN.EVAL_EVERY": "1",
+               "TRAIN.EARLY_STOP": "2", "TRAIN.KEEP_CHECKPOINTS": "3", "TRAIN.NUM_PROCESS": "1", "gpus": "0,1"}
+    check_resume_config(with_overrides(cfg, allowed))
+    # the issue's case: an 8-image run resumed as the 200-image one, one line naming every key that differs
+    other = with_overrides(cfg, {"dataset.synthetic_train": "8", "TRAIN.BATCH_IMAGES": "2", "TRAIN.end_epoch": "9",
+                                 "gpus": "cpu:3"})
+    with pytest.raises(RunFolderError) as refused:
+        check_resume_config(other)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert ("gpus 'cpu:2' -> 'cpu:3'; dataset.synthetic_train 200 -> 8; TRAIN.BATCH_IMAGES 4 -> 2; put them back"
+            in message)
+    assert "end_epoch" not in message
+    # a relative path names another folder from another working directory: compared as the files they name
+    # (the saved ones relative to the training's directory, which the checkpoint's metadata records)
+    folder, prefix = checkpoint.output_dir(cfg), checkpoint.checkpoint_prefix(cfg)
+    write_json({"model": {"symbol": cfg.symbol, "rpn_only": False, "NUM_CLASSES": 1, "classes": ["__background__"],
+                          "workdir": os.path.relpath(tmp_path, folder)}}, checkpoint.progress_path(prefix, 1))
+    open(checkpoint.params_path(prefix, 1), "w").close()
+    os.makedirs(tmp_path / "elsewhere")
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    moved = with_overrides(cfg, {"output_path": str(tmp_path / "runs")})
+    with pytest.raises(RunFolderError, match=re.escape(f"dataset.dataset_path '{tmp_path}/data/mine' -> "
+                                                       f"'{tmp_path}/elsewhere/data/mine'")):
+        check_resume_config(moved)
+    same = with_overrides(moved, {"dataset.dataset_path": str(tmp_path / "data" / "mine"),
+                                  "dataset.root_path": str(tmp_path / "data")})
+    check_resume_config(same)
+    # the start check (main_train.py, the pipelines' stages, whose finished ones are skipped) refuses before the
+    # log file is made; a record of another prefix (a pipeline's other stage, sharing the folder) is not checked
+    with pytest.raises(RunFolderError, match="dataset.synthetic_train 200 -> 8; put them back"):
+        check_run_folder(with_overrides(same, {"dataset.synthetic_train": "8"}), resume=True, overwrite=False)
+    open(checkpoint.params_path(checkpoint.checkpoint_prefix(moved) + "_rpn", 1), "w").close()
+    check_run_folder(with_overrides(same, {"dataset.synthetic_train": "8", "TRAIN.model_prefix": "SNIPER_rpn"}),
+                     resume=True, overwrite=False)
 
 
 def test_run_paths_follow_output_path_config_name_and_prefix():

@@ -7,16 +7,17 @@ Reads the config's training set (any dataset the project loads), mines one epoch
 generator for the config's pyramid and for candidates built from the box sizes, prints per candidate
 the share of boxes kept (valid in a chip at a size the anchors match), chips per image, pixels against
 single-scale training and the object sizes in chip pixels, and writes the cheapest pyramid keeping
-``--keep`` of the boxes as ``FILE_fitted.yml`` beside the config (rule: lib/scales_fit.py, README).
+``--keep`` of the boxes as ``FILE_fitted.yml`` beside the config (rule: lib/scales_fit.py, README), with
+every ``--set`` key it was fitted with.
 """
 import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
 import argparse
 import sys
 
-from lib.config import add_config_arguments, config_from_arguments
+from lib.config import add_config_arguments, config_from_arguments, parse_cli_overrides
 from lib.logger import report_user_errors, setup_logging
 from lib.scales_fit import DEFAULT_KEEP, DEFAULT_MAX_FACTOR, DEFAULT_MAX_IMAGES, FitError, fit_dataset, report, \
-    write_fitted_config
+    schedule_text, write_fitted_config
 
 
 @report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
@@ -43,7 +44,8 @@ def main():
     print(report(fit))
     if not fit.meets_keep:
         print(f"no candidate keeps {100 * args.keep:.0f}% of the trainable boxes: the proposal keeps the most")
-    print(f"wrote {write_fitted_config(args.cfg, cfg, fit, args.out or None)}")
+    print(schedule_text(cfg, fit))
+    print(f"wrote {write_fitted_config(args.cfg, cfg, fit, args.out or None, parse_cli_overrides(args.set))}")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 
+from chip_generator.mining import neg_chip_proposals
 from lib.boxes import flip_boxes
 from lib.dataset.base import numbered_classes
 from lib.dataset.coco import CocoDataset, SyntheticDataset
@@ -96,12 +97,6 @@ def flip_entry(entry):
     if "mask_coords" in entry:
         flipped["mask_coords"] = flip_polygons(entry["mask_coords"], entry["width"])
     return flipped
-
-
-def neg_chip_proposals(cfg):
-    """The proposal file training mines negative chips from: ``dataset.proposal`` with TRAIN.USE_NEG_CHIPS on,
-    else '' (none is read)."""
-    return cfg.dataset.proposal if cfg.TRAIN.USE_NEG_CHIPS else ""
 
 
 def keeps_empty_images(cfg):

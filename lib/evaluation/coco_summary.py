@@ -76,6 +76,11 @@ def configure(coco_eval, max_per_image=100, bands=COCO_BANDS):
     params.areaRngLbl = ["all"] + [name for name, _, _ in bands]
 
 
+def defined(value):
+    """Whether a metric value is a value: not None, finite and not COCO's -1 (no ground truth it scores)."""
+    return value is not None and math.isfinite(value) and value >= 0
+
+
 def _mean(values):
     values = values[values > -1]
     return float(np.mean(values)) if values.size else -1.0

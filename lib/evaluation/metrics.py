@@ -16,8 +16,8 @@ import numpy as np
 
 from lib.atomic import write_json
 from lib.boxes import bbox_overlaps
-from lib.evaluation.coco_summary import COCO_BANDS, band_stat, configure, max_dets_for, per_class_size_ap, \
-    stat_names, summary_stats, summary_text
+from lib.evaluation.coco_summary import COCO_BANDS, configure, per_class_size_ap, stat_names, summary_stats, \
+    summary_text
 
 logger = logging.getLogger(__name__)
 
@@ -108,14 +108,8 @@ def _cocoeval(coco_gt, results, iou_type, image_ids, max_dets, bands):
     (lib/evaluation/coco_summary.py)."""
     from pycocotools.cocoeval import COCOeval
 
-    if not results:
-        categories = coco_gt.loadCats(coco_gt.getCatIds())
-        per_class = {c["name"]: {"AP": 0.0, "AP50": 0.0} for c in categories}
-        per_size = {c["name"]: {"AP": 0.0, **{band_stat("AP", b[0]): 0.0 for b in bands}} for c in categories}
-        return dict.fromkeys(stat_names(bands, max_dets_for(max_dets)[-1]), 0.0), "no detections\n", per_class, \
-            per_size
     with contextlib.redirect_stdout(io.StringIO()):
-        coco_dt = coco_gt.loadRes(results)
+        coco_dt = coco_gt.loadRes(results) if results else _no_detections(coco_gt)
     coco_eval = COCOeval(coco_gt, coco_dt, iou_type)
     if image_ids is not None:
         coco_eval.params.imgIds = sorted(int(i) for i in image_ids)
@@ -124,6 +118,18 @@ def _cocoeval(coco_gt, results, iou_type, image_ids, max_dets, bands):
         coco_eval.evaluate()
         coco_eval.accumulate()
     return summary_stats(coco_eval), summary_text(coco_eval), per_category_ap(coco_eval), per_class_size_ap(coco_eval)
+
+
+def _no_detections(coco_gt):
+    """An empty detection set for COCOeval (``loadRes`` refuses an empty list): scored like any other, so a
+    metric is 0 where the scored images hold ground truth and COCO's undefined -1 where they hold none."""
+    from pycocotools.coco import COCO
+
+    coco_dt = COCO()
+    coco_dt.dataset = {"images": list(coco_gt.dataset["images"]), "categories": list(coco_gt.dataset["categories"]),
+                       "annotations": []}
+    coco_dt.createIndex()
+    return coco_dt
 
 
 def _gt_has_masks(coco_gt, image_ids):
@@ -147,7 +153,8 @@ def evaluate_coco(coco_gt, results_path, output_dir, image_ids=None, max_dets=10
     with open(results_path) as f:
         results = json.load(f)
     if not results:
-        logger.warning("%s holds no detections: every COCO metric is 0", results_path)
+        logger.warning("%s holds no detections: every COCO metric is 0 where the scored images have ground "
+                       "truth for it (-1, undefined, where they have none)", results_path)
     iou_types = ["bbox"]
     if results and all("segmentation" in r for r in results):
         if _gt_has_masks(coco_gt, image_ids):

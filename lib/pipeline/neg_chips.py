@@ -26,6 +26,7 @@ import os
 
 from lib.config import load_config, lr_step_epochs
 from lib.run.checkpoint import checkpoint_prefix, output_dir, params_path
+from lib.run.folder import check_run_record
 from lib.start_checks import check_class_count, check_devices, check_training_start
 
 logger = logging.getLogger(__name__)
@@ -131,6 +132,7 @@ class NegChipPipeline:
         check_training_start(self.rpn_cfg, resume=True)  # the training stages resume
         check_devices(self.sniper_cfg)
         check_class_count(self.sniper_cfg)
+        check_run_record(self.sniper_cfg)  # a finished stage is skipped: its record must name these settings
 
     def run(self, evaluate=False):
         """Every stage in order; returns ``{stage: output path}`` (and ``summary``, the tester's dict,

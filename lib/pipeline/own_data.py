@@ -33,7 +33,7 @@ from lib.atomic import write_json
 from lib.benchmarking import markdown_table
 from lib.config import ConfigError, load_config, with_overrides
 from lib.contexts import parse_contexts
-from lib.evaluation.coco_summary import scored_max_dets
+from lib.evaluation.coco_summary import defined, scored_max_dets
 from lib.pipeline.neg_chips import (DEFAULT_RPN_EPOCHS, NegChipPipeline, eval_stage, evaluated, run_stage,
                                     summary_path, train_stage)
 from lib.run.checkpoint import checkpoint_prefix, output_dir, params_path
@@ -100,12 +100,13 @@ def chips_per_epoch(metrics_path, chips_per_batch):
 
 def row_result(row, cfg, summary_file, seconds):
     """A finished row as a dict: the trained ``cfg``'s pyramid, epochs and chips per epoch, the test summary's
-    STATS (None where absent), the maxDets it was scored at and the wall time."""
+    STATS (None where absent or undefined: COCO's -1, NaN), the maxDets it was scored at and the wall time."""
     with open(summary_file) as f:
         stats = json.load(f).get("stats") or {}
     chips = cfg.TRAIN.BATCH_IMAGES * len(parse_contexts(cfg.gpus))
     return {"set": row.data.name, "config": row.config, "empty": row.empty, "scales": list(cfg.TRAIN.SCALES),
-            "epochs": cfg.TRAIN.end_epoch, **{name: stats.get(name) for name in STATS},
+            "epochs": cfg.TRAIN.end_epoch,
+            **{name: stats[name] if defined(stats.get(name)) else None for name in STATS},
             "max_dets": scored_max_dets(cfg.TEST),
             "chips_per_epoch": chips_per_epoch(os.path.join(output_dir(cfg), "metrics.jsonl"), chips),
             "seconds": seconds, "summary": summary_file}

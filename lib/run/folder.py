@@ -20,9 +20,12 @@ import sys
 from collections import namedtuple
 
 from lib.atomic import atomic_open
-from lib.config import ConfigError, add_config_arguments, dump_config, load_config, parse_cli_overrides, \
-    with_overrides
-from lib.run.checkpoint import CheckpointError, output_dir, params_epochs, params_path, progress_path
+from lib.config import ConfigError, add_config_arguments, dump_config, flat_config, load_config, \
+    parse_cli_overrides, with_overrides
+from lib.contexts import device_count
+from lib.run.checkpoint import CheckpointError, checkpoint_prefix, output_dir, params_epochs, params_path, \
+    progress_path
+from lib.run.lock import RunFolderError
 
 CONFIG_FILE = "config.yaml"
 BEST_FILE = "best.json"  # the best epoch of evaluation while training (lib/train/evaluation.py)
@@ -30,6 +33,16 @@ MODEL_KEY = "model"  # the entry of a checkpoint's progress.json
 # Keys holding file system paths: resolved against the run folder when a run's config is loaded.
 PATH_KEYS = ("dataset.root_path", "dataset.dataset_path", "dataset.proposal", "network.pretrained",
              "TEST.PROPOSAL_SAVE_PATH", "dataset.CLASSES_FILE")
+# Keys a resumed run may change (README, "Resuming"): they extend the schedule, or change logging, evaluation
+# cadence, checkpoint keeping and the loaders' machinery, not what its checkpoints were trained on or how its
+# evaluations are scored; ``name``/``output_path`` locate the run folder, ``TEST.MODEL``/``TEST_EPOCH`` serve main_test.
+# ``gpus`` may name other devices, as many (the batch is TRAIN.BATCH_IMAGES per device).
+RESUME_MAY_CHANGE = ("TRAIN.end_epoch", "TRAIN.lr_step", "TRAIN.begin_epoch", "TRAIN.resume", "default.frequent",
+                     "TRAIN.TENSORBOARD", "TRAIN.EVAL_EVERY", "TRAIN.EVAL_METRIC", "TRAIN.EARLY_STOP",
+                     "TRAIN.KEEP_CHECKPOINTS",
+                     "TRAIN.NUM_PROCESS", "TRAIN.LOADER_TIMEOUT", "TRAIN.STALL_WARN", "TRAIN.IMAGE_CACHE_MB",
+                     "TEST.NUM_PROCESS", "TEST.LOADER_TIMEOUT", "TEST.STALL_WARN", "TEST.USE_CACHE", "TEST.MODEL",
+                     "TEST.TEST_EPOCH", "name", "output_path")
 _PARAMS_NAME = re.compile(r"(?P<prefix>.+)-(?P<epoch>\d{4})\.params")
 
 Run = namedtuple("Run", "cfg params info")
@@ -112,12 +125,15 @@ def newest_checkpoint(folder, prefix):
 
 
 def best_checkpoint(folder):
-    """The checkpoint ``{folder}/best.json`` names (evaluation while training), or None without one (or
-    when it names a file no longer there)."""
+    """The checkpoint ``{folder}/best.json`` names (evaluation while training), or None without one, when
+    no evaluation had a defined metric (``"best": null``) or when it names a file no longer there."""
     path = os.path.join(folder, BEST_FILE)
     try:
         with open(path) as f:
-            name = json.load(f)["best"]["params"]
+            best = json.load(f)["best"]
+        if best is None:
+            return None
+        name = best["params"]
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as err:
@@ -151,6 +167,83 @@ def _missing_info(params, what):
                       f"Detector.from_config(cfg, path, classes))")
 
 
+def resolved_paths(cfg, base):
+    """``[(key, path)]``: the relative ``PATH_KEYS`` of ``cfg`` joined to ``base`` (a run's working directory)."""
+    fixed = []
+    for key in PATH_KEYS:
+        section, name = key.split(".")
+        value = cfg[section][name]
+        if value and not os.path.isabs(value):
+            fixed.append((key, os.path.join(base, value)))
+    return fixed
+
+
+def _shown(value):
+    text = repr(value)
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _trained_in(prefix):
+    """The training's working directory recorded with the newest checkpoint of ``prefix`` whose metadata
+    reads (a damaged one is resume's to skip), or None."""
+    for epoch in reversed(params_epochs(prefix)):
+        try:
+            info = read_model_info(params_path(prefix, epoch))
+        except ModelError:
+            continue
+        if info is not None and "workdir" in info:
+            return os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(prefix)), info["workdir"]))
+    return None
+
+
+def check_resume_config(cfg):
+    """Before continuing the checkpoints of ``cfg``'s run folder (a resume; a start at TRAIN.begin_epoch > 0):
+    its ``config.yaml`` (the settings they were trained with) must be ``cfg`` but for ``RESUME_MAY_CHANGE``,
+    paths compared as the files they name (the saved ones relative to the training's working directory, taken
+    as the current one without metadata); else one RunFolderError naming every key that differs, before
+    anything is written."""
+    folder = output_dir(cfg)
+    path = os.path.join(folder, CONFIG_FILE)
+    advice = ("start a new run (another name or output_path; network.pretrained can take its checkpoint), or "
+              "--overwrite to move this run's epochs aside")
+    if not os.path.isfile(path):
+        raise RunFolderError(f"{folder} holds checkpoints but no {CONFIG_FILE}: --resume cannot check that they "
+                             f"were trained with these settings; {advice}")
+    try:
+        saved = load_config(path)
+    except ConfigError as err:
+        raise RunFolderError(f"{path} (the settings of the checkpoints --resume continues) cannot be loaded: "
+                             f"{err}; {advice}") from None
+    was = flat_config(saved)
+    was.update((key, os.path.normpath(value))
+               for key, value in resolved_paths(saved, _trained_in(checkpoint_prefix(cfg)) or os.getcwd()))
+    now = flat_config(cfg)
+    now.update((key, os.path.normpath(os.path.abspath(value))) for key, value in resolved_paths(cfg, os.getcwd()))
+    differ = [key for key in now if key not in RESUME_MAY_CHANGE and now[key] != was.get(key)
+              and not (key == "gpus" and device_count(now[key]) == device_count(was.get(key)))]  # other ids, as many
+    if differ:
+        changes = "; ".join(f"{key} {_shown(was.get(key))} -> {_shown(now[key])}" for key in differ)
+        raise RunFolderError(f"--resume: the checkpoints in {folder} were trained with other settings "
+                             f"({path}): {changes}; put them back (keys that may change on resume: README, "
+                             f"'Resuming'), or {advice}")
+
+
+def check_run_record(cfg):
+    """``check_resume_config`` at a start that may continue checkpoints (main_train.py --resume, the pipelines'
+    stages, whose finished ones are skipped), before its log file: when the folder holds checkpoints of
+    ``cfg``'s prefix and its ``config.yaml`` is theirs (a pipeline's stages share the folder, the record is the
+    last started stage's). The trainer checks again whatever it resumes."""
+    path = os.path.join(output_dir(cfg), CONFIG_FILE)
+    if not params_epochs(checkpoint_prefix(cfg)) or not os.path.isfile(path):
+        return
+    try:
+        prefix = load_config(path).TRAIN.model_prefix
+    except ConfigError:
+        prefix = cfg.TRAIN.model_prefix  # check_resume_config names the unreadable record
+    if prefix == cfg.TRAIN.model_prefix:
+        check_resume_config(cfg)
+
+
 def load_run(model, overrides=()):
     """``Run(cfg, params, info)`` of a run folder or ``.params`` file (see the module docstring; the class
     names are ``info["classes"]``, of the detection network unless ``info["rpn_only"]``);
@@ -164,13 +257,7 @@ def load_run(model, overrides=()):
     if not os.path.isfile(config):
         raise _missing_info(params, f"{CONFIG_FILE} beside it")
     cfg = load_config(config)
-    base = os.path.normpath(os.path.join(folder, info.get("workdir", ".")))
-    fixed = []
-    for key in PATH_KEYS:
-        section, name = key.split(".")
-        value = cfg[section][name]
-        if value and not os.path.isabs(value):
-            fixed.append((key, os.path.join(base, value)))
+    fixed = resolved_paths(cfg, os.path.normpath(os.path.join(folder, info.get("workdir", "."))))
     fixed += [("output_path", os.path.dirname(folder)), ("TEST.MODEL", os.path.abspath(params))]
     items = list(overrides.items() if isinstance(overrides, dict) else overrides)
     return Run(with_overrides(cfg, fixed + items, name=os.path.basename(folder)), os.path.abspath(params), info)

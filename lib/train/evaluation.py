@@ -8,18 +8,24 @@ stats (nested under "segm") beside them as ``segm_AP``, ``segm_AP50``, ... (``fl
 name them, refused at load without TRAIN.WITH_MASK). ``{run folder}/best.json`` names the best epoch by ``EVAL_METRIC``
 (``{"metric", "best": {"epoch", "value", "params"}, "history": [{"epoch", "value", "stats"}]}``):
 ``--model RUN_FOLDER`` tests that checkpoint (lib/run/folder.py). ``EARLY_STOP`` > 0 ends training after
-that many evaluations in a row without improvement. A resumed run continues the history of the epochs
-it keeps (a fresh start over an old run folder drops the old history). Rank 0 alone evaluates; early stopping is refused with several workers (the others would wait
+that many evaluations in a row without improvement.
+
+A metric can be undefined on the val set: COCO's -1 (no ground truth in what it scores, e.g. APs on a set
+without small objects), NaN (VOC's mAP without ground truth), or absent (a set without annotations). Such a
+value is no value: it is kept as ``null`` in best.json's history, never picks the best epoch, never counts
+towards EARLY_STOP, and the first evaluation it happens at says so in one warning naming the metrics that
+are defined on the set. A resumed run continues the history of the epochs
+it keeps, each value taken again from its stats under the current metric (a fresh start over an old run folder
+drops the old history). Rank 0 alone evaluates; early stopping is refused with several workers (the others would wait
 for a batch that never comes).
 """
 import json
 import logging
-import math
 import os
 
 from lib.atomic import write_json
 from lib.errors import UserError
-from lib.evaluation.coco_summary import SEGM_PREFIX, parse_bands, scored_max_dets, stat_names
+from lib.evaluation.coco_summary import SEGM_PREFIX, defined, parse_bands, scored_max_dets, stat_names
 from lib.run.folder import BEST_FILE
 from lib.run.checkpoint import output_dir
 
@@ -51,13 +57,24 @@ def flat_stats(stats):
 
 
 def metric_value(stats, metric):
-    """``stats[metric]`` of ``flat_stats`` (COCO), or a VOC set's mAP whatever ``metric`` asks."""
+    """``stats[metric]`` of ``flat_stats`` (COCO), or a VOC set's mAP whatever ``metric`` asks; None when
+    undefined (``defined``; no stats at all: a set without annotations)."""
     numbers = flat_stats(stats)
+    if not numbers:
+        return None
     value = numbers.get(metric, numbers.get(VOC_METRIC))
     if value is None:
         raise EvaluationError(f"config key TRAIN.EVAL_METRIC = {metric!r}: the evaluation gives "
                               f"{', '.join(sorted(numbers))}")
-    return float(value)
+    return float(value) if defined(value) else None
+
+
+def undefined_warning(metric, numbers, image_set):
+    """The one line said when ``metric`` is undefined on the val set, naming the metrics defined there."""
+    usable = [name for name, value in numbers.items() if defined(value)]
+    return (f"TRAIN.EVAL_METRIC {metric} is undefined on {image_set} (COCO's -1 or NaN: no ground truth it scores, "
+            f"or no annotations): it picks no best epoch and stops nothing (TRAIN.EARLY_STOP); defined there: "
+            f"{', '.join(usable) or 'none'}")
 
 
 class TrainingEvaluation:
@@ -78,6 +95,7 @@ class TrainingEvaluation:
         self.every, self.images, self.metric = train.EVAL_EVERY, train.EVAL_IMAGES, train.EVAL_METRIC
         self.patience, self.end_epoch = train.EARLY_STOP, train.end_epoch
         self.path = os.path.join(output_dir(cfg), BEST_FILE)
+        self.undefined_said = False
         saved = self._saved_history()
         self.history = [h for h in saved if h["epoch"] <= begin_epoch]
         if writer and os.path.isfile(self.path) and self.history != saved:
@@ -95,7 +113,9 @@ class TrainingEvaluation:
         try:
             with open(self.path) as f:
                 saved = json.load(f)
-            return list(saved["history"]) if saved.get("metric") == self.metric else []
+            # each value again from its stats: another TRAIN.EVAL_METRIC (a resume may change it), or an older
+            # file that kept COCO's -1 as a value
+            return [dict(h, value=metric_value(h["stats"], self.metric)) for h in saved["history"]]
         except (OSError, ValueError, KeyError, TypeError) as err:
             logger.warning("%s cannot be read (%s): the evaluation history starts afresh", self.path, err)
             return []
@@ -109,13 +129,15 @@ class TrainingEvaluation:
         return self.enabled and (epoch % self.every == 0 or epoch == self.end_epoch)
 
     def best(self):
-        """The history entry with the highest metric (the earliest on ties), or None."""
-        scored = [h for h in self.history if not math.isnan(h["value"])]
+        """The history entry with the highest defined metric (the earliest on ties), or None."""
+        scored = [h for h in self.history if h["value"] is not None]
         return max(scored, key=lambda h: (h["value"], -h["epoch"])) if scored else None
 
     def evaluations_without_improvement(self):
+        """Evaluations with a defined metric after the best one (undefined ones count for nothing)."""
         best = self.best()
-        return len(self.history) if best is None else sum(h["epoch"] > best["epoch"] for h in self.history)
+        return 0 if best is None else sum(h["epoch"] > best["epoch"] and h["value"] is not None
+                                          for h in self.history)
 
     def after_epoch(self, epoch, params, progress=None):
         """Evaluate checkpoint ``params`` of ``epoch`` when due; returns True when training should stop."""
@@ -126,14 +148,18 @@ class TrainingEvaluation:
         stats = summary.get("stats") or {}
         numbers = flat_stats(stats)
         value = metric_value(numbers, self.metric)
+        if value is None and not self.undefined_said:
+            logger.warning("%s", undefined_warning(self.metric, numbers, self.cfg.dataset.test_image_set))
+            self.undefined_said = True
         self.history.append({"epoch": epoch, "value": value, "stats": numbers,
                              "params": os.path.basename(params)})
         self._write()
         best = self.best()
         if progress is not None:
             progress.record_evaluation(numbers)
-        logger.info("evaluation after epoch %d on %d images of %s: %s %.4f; best %s",
-                    epoch, summary.get("tested", 0), self.cfg.dataset.test_image_set, self.metric, value,
+        logger.info("evaluation after epoch %d on %d images of %s: %s %s; best %s",
+                    epoch, summary.get("tested", 0), self.cfg.dataset.test_image_set, self.metric,
+                    "undefined" if value is None else f"{value:.4f}",
                     f"epoch {best['epoch']} ({best['value']:.4f}, {best['params']})" if best else "none yet")
         stale = self.evaluations_without_improvement()
         if self.patience and stale >= self.patience:

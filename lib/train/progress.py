@@ -8,10 +8,12 @@ lines appear once.
 """
 import json
 import logging
+import math
 import os
 import time
 
 from lib.atomic import write_bytes
+from lib.evaluation.coco_summary import defined
 
 logger = logging.getLogger(__name__)
 
@@ -63,14 +65,16 @@ class RunProgress:
         return epoch_left, epoch_left + later_epochs * per_batch * self.num_batches
 
     def record_evaluation(self, stats):
-        """Append the evaluation after this epoch (``{"eval": stats}`` with its iteration and epoch)."""
+        """Append the evaluation after this epoch (``{"eval": stats}`` with its iteration and epoch; COCO's -1
+        kept there as COCO writes it); TensorBoard gets the defined values only (no -1 drawn as a point)."""
         if self.path:
             record = {"iteration": self.num_update, "epoch": self.epoch + 1, "eval": stats,
                       "seconds": round(self.clock() - self.run_start, 3)}
             with open(self.path, "a") as f:
                 f.write(json.dumps(record) + "\n")
         if self.events is not None:
-            self.events.scalars(self.num_update, {f"eval/{name}": value for name, value in stats.items()})
+            self.events.scalars(self.num_update, {f"eval/{name}": value for name, value in stats.items()
+                                                  if defined(value)})
 
     def record(self, batches_done, lr, losses, speed, updates_done=None):
         """Append one metrics record; return the "ETA epoch .. run .." text for the log line. Its iteration
@@ -120,3 +124,17 @@ def schedule_warnings(cfg, iters_per_epoch, num_update):
             f"the warm-up (TRAIN.warmup_step {train.warmup_step}): the learning rate never reaches TRAIN.lr, so "
             f"expect a model that detects little; train more epochs (README: 'How many epochs') or lower "
             f"TRAIN.warmup_step"]
+
+
+SCHEDULE_WARMUPS = 4  # the least schedule recommended: the warm-up, then three times as long at TRAIN.lr
+LR_STEP_SHARE = 5.33 / 7  # where the published schedule steps the rate (TRAIN.lr_step 5.33 of 7 epochs)
+
+
+def recommended_schedule(cfg, iters_per_epoch):
+    """``(updates, end_epoch, lr_step)``: the least schedule recommended for a set of ``iters_per_epoch``
+    updates an epoch, ``SCHEDULE_WARMUPS`` x TRAIN.warmup_step updates (at least 2 epochs) with the lr step at
+    ``LR_STEP_SHARE`` of them. Counted in updates, so it holds whatever a scale fit does to the chips an epoch
+    (README, 'How many epochs')."""
+    updates = SCHEDULE_WARMUPS * cfg.TRAIN.warmup_step
+    epochs = max(2, math.ceil(updates / max(iters_per_epoch, 1)))
+    return updates, epochs, round(epochs * LR_STEP_SHARE, 2)

@@ -20,7 +20,7 @@ from lib.contexts import fp16_enabled, parse_contexts
 from lib.data import ChipLoader
 from lib.dataset import load_roidb
 from lib.errors import Interrupted, UserError
-from lib.run.folder import MODEL_KEY, model_info, write_run_config
+from lib.run.folder import MODEL_KEY, check_resume_config, model_info, write_run_config
 from lib.run import checkpoint
 from lib.train.accumulation import GradientAccumulation, grad_req, updates_per_epoch
 from lib.train.distributed import Workers, create_kvstore
@@ -88,10 +88,12 @@ def _train(cfg, resume, kvstore, workers):
     _seed(cfg)
     rpn_only = cfg.TRAIN.ONLY_PROPOSAL
     prefix = checkpoint.checkpoint_prefix(cfg)
+    begin_epoch = _begin_epoch(cfg, prefix, resume)
+    if workers.rank == 0 and begin_epoch > 0:  # continues checkpoints of this folder: trained with these settings?
+        check_resume_config(cfg)
     if workers.rank == 0:  # the writer of the run's files clears what a killed write left behind
         for folder in sorted({checkpoint.output_dir(cfg), os.path.dirname(prefix)}):
             remove_stale_temporaries(folder)
-    begin_epoch = _begin_epoch(cfg, prefix, resume)
     evaluation = TrainingEvaluation(cfg, begin_epoch, workers.count,  # TRAIN.EVAL_EVERY: its keys checked first
                                     writer=workers.rank == 0)
     roidb, dataset = load_roidb(cfg, cfg.dataset.image_set, training=True)
