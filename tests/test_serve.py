@@ -1,6 +1,7 @@
 """tools/serve.py and lib/serving: the endpoint through a real HTTP client on a loopback port (answers equal to
 the Python API's), the bounded queue under load, every bad input refused in one JSON line while the server
 goes on, and the demo page in a real headless Chromium (tests/browser_helpers.py)."""
+import base64
 import contextlib
 import http.client
 import json
@@ -383,12 +384,13 @@ def test_the_page_in_a_headless_browser_draws_filters_and_downloads(tmp_path):
             # the slider filters without a new request
             requests = server.service.health_json()["admitted"]
             middle = (scores[len(scores) // 2 - 1] + scores[len(scores) // 2]) / 2
-            browser.run("const s = document.getElementById('slider'); s.value = arguments[0]; "
-                        "s.dispatchEvent(new Event('input'));", f"{middle:.4f}")
+            slide = "const s = document.getElementById('slider'); s.value = arguments[0]; " \
+                    "s.dispatchEvent(new Event('input'));"
+            browser.run(slide, f"{middle:.4f}")
             assert 0 < shown() == sum(s >= float(f"{middle:.4f}") for s in scores) < len(scores)
-            browser.run("const s = document.getElementById('slider'); s.value = 1; s.dispatchEvent(new Event('input'));")
+            browser.run(slide, "1")
             assert shown() == 0 and browser.run(pixel, x2, (y1 + y2) // 2) != [255, 0, 0]
-            browser.run("const s = document.getElementById('slider'); s.value = 0; s.dispatchEvent(new Event('input'));")
+            browser.run(slide, "0")
             assert shown() == len(scores) and server.service.health_json()["admitted"] == requests
             browser.click(browser.find("#download"))
             path = downloads / "blobs_detections.json"
@@ -398,6 +400,15 @@ def test_the_page_in_a_headless_browser_draws_filters_and_downloads(tmp_path):
                 time.sleep(0.1)
             time.sleep(0.2)
             assert json.loads(path.read_text()) == expected["coco"]
+            # an image dropped on the page is tested in its turn
+            dropped = blob_image(200, 240, [(20, 30, 40)])
+            browser.run("const bytes = Uint8Array.from(atob(arguments[0]), (c) => c.charCodeAt(0)); "
+                        "const files = new DataTransfer(); "
+                        "files.items.add(new File([bytes], 'dropped.png', {type: 'image/png'})); "
+                        "document.getElementById('drop').dispatchEvent(new DragEvent('drop', {dataTransfer: files}));",
+                        base64.b64encode(png(dropped)).decode())
+            browser.wait("return document.getElementById('summary').textContent.includes('(240 x 200 px)')")
+            assert shown() == len(detector(dropped)) == 1
             browser.screenshot(str(tmp_path / "page.png"))
             assert cv2.imread(str(tmp_path / "page.png")).shape[1] == 1280
         finally:

@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import socket
+import sys
 import time
 from email import policy
 from email.parser import BytesParser
@@ -177,6 +178,9 @@ class DetectionHandler(BaseHTTPRequestHandler):
             self._send(200, job.wait(service.timeout))
         except Refused as err:
             self._refuse(err.status, str(err))
+        except OSError as err:  # the client went silent or away while sending: nobody to answer
+            logger.info("POST /detect from %s: the upload stopped: %s", self.address_string(), err)
+            self.close_connection = True
         finally:
             if not queued:
                 service.leave()
@@ -197,6 +201,14 @@ class DetectionServer(ThreadingHTTPServer):
         with open(PAGE, "rb") as f:
             self.page = f.read()
         super().__init__((host, port), DetectionHandler)
+
+    def handle_error(self, request, client_address):
+        """A client that went away is a line in the log; anything else is a defect, logged with its traceback
+        (the server goes on)."""
+        if isinstance(sys.exc_info()[1], OSError):
+            logger.info("connection from %s ended: %s", client_address[0], sys.exc_info()[1])
+        else:
+            logger.exception("request from %s failed", client_address[0])
 
     @property
     def url(self):
