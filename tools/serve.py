@@ -12,13 +12,10 @@ for demo.py and main_test.py. Images larger than 36 Mpx need the tiled test (TES
 """
 import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
 import argparse
-import logging
 import sys
 
 from lib.logger import report_user_errors, setup_logging
 from lib.run.folder import add_model_arguments, config_from_model_arguments
-
-logger = logging.getLogger("serve")
 
 
 def parse_args(argv=None):
@@ -33,28 +30,13 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def build_service(cfg, queue_size):
-    """The DetectionService of the config's checkpoint (``TEST.MODEL``, set by ``--model``) on MXNet. Another
-    back end (an exported ONNX folder as ``--model``) is one more branch here building its Detector."""
-    from lib.inference import Detector
-    from lib.inference.detector import checkpoint_file
-    from lib.run.folder import checkpoint_category_ids, checkpoint_classes
-    from lib.serving.service import DetectionService
-
-    params = checkpoint_file(cfg)
-    detector = Detector.from_config(cfg, params, checkpoint_classes(params, cfg))
-    if not cfg.TEST.TILE:
-        logger.warning("TEST.TILE is not set: images are tested whole (memory grows with the image) and images "
-                       "over 36 Mpx are refused; --set TEST.TILE \"[1536, 336]\" tiles them")
-    return DetectionService(detector, checkpoint_category_ids(params, len(detector.classes)), "mxnet", queue_size)
-
-
 @report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main(argv=None):
     args = parse_args(argv)
     if args.queue < 0 or args.max_upload_mb <= 0:
         sys.exit(f"error: --queue {args.queue} must be >= 0 and --max-upload-mb {args.max_upload_mb} > 0")
     from lib.serving.server import DetectionServer, check_bind
+    from lib.serving.service import build_service
 
     check_bind(args.host, args.token)  # before the model loads
     cfg = config_from_model_arguments(args)
