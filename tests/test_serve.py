@@ -244,7 +244,7 @@ def test_load_every_request_answered_none_lost_queue_bound_held_memory_flat():
                 thread.join(300)
             assert not any(thread.is_alive() for thread in threads)
 
-        burst(40)  # warm-up: the allocator's and MXNet's pools reach their size
+        burst(40)  # warm-up: the allocator's and MXNet's pools reach their size (a leaked decoded image: 0.4 MB each)
         before = psutil.Process().memory_info().rss
         burst(200)
         after = psutil.Process().memory_info().rss
@@ -252,7 +252,7 @@ def test_load_every_request_answered_none_lost_queue_bound_held_memory_flat():
     assert sum(statuses.values()) == 240 and set(statuses) <= {200, 503}
     assert statuses[200] == health["answered"] and statuses[503] == health["busy"]  # none lost, none doubled
     assert health["peak"] <= 4 and health["in"] == 0 and health["failed"] == 0
-    assert after - before < 40 << 20, f"resident memory grew by {(after - before) >> 20} MB over 200 requests"
+    assert after - before < 16 << 20, f"resident memory grew by {(after - before) >> 20} MB over 200 requests"
 
 
 # -- bad input -------------------------------------------------------------------------------------------
