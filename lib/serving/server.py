@@ -193,6 +193,7 @@ class DetectionServer(ThreadingHTTPServer):
     """A thread per connection in front of one DetectionService; ``url`` is where it listens."""
 
     daemon_threads = True
+    request_queue_size = 64  # connections the kernel holds before accept: a burst is answered (503), not delayed
 
     def __init__(self, service, host="127.0.0.1", port=0, token=None, max_upload=50 << 20):
         check_bind(host, token)
