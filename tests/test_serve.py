@@ -31,8 +31,7 @@ from lib.run import checkpoint
 from lib.run.checkpoint import output_dir
 from lib.run.folder import MODEL_KEY, model_info, write_run_config
 from lib.serving.server import DetectionServer, check_bind
-from lib.serving.service import DetectionService
-from lib.serving.service import detections_json
+from lib.serving.service import DetectionService, detections_json
 
 def quick_stand_in(**test_overrides):
     """The stand-in detector at one scale, the image's own size (a request takes milliseconds)."""
