@@ -254,6 +254,29 @@ def test_load_every_request_answered_none_lost_queue_bound_held_memory_flat():
     assert after - before < 16 << 20, f"resident memory grew by {(after - before) >> 20} MB over 200 requests"
 
 
+def test_an_answer_late_or_failed_is_one_json_line_and_its_place_is_held_until_the_worker_is_done():
+    detector = quick_stand_in()
+    detector.forward = gate = Gate(detector.forward)
+    with serving(detector, queue_size=0, timeout=0.5) as server:
+        status, answer, _ = detect(server, png(IMAGE))
+        assert status == 504 and "no answer within 0.5 s" in answer["error"]
+        assert server.service.health_json()["in"] == 1  # still being tested: the one place stays taken
+        assert detect(server, png(IMAGE))[0] == 503
+        gate.open.set()
+        deadline = time.monotonic() + 30
+        while server.service.health_json()["in"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        forward = detector.forward
+        detector.forward = lambda data, im_info: 1 / 0  # a defect inside the network
+        status, answer, _ = detect(server, png(IMAGE))
+        assert status == 500 and answer["error"] == "upload: the detector failed: division by zero"
+        detector.forward = forward
+        assert detect(server, png(IMAGE))[0] == 200
+        health = server.service.health_json()
+    assert (health["answered"], health["failed"], health["busy"], health["in"]) == (2, 1, 1, 0)
+
+
 # -- bad input -------------------------------------------------------------------------------------------
 def bomb_png():
     """A small PNG whose header declares 50,000 x 50,000 pixels (2.5 Gpx, over dataset.MAX_IMAGE_PIXELS)."""

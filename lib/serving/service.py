@@ -46,7 +46,7 @@ class Job:
 
     def wait(self, timeout):
         if not self.done.wait(timeout):
-            raise Refused(504, f"{self.name}: no answer within {timeout:.0f} s (the detector is still busy)")
+            raise Refused(504, f"{self.name}: no answer within {timeout:g} s (the detector is still busy)")
         if self.error is not None:
             raise self.error
         return self.result
