@@ -20,7 +20,7 @@ LAYERS = (
     ("programs",),
     ("lib.parity", "lib.gpu_check", "lib.pipeline", "lib.commit_comparison"),
     ("lib.scales_fit",),
-    ("lib.train", "lib.pixel_budget", "lib.gluoncv_resnet", "lib.downloads"),
+    ("lib.train", "lib.pixel_budget", "lib.gluoncv_resnet", "lib.downloads", "lib.serving"),
     ("lib.inference", "lib.start_checks"),
     ("lib.run", "lib.data"),
     ("lib.config",),

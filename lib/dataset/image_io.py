@@ -100,28 +100,41 @@ def declared_size(data):
 
 def read_image(path, max_pixels=DEFAULT_MAX_PIXELS, expected_size=None):
     """Return the image at ``path`` as BGR uint8 (H, W, 3); raise IOError naming the file otherwise
-    (unreadable, not an image, or a JPEG/PNG cut short). Before decoding, a JPEG/PNG declaring a size other
-    than ``expected_size`` (height, width: the annotated one), or more than ``max_pixels`` pixels (pass the
-    config's dataset.MAX_IMAGE_PIXELS where there is a config; 0: no limit), is refused."""
+    (unreadable, or ``decode_image``'s refusals)."""
     try:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as err:
         raise DataFileError(f"cannot read image {path}: {err.strerror or err}") from None
+    return decode_image(data, path, max_pixels, expected_size)
+
+
+def check_image_bytes(data, name, max_pixels=DEFAULT_MAX_PIXELS, expected_size=None):
+    """What can be refused of an image file's bytes ``data`` without decoding a pixel (DataFileError naming
+    ``name``): a JPEG/PNG declaring a size other than ``expected_size`` (height, width: the annotated one), or
+    more than ``max_pixels`` pixels (the config's dataset.MAX_IMAGE_PIXELS where there is a config; 0: no
+    limit), or cut short. Returns the declared (height, width), None for other formats."""
     size = declared_size(data)
     if size is not None and expected_size is not None and size != tuple(expected_size):
-        raise DataFileError(size_mismatch(path, size, expected_size))
+        raise DataFileError(size_mismatch(name, size, expected_size))
     if size is not None:
-        check_pixel_limit(path, size, max_pixels)
+        check_pixel_limit(name, size, max_pixels)
     if data.startswith(_JPEG_START) and _jpeg_truncated(data) or \
             data.startswith(_PNG_SIGNATURE) and _png_truncated(data):
-        raise DataFileError(f"truncated image {path}: the file ends before its end-of-image marker "
+        raise DataFileError(f"truncated image {name}: the file ends before its end-of-image marker "
                             f"({len(data)} bytes; an interrupted copy or download?)")
+    return size
+
+
+def decode_image(data, name, max_pixels=DEFAULT_MAX_PIXELS, expected_size=None):
+    """An image file's bytes ``data`` as BGR uint8 (H, W, 3), checked first by ``check_image_bytes``; a
+    DataFileError naming ``name`` otherwise."""
+    check_image_bytes(data, name, max_pixels, expected_size)
     # imdecode on the bytes (rather than imread) works for any path encoding and separates
     # "cannot open" from "cannot decode".
     image = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), _READ_FLAGS) if data else None
     if image is None:
-        raise DataFileError(f"cannot decode image {path}: not a supported image file ({len(data)} bytes)")
+        raise DataFileError(f"cannot decode image {name}: not a supported image file ({len(data)} bytes)")
     return image
 
 

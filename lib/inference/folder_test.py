@@ -21,7 +21,7 @@ from lib.dataset.image_io import check_pixel_limit, read_image
 from lib.drawing import write_picture
 from lib.evaluation.metrics import coco_results
 from lib.inference.geojson import write_geojson
-from lib.run.folder import read_model_info
+from lib.run.folder import checkpoint_category_ids
 
 logger = logging.getLogger(__name__)
 
@@ -110,8 +110,7 @@ def detect_images(cfg, source, out_dir=None, draw=False, thresh=0.5, detector=No
     found, skipped = run_images(entries, detector, cfg.TEST.NUM_PROCESS, "testing images")
     seconds = time.perf_counter() - start
     tested = sorted(found)
-    info = read_model_info(detector.source) if isinstance(detector.source, str) else None
-    category_ids = (info or {}).get("category_ids") or list(range(len(detector.classes)))
+    category_ids = checkpoint_category_ids(detector.source, len(detector.classes))
     results = coco_results([found[i] for i in tested], [entries[i]["id"] for i in tested], category_ids)
     write_json(results, os.path.join(out_dir, "detections_results.json"))
     write_json({"images": [{"id": e["id"], "file_name": os.path.basename(e["image"]), "width": e["width"],

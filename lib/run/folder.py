@@ -101,6 +101,13 @@ def read_model_info(params):
     return info
 
 
+def checkpoint_category_ids(source, num_classes):
+    """The category id results are written with, per label, for a Detector loaded from ``source``: the run
+    record's (COCO's original ids), else the labels themselves (a checkpoint without metadata, arrays)."""
+    info = read_model_info(source) if isinstance(source, str) else None
+    return list((info or {}).get("category_ids") or range(num_classes))
+
+
 def checkpoint_classes(params, cfg):
     """The class names (background first) of detection checkpoint ``params`` used with the config ``cfg``,
     resolved once by an entry point that has a checkpoint file and a config: the run record's (the
