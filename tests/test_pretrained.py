@@ -255,3 +255,38 @@ def test_a_project_checkpoint_continues_with_its_regressor_as_trained(tiny_netwo
     args, _ = initial_params(pretrained_cfg(pretrained=write_checkpoint(tmp_path, checkpoint), epoch=3), symbol, shapes)
     for name in trained:
         assert (args[name].asnumpy() == 0.5).all(), name
+
+
+# The reference's new-layer rules, transcribed from its symbols/faster/resnet_mx_101_e2e.py `init_weight_rcnn`
+# and resnet_mx_101_e2e_mask.py `init_weight_rcnn` / `init_weight_mask` (commit 66d7d5b): these weights
+# mx.random.normal(0, 0.01), every listed bias and every offset layer mx.nd.zeros.
+REFERENCE_NORMAL_001 = {"rpn_conv_3x3", "rpn_cls_score", "rpn_bbox_pred", "conv_new_1", "fc_new_1", "fc_new_2",
+                        "cls_score", "bbox_pred"}
+REFERENCE_AUTO_FOCUS_NORMAL_001 = {"conv_new_2", "conv_new_3", "conv_new_out"}  # `if cfg.TRAIN.AUTO_FOCUS:`
+REFERENCE_MASK_NORMAL_001 = {"mask_conv_3x3_1", "mask_conv_3x3_2", "mask_conv_3x3_3", "mask_conv_3x3_4",
+                             "mask_deconv", "mask_out"}
+
+
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_autofocus_layers_are_initialised_as_the_reference_does(with_mask):
+    """FocusPixels layers (AutoFocus and mask AutoFocus) get N(0, 0.01) weights and zero biases, as every
+    other new layer the reference's init_weight lists."""
+    import lib.ops  # noqa: F401  (the training symbol's proposal-target operators)
+    cfg = with_overrides(pretrained_cfg(from_scratch=True), {"network.AUTO_FOCUS": True, "TRAIN.WITH_MASK": with_mask,
+                                                             "TRAIN.NEW_LAYER_INIT": "reference"})
+    symbol = training_symbol(cfg, num_classes=5, chips_per_device=2)
+    shapes = dict(train_shapes(64), scale_label=(2, 4 * 4))
+    if with_mask:
+        shapes["gt_masks"] = (2, 100, 500)
+    mx.random.seed(0)
+    args, _ = initial_params(cfg, symbol, {n: s for n, s in shapes.items() if n in symbol.list_arguments()})
+    normal = REFERENCE_NORMAL_001 | REFERENCE_AUTO_FOCUS_NORMAL_001
+    if with_mask:
+        normal |= REFERENCE_MASK_NORMAL_001
+    new = {n: v.asnumpy() for n, v in args.items() if not is_imagenet_parameter(n)}
+    assert {n[:-len("_weight")] for n in new if n.endswith("_weight") and "offset" not in n} == normal
+    for name, value in new.items():
+        if "offset" in name or name.endswith("_bias"):
+            assert not value.any(), name
+        else:
+            assert abs(value.mean()) < 0.002 and value.std() == pytest.approx(0.01, rel=0.1), name
