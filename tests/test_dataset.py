@@ -77,9 +77,33 @@ def test_python2_dict_order_resizes_as_cpython_2_7():
     # 10 -> slot 2; 2 -> slot 2 taken, probe 5 * 2 + 2 + 1 = 13 -> slot 5; 7 -> slot 7; a repeat keeps its place
     assert python2_dict_order([10, 2, 7, 2]) == [0, 1, 2]
     # -1 hashes as -2: slot 6 of 8, in size_t arithmetic
-    # (6 -> slot 6 taken, probe 5 * 6 + 6 + 1 = 37 -> slot 5); checked against CPython 2.7.18, as 60000
-    # random ids (the 2x resize above 50000 entries) were
+    # (6 -> slot 6 taken, probe 5 * 6 + 6 + 1 = 37 -> slot 5); CPython 2.7 itself: the next test
     assert python2_dict_order([-1, 6]) == [1, 0] and python2_dict_order([7, -1]) == [1, 0]
+
+
+def _python2():
+    """CPython 2.7's interpreter (pyenv's 2.7.18 where installed), or None."""
+    import shutil
+
+    found = subprocess.run(["pyenv", "which", "python2.7"], capture_output=True, text=True,
+                           env=dict(os.environ, PYENV_VERSION="2.7.18")) if shutil.which("pyenv") else None
+    if found is not None and found.returncode == 0:
+        return found.stdout.strip()
+    return shutil.which("python2.7")
+
+
+@pytest.mark.skipif(_python2() is None, reason="no Python 2.7 interpreter (pyenv 2.7.18 or python2.7 on PATH)")
+@pytest.mark.parametrize("count", [5, 300, 5000, 60000])
+def test_python2_dict_order_is_python_2_7_s_own_key_order(count):
+    """The reference's getImgIds is its pycocotools' ``{im['id']: {} for im in images}.keys()`` under Python 2:
+    the same dict built by a Python 2.7 interpreter from random COCO-like ids (file order, a few repeats)."""
+    from lib.dataset.reference_rules import python2_dict_order
+
+    ids = [int(i) for i in np.random.default_rng(count).integers(1, 600000, count)] + [-1, 7]
+    script = "import json, sys\nids = json.load(sys.stdin)\nprint(json.dumps({i: {} for i in ids}.keys()))"
+    done = subprocess.run([_python2(), "-c", script], input=json.dumps(ids), capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert json.loads(done.stdout) == [ids[i] for i in python2_dict_order(ids)]
 
 
 def test_joined_image_sets_keep_order_and_share_one_coco_index(tmp_path):

@@ -2,6 +2,7 @@
 checkout of the reference given by SNIPER_REFERENCE_DIR (skipped when unset)."""
 import os
 import shutil
+import subprocess
 from types import SimpleNamespace
 
 import numpy as np
@@ -750,3 +751,63 @@ def test_the_compare_tool_refuses_a_mask_chip_size_in_one_line(tmp_path, capsys)
         with pytest.raises(SystemExit):
             main(["--reference", str(tmp_path), *arguments])
         assert message in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def _git_checkout(path, marker):
+    """A git repository at ``path`` with ``marker`` committed; its commit."""
+    (path / marker).parent.mkdir(parents=True, exist_ok=True)
+    (path / marker).write_text("int x;\n")
+    git = ["git", "-C", str(path), "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run(["git", "init", "-q", str(path)], check=True)
+    subprocess.run(git + ["add", "."], check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "c"], check=True)
+    return subprocess.run(git + ["rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def test_checkouts_other_than_the_pinned_commits_are_refused_or_warned_about(tmp_path):
+    from lib.parity.fork import PROPOSAL_SOURCE, ForkCheckout
+    from lib.parity.reference import FORK_COMMIT, REFERENCE_COMMIT, check_pinned, provenance_table
+
+    commit = _git_checkout(tmp_path / "reference", "lib/chips/cchips.cpp")
+    reference = ReferenceCheckout(str(tmp_path / "reference"))
+    assert reference.commit() == (commit, False)
+    with pytest.raises(FileNotFoundError, match=f"--reference {reference.path}: commit {commit[:12]} is not the "
+                                                f"pinned {REFERENCE_COMMIT[:12]} .*; --any-commit compares it anyway"):
+        check_pinned([reference], any_commit=False)
+    (warning,) = check_pinned([reference], any_commit=True)
+    assert warning.startswith("WARNING: --reference") and "\n" not in warning
+    reference.pinned = commit  # as if this were the pinned commit: accepted, until a tracked file changes
+    assert check_pinned([reference], any_commit=False) == []
+    assert provenance_table(reference, None)[2] == [
+        ["reference (mahyarnajibi/SNIPER)", f"{reference.path} at {commit[:12]} (pinned)", "no"],
+        ["fork (mahyarnajibi/SNIPER-mxnet)", "not given: its tables left out", "-"]]
+    (tmp_path / "reference" / "lib" / "chips" / "cchips.cpp").write_text("int y;\n")
+    assert reference.commit() == (commit, True)
+    with pytest.raises(FileNotFoundError, match="tracked files differ from the pinned commit"):
+        check_pinned([reference], any_commit=False)
+    # a bare clone: its HEAD; a copy without git (here a folder inside the first repository): no commit
+    bare = tmp_path / "bare.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(tmp_path / "reference"), str(bare)], check=True)
+    assert ReferenceCheckout(str(bare)).commit() == (commit, False)
+    copy = tmp_path / "reference" / "copy"
+    (copy / PROPOSAL_SOURCE).parent.mkdir(parents=True)
+    (copy / PROPOSAL_SOURCE).write_text("")
+    fork = ForkCheckout(str(copy))
+    assert fork.commit() == (None, False) and fork.pinned == FORK_COMMIT
+    with pytest.raises(FileNotFoundError, match=f"--fork {copy}: its commit cannot be read"):
+        check_pinned([fork], any_commit=False)
+    assert len(check_pinned([reference, fork], any_commit=True)) == 2
+
+
+def test_the_compare_tool_refuses_another_commit_in_one_line(tmp_path, capsys):
+    import runpy
+
+    from lib.parity.reference import MASK_SYMBOL
+
+    (tmp_path / MASK_SYMBOL).parent.mkdir(parents=True)
+    (tmp_path / MASK_SYMBOL).write_text("")
+    commit = _git_checkout(tmp_path, "lib/chips/cchips.cpp")
+    tool = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools", "parity", "compare.py")
+    with pytest.raises(SystemExit):
+        runpy.run_path(tool, run_name="parity_tool")["main"](["--reference", str(tmp_path)])
+    assert f"commit {commit[:12]} is not the pinned 66d7d5bff7f2" in capsys.readouterr().err.strip().splitlines()[-1]
