@@ -21,7 +21,7 @@ from dataset_helpers import CATEGORIES, GOOD, ann, by_id, dataset_cfg, image_rec
 
 from lib.bootstrap import ROOT
 from lib.boxes import flip_boxes
-from lib.config import ConfigError, load_config
+from lib.config import ConfigError, load_config, with_overrides
 from lib.dataset import coco as coco_module
 from lib.dataset import load_roidb, read_image
 from lib.dataset import roidb as roidb_module
@@ -559,6 +559,14 @@ def test_voc_boxes_difficult_and_joined_years(tmp_path, caplog):
     assert 20070000000007 not in by_id(train_roidb)  # only a difficult object: no training boxes
     assert sorted(by_id(train_roidb, flipped=True)) == [20070000000005, 20122008000008]
     assert load_roidb(cfg, "2007_trainval", training=False)[1].use_07_metric
+    # TEST.VOC_EVAL_RULES: a 30 x 20.04 px detection of the 30 x 40 px dog, IoU 0.501; the reference's 0.1 px
+    # result file makes it 30 x 20, IoU 0.5: not a hit
+    found = [np.array([[10, 20, 39, 39.04, 0.9, 12]]) if e["id"] == 20070000000005 else np.zeros((0, 6))
+             for e in test_roidb]
+    for rules, ap in (("reference", 0.0), ("exact", 1.0)):
+        result = dataset.evaluate(test_roidb, found, str(tmp_path / rules), scoring=with_overrides(
+            cfg, {"TEST.VOC_EVAL_RULES": rules}).TEST)["stats"]
+        assert result["rules"] == rules and result["AP"]["dog"] == pytest.approx(ap)
 
 
 @pytest.mark.parametrize("xml, error, message", [

@@ -218,8 +218,9 @@ class PascalVocDataset(Dataset):
 
     def evaluate(self, entries, detections, out_dir, segmentations=None, scoring=None):
         """VOC AP per class at IoU 0.5 against the entries' boxes, difficult ones ignored (11-point AP for
-        VOC2007); VOC has no masks to score ``segmentations`` against (TRAIN.WITH_MASK is refused for it) and
-        no COCO settings to read from ``scoring``."""
+        VOC2007), under ``scoring``'s TEST.VOC_EVAL_RULES (None: the reference's); VOC has no masks to score
+        ``segmentations`` against (TRAIN.WITH_MASK is refused for it)."""
+        rules = "reference" if scoring is None else scoring.VOC_EVAL_RULES
         return {"stats": evaluate_voc(detections, [e["boxes"] for e in entries], [e["gt_classes"] for e in entries],
                                       [e["difficult"] for e in entries], list(self.classes), out_dir,
-                                      self.use_07_metric)}
+                                      self.use_07_metric, reference_rules=rules == "reference")}
