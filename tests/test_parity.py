@@ -109,12 +109,12 @@ def test_the_miner_s_covers_take_the_candidates_unshuffled_only_inside_the_conte
 
 
 def test_merge_matching_uses_each_project_detection_once_within_the_tolerances():
-    from lib.parity.compare import _matched
+    from lib.parity.compare import matched_detections
 
     mine = np.array([[0, 0, 10, 10, 0.5, 1], [0, 0, 10, 10.005, 0.50005, 1], [5, 5, 9, 9, 0.3, 2]], np.float32)
     theirs = [(1, np.array([0, 0, 10, 10]), 0.5), (1, np.array([0, 0, 10, 10]), 0.5),  # two: both found once
               (1, np.array([0, 0, 10, 10]), 0.5), (2, np.array([5, 5, 9, 9.02]), 0.3), (1, np.array([5, 5, 9, 9]), 0.3)]
-    assert _matched(theirs, mine) == 2  # the third copy, the 0.02 px box and the wrong label are not
+    assert matched_detections(theirs, mine) == 2  # the third copy, the 0.02 px box and the wrong label are not
 
 
 def test_tables_are_markdown_under_a_title():
@@ -811,3 +811,12 @@ def test_the_compare_tool_refuses_another_commit_in_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit):
         runpy.run_path(tool, run_name="parity_tool")["main"](["--reference", str(tmp_path)])
     assert f"commit {commit[:12]} is not the pinned 66d7d5bff7f2" in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_figures_on_cpu_operators_name_the_thread_count(monkeypatch):
+    from lib.parity.tables import thread_count
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert thread_count() == "OMP_NUM_THREADS 3"
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert thread_count() == f"OMP_NUM_THREADS unset (MXNet's default on {os.cpu_count()} cores)"

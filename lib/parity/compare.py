@@ -219,7 +219,7 @@ def _reference_class_dets(boxes, scores, thresh=1e-3):
                      for j in range(1, scores.shape[1])]
 
 
-def _matched(theirs, mine, box_tol=0.01, score_tol=1e-4):
+def matched_detections(theirs, mine, box_tol=0.01, score_tol=1e-4):
     """How many reference detections ``theirs`` ((label, box, score) rows) have a counterpart in ``mine``
     (same label, box within ``box_tol`` px, score within ``score_tol``), each used once."""
     used, hits = np.zeros(len(mine), bool), 0
@@ -250,7 +250,7 @@ def compare_merge(tester, workers, images, seed, classes=5):
         theirs = [(j, row[:4], row[4]) for j in range(1, classes) for row in np.asarray(all_boxes[j][i]).reshape(-1, 5)]
         mine = merge_scales(per_image[i], ranges, cfg.TEST)
         total += len(theirs)
-        found += _matched(theirs, mine)
+        found += matched_detections(theirs, mine)
         same_count += len(theirs) == len(mine)
     return [["reference final detections the project gives (label, box within 0.01 px, score within 1e-4)",
              percent(found, total)], ["images with as many final detections", percent(same_count, images)]]
