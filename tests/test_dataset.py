@@ -555,7 +555,7 @@ def test_voc_boxes_difficult_and_joined_years(tmp_path, caplog):
     train_roidb, _ = load_roidb(cfg, "2007_trainval+2012_trainval")
     entry = by_id(train_roidb)[20070000000005]
     np.testing.assert_array_equal(entry["boxes"], [[10, 20, 39, 59], [89, 69, 99, 79]])
-    np.testing.assert_array_equal(entry["crowd_boxes"], [[0, 0, 9, 9]])  # difficult -> ignore region
+    np.testing.assert_array_equal(entry["crowd_boxes"], [[0, 0, 9, 9]])  # difficult: kept aside, not trained on
     assert 20070000000007 not in by_id(train_roidb)  # only a difficult object: no training boxes
     assert sorted(by_id(train_roidb, flipped=True)) == [20070000000005, 20122008000008]
     assert load_roidb(cfg, "2007_trainval", training=False)[1].use_07_metric

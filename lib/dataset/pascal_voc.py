@@ -13,7 +13,8 @@ proposal files need them): ``{year}{digits}`` for VOC's names (``2007``/``000005
 a stable hash of ``{year}/{name}`` above 10^16 for any other name.
 
 Objects marked ``difficult`` stay in the entries with a ``difficult`` flag: VOC evaluation ignores
-them, and training turns them into ignore regions (see ``lib.dataset.roidb``).
+them, and training leaves them out: they go to ``crowd_boxes``, which training does not read, as the reference
+drops them (see ``lib.dataset.roidb``).
 """
 import hashlib
 import os
