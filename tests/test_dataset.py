@@ -229,6 +229,20 @@ def test_coco_test_dev_image_info_loads_for_testing_without_boxes(tmp_path):
     assert roidb[0]["image"] == os.path.join(root, "images", "test-dev2015", "9.jpg")
 
 
+@pytest.mark.parametrize("image_set", ["minival2014", "sminival2014", "valminusminival2014", "myminival2017"])
+def test_minival_sets_read_the_val_folder_unless_they_have_their_own(tmp_path, image_set):
+    root = str(tmp_path / "data")
+    year = image_set[-4:]
+    write_coco(root, f"val{year}", [image_record(4)], [ann(1, 4, [1, 2, 3, 4])])
+    os.rename(os.path.join(root, "annotations", f"instances_val{year}.json"),
+              os.path.join(root, "annotations", f"instances_{image_set}.json"))
+    roidb, _ = load_roidb(dataset_cfg(tmp_path), image_set, training=False)
+    assert roidb[0]["image"] == os.path.join(root, "images", f"val{year}", "4.jpg")
+    write_coco(root, image_set, [image_record(4)], [ann(1, 4, [1, 2, 3, 4])])  # a folder of its own wins
+    roidb, _ = load_roidb(dataset_cfg(tmp_path), image_set, training=False)
+    assert roidb[0]["image"] == os.path.join(root, "images", image_set, "4.jpg")
+
+
 # ---------------------------------------------------------------- bad COCO input
 
 
