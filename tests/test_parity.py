@@ -109,7 +109,7 @@ def test_the_miner_s_covers_take_the_candidates_unshuffled_only_inside_the_conte
 
 
 def test_merge_matching_uses_each_project_detection_once_within_the_tolerances():
-    from lib.parity.compare import matched_detections
+    from lib.benchmarking import matched_detections
 
     mine = np.array([[0, 0, 10, 10, 0.5, 1], [0, 0, 10, 10.005, 0.50005, 1], [5, 5, 9, 9, 0.3, 2]], np.float32)
     theirs = [(1, np.array([0, 0, 10, 10]), 0.5), (1, np.array([0, 0, 10, 10]), 0.5),  # two: both found once
@@ -814,7 +814,7 @@ def test_the_compare_tool_refuses_another_commit_in_one_line(tmp_path, capsys):
 
 
 def test_figures_on_cpu_operators_name_the_thread_count(monkeypatch):
-    from lib.parity.tables import thread_count
+    from lib.benchmarking import thread_count
 
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     assert thread_count() == "OMP_NUM_THREADS 3"

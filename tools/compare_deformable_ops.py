@@ -19,10 +19,8 @@ import cv2
 import numpy as np
 
 from benchmark_inference import load_detectors
-from lib.benchmarking import markdown_table
+from lib.benchmarking import markdown_table, matched_detections, percent, thread_count
 from lib.logger import report_user_errors
-from lib.parity.compare import matched_detections
-from lib.parity.tables import percent, thread_count
 from lib.run.folder import add_model_arguments, config_from_model_arguments
 
 

@@ -34,7 +34,8 @@ from lib.scales import parse_valid_ranges
 from lib.dataset.coco import CocoDataset
 from lib.dataset.reference_rules import truncate_to_whole_pixels
 from lib.evaluation.metrics import coco_results
-from lib.parity.tables import format_table, percent
+from lib.benchmarking import matched_detections, percent
+from lib.parity.tables import format_table
 
 CHIP_SIZE = 512
 STRIDES = (32, 56, 59, 64)
@@ -217,19 +218,6 @@ def _reference_class_dets(boxes, scores, thresh=1e-3):
     ``hstack(boxes[s > thresh], s)`` per foreground class j (index j of the list)."""
     return [None] + [np.hstack([boxes[scores[:, j] > thresh], scores[scores[:, j] > thresh, j, None]])
                      for j in range(1, scores.shape[1])]
-
-
-def matched_detections(theirs, mine, box_tol=0.01, score_tol=1e-4):
-    """How many reference detections ``theirs`` ((label, box, score) rows) have a counterpart in ``mine``
-    (same label, box within ``box_tol`` px, score within ``score_tol``), each used once."""
-    used, hits = np.zeros(len(mine), bool), 0
-    for label, box, score in theirs:
-        close = (~used & (mine[:, 5] == label) & (np.abs(mine[:, :4] - box).max(1) <= box_tol) &
-                 (np.abs(mine[:, 4] - score) <= score_tol))
-        if close.any():
-            used[np.flatnonzero(close)[0]] = True
-            hits += 1
-    return hits
 
 
 def compare_merge(tester, workers, images, seed, classes=5):

@@ -35,7 +35,7 @@ from lib.config import load_config
 from lib.data.anchor_target import AnchorTargeter, AnchorTargetParams
 from lib.data.chip_masks import encode_polygons
 from lib.data.chip_worker import batch_fields
-from lib.parity.tables import percent, thread_count
+from lib.benchmarking import percent, thread_count
 
 MASK_CONFIG = os.path.join(ROOT, "configs", "faster", "sniper_res101_e2e_mask.yml")
 ROUNDING_PROBE = "stage4_unit1_conv2_weight"  # a res5 weight that every head reads
