@@ -820,3 +820,28 @@ def test_figures_on_cpu_operators_name_the_thread_count(monkeypatch):
     assert thread_count() == "OMP_NUM_THREADS 3"
     monkeypatch.delenv("OMP_NUM_THREADS")
     assert thread_count() == f"OMP_NUM_THREADS unset (MXNet's default on {os.cpu_count()} cores)"
+
+
+@pytest.mark.skipif(not REFERENCE, reason="SNIPER_REFERENCE_DIR (a checkout of the reference) is not set")
+def test_the_new_layer_rules_tested_in_test_pretrained_are_the_reference_s_init_weight():
+    """tests/test_pretrained.py checks the new layers against rules transcribed from the reference's
+    init_weight_rcnn / init_weight_mask: here those rules are read from its symbol files."""
+    import re
+
+    from test_pretrained import REFERENCE_AUTO_FOCUS_NORMAL_001, REFERENCE_MASK_NORMAL_001, REFERENCE_NORMAL_001
+
+    reference = ReferenceCheckout(REFERENCE)
+    normal = re.compile(r"arg_params\['([\w{}]+)_(weight|bias)'(?:\.format\(i ?\+ ?1\))?\] = "
+                        r"mx\.random\.normal\(0, 0\.01")
+    found = {}
+    for path in ("symbols/faster/resnet_mx_101_e2e.py", "symbols/faster/resnet_mx_101_e2e_mask.py"):
+        text = reference.read(path)
+        body = text[text.index("def init_weight_rcnn"):text.index("def init_weight_rpn")]
+        if "def init_weight_mask" in text:
+            body += text[text.index("def init_weight_mask"):text.index("def init_weight_rcnn")]
+        found[path] = {name.replace("{}", str(i)) for name, kind in normal.findall(body)
+                       for i in (range(1, 5) if "{}" in name else [0])}
+        assert all(kind == "weight" for _, kind in normal.findall(body))  # every bias: mx.nd.zeros
+    expected = REFERENCE_NORMAL_001 | REFERENCE_AUTO_FOCUS_NORMAL_001
+    assert found["symbols/faster/resnet_mx_101_e2e.py"] == expected
+    assert found["symbols/faster/resnet_mx_101_e2e_mask.py"] == expected | REFERENCE_MASK_NORMAL_001
