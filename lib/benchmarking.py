@@ -159,7 +159,8 @@ def percent(hits, total):
 
 def matched_detections(theirs, mine, box_tol=0.01, score_tol=1e-4):
     """How many detections ``theirs`` ((label, box, score) rows) have a counterpart in ``mine`` ((N, 6)
-    [x1, y1, x2, y2, score, label]; same label, box within ``box_tol`` px, score within ``score_tol``), each used once."""
+    [x1, y1, x2, y2, score, label]; same label, box within ``box_tol`` px, score within ``score_tol``), each
+    used once."""
     used, hits = np.zeros(len(mine), bool), 0
     for label, box, score in theirs:
         close = (~used & (mine[:, 5] == label) & (np.abs(mine[:, :4] - box).max(1) <= box_tol) &
