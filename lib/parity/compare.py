@@ -35,7 +35,6 @@ from lib.dataset.coco import CocoDataset
 from lib.dataset.reference_rules import truncate_to_whole_pixels
 from lib.evaluation.metrics import coco_results
 from lib.benchmarking import matched_detections, percent
-from lib.parity.tables import format_table
 
 CHIP_SIZE = 512
 STRIDES = (32, 56, 59, 64)
