@@ -828,7 +828,7 @@ def test_the_new_layer_rules_tested_in_test_pretrained_are_the_reference_s_init_
     init_weight_rcnn / init_weight_mask: here those rules are read from its symbol files."""
     import re
 
-    from test_pretrained import REFERENCE_AUTO_FOCUS_NORMAL_001, REFERENCE_MASK_NORMAL_001, REFERENCE_NORMAL_001
+    from network_helpers import REFERENCE_AUTO_FOCUS_NORMAL_001, REFERENCE_MASK_NORMAL_001, REFERENCE_NORMAL_001
 
     reference = ReferenceCheckout(REFERENCE)
     normal = re.compile(r"arg_params\['([\w{}]+)_(weight|bias)'(?:\.format\(i ?\+ ?1\))?\] = "

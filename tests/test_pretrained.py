@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from gluoncv.model_zoo import get_model
 
+from network_helpers import REFERENCE_AUTO_FOCUS_NORMAL_001, REFERENCE_MASK_NORMAL_001, REFERENCE_NORMAL_001
 
 from lib import gluoncv_resnet
 from lib.config import load_config, with_overrides
@@ -255,16 +256,6 @@ def test_a_project_checkpoint_continues_with_its_regressor_as_trained(tiny_netwo
     args, _ = initial_params(pretrained_cfg(pretrained=write_checkpoint(tmp_path, checkpoint), epoch=3), symbol, shapes)
     for name in trained:
         assert (args[name].asnumpy() == 0.5).all(), name
-
-
-# The reference's new-layer rules, transcribed from its symbols/faster/resnet_mx_101_e2e.py `init_weight_rcnn`
-# and resnet_mx_101_e2e_mask.py `init_weight_rcnn` / `init_weight_mask` (commit 66d7d5b): these weights
-# mx.random.normal(0, 0.01), every listed bias and every offset layer mx.nd.zeros.
-REFERENCE_NORMAL_001 = {"rpn_conv_3x3", "rpn_cls_score", "rpn_bbox_pred", "conv_new_1", "fc_new_1", "fc_new_2",
-                        "cls_score", "bbox_pred"}
-REFERENCE_AUTO_FOCUS_NORMAL_001 = {"conv_new_2", "conv_new_3", "conv_new_out"}  # `if cfg.TRAIN.AUTO_FOCUS:`
-REFERENCE_MASK_NORMAL_001 = {"mask_conv_3x3_1", "mask_conv_3x3_2", "mask_conv_3x3_3", "mask_conv_3x3_4",
-                             "mask_deconv", "mask_out"}
 
 
 @pytest.mark.parametrize("with_mask", [False, True])
