@@ -239,6 +239,10 @@ DEFAULTS = {
         # COCO evaluation's size bands: [name, lo, hi] in sqrt(area) px (-1 open); small/medium/large report as
         # APs/APm/APl, any other name as AP_{name} (e.g. [[tiny, 0, 16], [small, 16, 32], ...]).
         "SIZE_BANDS": [["small", 0, 32], ["medium", 32, 96], ["large", 96, -1]],
+        # Pascal VOC evaluation. reference: the detections as its devkit result files hold them (scores to 3
+        # decimals, boxes to 0.1 px), ranked by NumPy's default (not stable) argsort; exact: the detector's
+        # values in a stable order.
+        "VOC_EVAL_RULES": "reference",
         "TEST_EPOCH": 7,
         "MODEL": "",  # checkpoint "prefix-epoch.params" path; "" uses the training output folder
         # Cache each scale's detections in {results}/scale_cache/ and read back those made by the same checkpoint,

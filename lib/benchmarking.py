@@ -1,14 +1,18 @@
 """Measuring for the benchmark tools (tools/benchmark_*.py, tools/bench_dataset.py), whose tables
 BENCHMARKS.md records: repeated timing after a warm-up, the peak memory of this process and of worker
-processes, and the Markdown table they print. (Tests assert no timings: speed figures come from these.)
+processes, and the Markdown table they print; for the comparing tools (tools/compare_deformable_ops.py, the
+parity harness) agreement counts, detections matched within tolerances and the CPU operators' thread count.
+(Tests assert no timings: speed figures come from these.)
 """
 import numbers
+import os
 import resource
 import statistics
 import threading
 import time
 from dataclasses import dataclass
 
+import numpy as np
 import psutil
 
 
@@ -146,3 +150,30 @@ def markdown_table(header, rows, formats=None):
 
     rule = "|" + "|".join(("-" * (w + 1) + ":") if r else (":" + "-" * (w + 1)) for w, r in zip(widths, right)) + "|"
     return "\n".join([line(header), rule] + [line(row) for row in cells])
+
+
+def percent(hits, total):
+    """``hits`` of ``total`` as "12.5% (1 / 8)" ("-" for none)."""
+    return f"{100.0 * hits / total:.1f}% ({hits} / {total})" if total else "-"
+
+
+def matched_detections(theirs, mine, box_tol=0.01, score_tol=1e-4):
+    """How many detections ``theirs`` ((label, box, score) rows) have a counterpart in ``mine`` ((N, 6)
+    [x1, y1, x2, y2, score, label]; same label, box within ``box_tol`` px, score within ``score_tol``), each
+    used once."""
+    used, hits = np.zeros(len(mine), bool), 0
+    for label, box, score in theirs:
+        close = (~used & (mine[:, 5] == label) & (np.abs(mine[:, :4] - box).max(1) <= box_tol) &
+                 (np.abs(mine[:, 4] - score) <= score_tol))
+        if close.any():
+            used[np.flatnonzero(close)[0]] = True
+            hits += 1
+    return hits
+
+
+def thread_count():
+    """The CPU operators' thread count in words: compiled kernels and BLAS split their sums by it, so the last
+    bits of their results (and the figures measured on them) may depend on it."""
+    threads = os.environ.get("OMP_NUM_THREADS")
+    cores = os.cpu_count()
+    return f"OMP_NUM_THREADS {threads}" if threads else f"OMP_NUM_THREADS unset (MXNet's default on {cores} cores)"

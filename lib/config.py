@@ -305,6 +305,7 @@ VARIANT_KEYS = {
     "TRAIN.NEW_LAYER_INIT": ("reference", "msra"),
     "TRAIN.PROPOSAL_TARGET_RULES": ("reference", "exact"),
     "TEST.PROPOSAL_LAYER": ("reference", "stock"),
+    "TEST.VOC_EVAL_RULES": ("reference", "exact"),
 }
 
 

@@ -1,9 +1,19 @@
-"""Helpers of the network tests (test_symbols, test_mobilenetv2, test_autofocus): input shapes, inferred
-parameter shapes, the graph's nodes, and executors with small random weights."""
+"""Helpers of the network tests (test_symbols, test_mobilenetv2, test_autofocus, test_pretrained, test_parity):
+input shapes, inferred parameter shapes, the graph's nodes, executors with small random weights, and the
+reference's new-layer initialisation rules."""
 import json
 
 import mxnet as mx
 import numpy as np
+
+# The reference's new-layer rules, transcribed from its symbols/faster/resnet_mx_101_e2e.py `init_weight_rcnn`
+# and resnet_mx_101_e2e_mask.py `init_weight_rcnn` / `init_weight_mask` (commit 66d7d5b): these weights
+# mx.random.normal(0, 0.01), every listed bias and every offset layer mx.nd.zeros.
+REFERENCE_NORMAL_001 = {"rpn_conv_3x3", "rpn_cls_score", "rpn_bbox_pred", "conv_new_1", "fc_new_1", "fc_new_2",
+                        "cls_score", "bbox_pred"}
+REFERENCE_AUTO_FOCUS_NORMAL_001 = {"conv_new_2", "conv_new_3", "conv_new_out"}  # `if cfg.TRAIN.AUTO_FOCUS:`
+REFERENCE_MASK_NORMAL_001 = {"mask_conv_3x3_1", "mask_conv_3x3_2", "mask_conv_3x3_3", "mask_conv_3x3_4",
+                             "mask_deconv", "mask_out"}
 
 
 def inference_shapes(batch, size):

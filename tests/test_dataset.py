@@ -21,7 +21,7 @@ from dataset_helpers import CATEGORIES, GOOD, ann, by_id, dataset_cfg, image_rec
 
 from lib.bootstrap import ROOT
 from lib.boxes import flip_boxes
-from lib.config import ConfigError, load_config
+from lib.config import ConfigError, load_config, with_overrides
 from lib.dataset import coco as coco_module
 from lib.dataset import load_roidb, read_image
 from lib.dataset import roidb as roidb_module
@@ -77,9 +77,33 @@ def test_python2_dict_order_resizes_as_cpython_2_7():
     # 10 -> slot 2; 2 -> slot 2 taken, probe 5 * 2 + 2 + 1 = 13 -> slot 5; 7 -> slot 7; a repeat keeps its place
     assert python2_dict_order([10, 2, 7, 2]) == [0, 1, 2]
     # -1 hashes as -2: slot 6 of 8, in size_t arithmetic
-    # (6 -> slot 6 taken, probe 5 * 6 + 6 + 1 = 37 -> slot 5); checked against CPython 2.7.18, as 60000
-    # random ids (the 2x resize above 50000 entries) were
+    # (6 -> slot 6 taken, probe 5 * 6 + 6 + 1 = 37 -> slot 5); CPython 2.7 itself: the next test
     assert python2_dict_order([-1, 6]) == [1, 0] and python2_dict_order([7, -1]) == [1, 0]
+
+
+def _python2():
+    """CPython 2.7's interpreter (pyenv's 2.7.18 where installed), or None."""
+    import shutil
+
+    found = subprocess.run(["pyenv", "which", "python2.7"], capture_output=True, text=True,
+                           env=dict(os.environ, PYENV_VERSION="2.7.18")) if shutil.which("pyenv") else None
+    if found is not None and found.returncode == 0:
+        return found.stdout.strip()
+    return shutil.which("python2.7")
+
+
+@pytest.mark.skipif(_python2() is None, reason="no Python 2.7 interpreter (pyenv 2.7.18 or python2.7 on PATH)")
+@pytest.mark.parametrize("count", [5, 300, 5000, 60000])
+def test_python2_dict_order_is_python_2_7_s_own_key_order(count):
+    """The reference's getImgIds is its pycocotools' ``{im['id']: {} for im in images}.keys()`` under Python 2:
+    the same dict built by a Python 2.7 interpreter from random COCO-like ids (file order, a few repeats)."""
+    from lib.dataset.reference_rules import python2_dict_order
+
+    ids = [int(i) for i in np.random.default_rng(count).integers(1, 600000, count)] + [-1, 7]
+    script = "import json, sys\nids = json.load(sys.stdin)\nprint(json.dumps({i: {} for i in ids}.keys()))"
+    done = subprocess.run([_python2(), "-c", script], input=json.dumps(ids), capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert json.loads(done.stdout) == [ids[i] for i in python2_dict_order(ids)]
 
 
 def test_joined_image_sets_keep_order_and_share_one_coco_index(tmp_path):
@@ -203,6 +227,20 @@ def test_coco_test_dev_image_info_loads_for_testing_without_boxes(tmp_path):
     roidb, dataset = load_roidb(dataset_cfg(tmp_path), "test-dev2015", training=False)
     assert [len(entry["boxes"]) for entry in roidb] == [1]
     assert roidb[0]["image"] == os.path.join(root, "images", "test-dev2015", "9.jpg")
+
+
+@pytest.mark.parametrize("image_set", ["minival2014", "sminival2014", "valminusminival2014", "myminival2017"])
+def test_minival_sets_read_the_val_folder_unless_they_have_their_own(tmp_path, image_set):
+    root = str(tmp_path / "data")
+    year = image_set[-4:]
+    write_coco(root, f"val{year}", [image_record(4)], [ann(1, 4, [1, 2, 3, 4])])
+    os.rename(os.path.join(root, "annotations", f"instances_val{year}.json"),
+              os.path.join(root, "annotations", f"instances_{image_set}.json"))
+    roidb, _ = load_roidb(dataset_cfg(tmp_path), image_set, training=False)
+    assert roidb[0]["image"] == os.path.join(root, "images", f"val{year}", "4.jpg")
+    write_coco(root, image_set, [image_record(4)], [ann(1, 4, [1, 2, 3, 4])])  # a folder of its own wins
+    roidb, _ = load_roidb(dataset_cfg(tmp_path), image_set, training=False)
+    assert roidb[0]["image"] == os.path.join(root, "images", image_set, "4.jpg")
 
 
 # ---------------------------------------------------------------- bad COCO input
@@ -531,10 +569,18 @@ def test_voc_boxes_difficult_and_joined_years(tmp_path, caplog):
     train_roidb, _ = load_roidb(cfg, "2007_trainval+2012_trainval")
     entry = by_id(train_roidb)[20070000000005]
     np.testing.assert_array_equal(entry["boxes"], [[10, 20, 39, 59], [89, 69, 99, 79]])
-    np.testing.assert_array_equal(entry["crowd_boxes"], [[0, 0, 9, 9]])  # difficult -> ignore region
+    np.testing.assert_array_equal(entry["crowd_boxes"], [[0, 0, 9, 9]])  # difficult: kept aside, not trained on
     assert 20070000000007 not in by_id(train_roidb)  # only a difficult object: no training boxes
     assert sorted(by_id(train_roidb, flipped=True)) == [20070000000005, 20122008000008]
     assert load_roidb(cfg, "2007_trainval", training=False)[1].use_07_metric
+    # TEST.VOC_EVAL_RULES: a 30 x 20.04 px detection of the 30 x 40 px dog, IoU 0.501; the reference's 0.1 px
+    # result file makes it 30 x 20, IoU 0.5: not a hit
+    found = [np.array([[10, 20, 39, 39.04, 0.9, 12]]) if e["id"] == 20070000000005 else np.zeros((0, 6))
+             for e in test_roidb]
+    for rules, ap in (("reference", 0.0), ("exact", 1.0)):
+        result = dataset.evaluate(test_roidb, found, str(tmp_path / rules), scoring=with_overrides(
+            cfg, {"TEST.VOC_EVAL_RULES": rules}).TEST)["stats"]
+        assert result["rules"] == rules and result["AP"]["dog"] == pytest.approx(ap)
 
 
 @pytest.mark.parametrize("xml, error, message", [

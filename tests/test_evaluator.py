@@ -157,6 +157,19 @@ def test_voc_iou_threshold_is_strict_and_inclusive():
     assert ap == pytest.approx(1.0)
 
 
+def test_voc_reference_rules_score_the_devkit_file_s_rounded_values():
+    gt = [np.array([[0, 0, 9, 9]], np.float32)]
+    # a 10 x 5.04 px detection: IoU 0.504, a hit; written to 0.1 px (5.0) it is IoU 0.5, a miss
+    assert voc_class_ap([0], [1.0], [[0, 0, 9, 4.04]], gt, [np.array([False])])[2] == pytest.approx(1.0)
+    assert voc_class_ap([0], [1.0], [[0, 0, 9, 4.04]], gt, [np.array([False])], reference_rules=True)[2] == 0.0
+    # a miss scored 0.1234 ranks above the hit scored 0.1231 (AP 1/2); both written as 0.123, the sort keeps
+    # the hit (listed first) first: AP 1
+    boxes = [[0, 0, 9, 9], [50, 50, 59, 59]]
+    assert voc_class_ap([0, 0], [0.1231, 0.1234], boxes, gt, [np.array([False])])[2] == pytest.approx(0.5)
+    assert voc_class_ap([0, 0], [0.1231, 0.1234], boxes, gt, [np.array([False])],
+                        reference_rules=True)[2] == pytest.approx(1.0)
+
+
 def test_evaluate_voc_reports_per_class_and_mean(tmp_path):
     classes = ["__background__", "cat", "dog", "cow"]
     gt_boxes = [np.array([[0, 0, 9, 9], [30, 30, 49, 49]], np.float32)]

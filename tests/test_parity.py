@@ -2,6 +2,7 @@
 checkout of the reference given by SNIPER_REFERENCE_DIR (skipped when unset)."""
 import os
 import shutil
+import subprocess
 from types import SimpleNamespace
 
 import numpy as np
@@ -108,12 +109,12 @@ def test_the_miner_s_covers_take_the_candidates_unshuffled_only_inside_the_conte
 
 
 def test_merge_matching_uses_each_project_detection_once_within_the_tolerances():
-    from lib.parity.compare import _matched
+    from lib.benchmarking import matched_detections
 
     mine = np.array([[0, 0, 10, 10, 0.5, 1], [0, 0, 10, 10.005, 0.50005, 1], [5, 5, 9, 9, 0.3, 2]], np.float32)
     theirs = [(1, np.array([0, 0, 10, 10]), 0.5), (1, np.array([0, 0, 10, 10]), 0.5),  # two: both found once
               (1, np.array([0, 0, 10, 10]), 0.5), (2, np.array([5, 5, 9, 9.02]), 0.3), (1, np.array([5, 5, 9, 9]), 0.3)]
-    assert _matched(theirs, mine) == 2  # the third copy, the 0.02 px box and the wrong label are not
+    assert matched_detections(theirs, mine) == 2  # the third copy, the 0.02 px box and the wrong label are not
 
 
 def test_tables_are_markdown_under_a_title():
@@ -750,3 +751,97 @@ def test_the_compare_tool_refuses_a_mask_chip_size_in_one_line(tmp_path, capsys)
         with pytest.raises(SystemExit):
             main(["--reference", str(tmp_path), *arguments])
         assert message in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def _git_checkout(path, marker):
+    """A git repository at ``path`` with ``marker`` committed; its commit."""
+    (path / marker).parent.mkdir(parents=True, exist_ok=True)
+    (path / marker).write_text("int x;\n")
+    git = ["git", "-C", str(path), "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run(["git", "init", "-q", str(path)], check=True)
+    subprocess.run(git + ["add", "."], check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "c"], check=True)
+    return subprocess.run(git + ["rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def test_checkouts_other_than_the_pinned_commits_are_refused_or_warned_about(tmp_path):
+    from lib.parity.fork import PROPOSAL_SOURCE, ForkCheckout
+    from lib.parity.reference import FORK_COMMIT, REFERENCE_COMMIT, check_pinned, provenance_table
+
+    commit = _git_checkout(tmp_path / "reference", "lib/chips/cchips.cpp")
+    reference = ReferenceCheckout(str(tmp_path / "reference"))
+    assert reference.commit() == (commit, False)
+    with pytest.raises(FileNotFoundError, match=f"--reference {reference.path}: commit {commit[:12]} is not the "
+                                                f"pinned {REFERENCE_COMMIT[:12]} .*; --any-commit compares it anyway"):
+        check_pinned([reference], any_commit=False)
+    (warning,) = check_pinned([reference], any_commit=True)
+    assert warning.startswith("WARNING: --reference") and "\n" not in warning
+    reference.pinned = commit  # as if this were the pinned commit: accepted, until a tracked file changes
+    assert check_pinned([reference], any_commit=False) == []
+    assert provenance_table(reference, None)[2] == [
+        ["reference (mahyarnajibi/SNIPER)", f"{reference.path} at {commit[:12]} (pinned)", "no"],
+        ["fork (mahyarnajibi/SNIPER-mxnet)", "not given: its tables left out", "-"]]
+    (tmp_path / "reference" / "lib" / "chips" / "cchips.cpp").write_text("int y;\n")
+    assert reference.commit() == (commit, True)
+    with pytest.raises(FileNotFoundError, match="tracked files differ from the pinned commit"):
+        check_pinned([reference], any_commit=False)
+    # a bare clone: its HEAD; a copy without git (here a folder inside the first repository): no commit
+    bare = tmp_path / "bare.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(tmp_path / "reference"), str(bare)], check=True)
+    assert ReferenceCheckout(str(bare)).commit() == (commit, False)
+    copy = tmp_path / "reference" / "copy"
+    (copy / PROPOSAL_SOURCE).parent.mkdir(parents=True)
+    (copy / PROPOSAL_SOURCE).write_text("")
+    fork = ForkCheckout(str(copy))
+    assert fork.commit() == (None, False) and fork.pinned == FORK_COMMIT
+    with pytest.raises(FileNotFoundError, match=f"--fork {copy}: its commit cannot be read"):
+        check_pinned([fork], any_commit=False)
+    assert len(check_pinned([reference, fork], any_commit=True)) == 2
+
+
+def test_the_compare_tool_refuses_another_commit_in_one_line(tmp_path, capsys):
+    import runpy
+
+    from lib.parity.reference import MASK_SYMBOL
+
+    (tmp_path / MASK_SYMBOL).parent.mkdir(parents=True)
+    (tmp_path / MASK_SYMBOL).write_text("")
+    commit = _git_checkout(tmp_path, "lib/chips/cchips.cpp")
+    tool = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools", "parity", "compare.py")
+    with pytest.raises(SystemExit):
+        runpy.run_path(tool, run_name="parity_tool")["main"](["--reference", str(tmp_path)])
+    assert f"commit {commit[:12]} is not the pinned 66d7d5bff7f2" in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_figures_on_cpu_operators_name_the_thread_count(monkeypatch):
+    from lib.benchmarking import thread_count
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert thread_count() == "OMP_NUM_THREADS 3"
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert thread_count() == f"OMP_NUM_THREADS unset (MXNet's default on {os.cpu_count()} cores)"
+
+
+@pytest.mark.skipif(not REFERENCE, reason="SNIPER_REFERENCE_DIR (a checkout of the reference) is not set")
+def test_the_new_layer_rules_tested_in_test_pretrained_are_the_reference_s_init_weight():
+    """tests/test_pretrained.py checks the new layers against rules transcribed from the reference's
+    init_weight_rcnn / init_weight_mask: here those rules are read from its symbol files."""
+    import re
+
+    from network_helpers import REFERENCE_AUTO_FOCUS_NORMAL_001, REFERENCE_MASK_NORMAL_001, REFERENCE_NORMAL_001
+
+    reference = ReferenceCheckout(REFERENCE)
+    normal = re.compile(r"arg_params\['([\w{}]+)_(weight|bias)'(?:\.format\(i ?\+ ?1\))?\] = "
+                        r"mx\.random\.normal\(0, 0\.01")
+    found = {}
+    for path in ("symbols/faster/resnet_mx_101_e2e.py", "symbols/faster/resnet_mx_101_e2e_mask.py"):
+        text = reference.read(path)
+        body = text[text.index("def init_weight_rcnn"):text.index("def init_weight_rpn")]
+        if "def init_weight_mask" in text:
+            body += text[text.index("def init_weight_mask"):text.index("def init_weight_rcnn")]
+        found[path] = {name.replace("{}", str(i)) for name, kind in normal.findall(body)
+                       for i in (range(1, 5) if "{}" in name else [0])}
+        assert all(kind == "weight" for _, kind in normal.findall(body))  # every bias: mx.nd.zeros
+    expected = REFERENCE_NORMAL_001 | REFERENCE_AUTO_FOCUS_NORMAL_001
+    assert found["symbols/faster/resnet_mx_101_e2e.py"] == expected
+    assert found["symbols/faster/resnet_mx_101_e2e_mask.py"] == expected | REFERENCE_MASK_NORMAL_001

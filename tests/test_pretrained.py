@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from gluoncv.model_zoo import get_model
 
+from network_helpers import REFERENCE_AUTO_FOCUS_NORMAL_001, REFERENCE_MASK_NORMAL_001, REFERENCE_NORMAL_001
 
 from lib import gluoncv_resnet
 from lib.config import load_config, with_overrides
@@ -255,3 +256,28 @@ def test_a_project_checkpoint_continues_with_its_regressor_as_trained(tiny_netwo
     args, _ = initial_params(pretrained_cfg(pretrained=write_checkpoint(tmp_path, checkpoint), epoch=3), symbol, shapes)
     for name in trained:
         assert (args[name].asnumpy() == 0.5).all(), name
+
+
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_autofocus_layers_are_initialised_as_the_reference_does(with_mask):
+    """FocusPixels layers (AutoFocus and mask AutoFocus) get N(0, 0.01) weights and zero biases, as every
+    other new layer the reference's init_weight lists."""
+    import lib.ops  # noqa: F401  (the training symbol's proposal-target operators)
+    cfg = with_overrides(pretrained_cfg(from_scratch=True), {"network.AUTO_FOCUS": True, "TRAIN.WITH_MASK": with_mask,
+                                                             "TRAIN.NEW_LAYER_INIT": "reference"})
+    symbol = training_symbol(cfg, num_classes=5, chips_per_device=2)
+    shapes = dict(train_shapes(64), scale_label=(2, 4 * 4))
+    if with_mask:
+        shapes["gt_masks"] = (2, 100, 500)
+    mx.random.seed(0)
+    args, _ = initial_params(cfg, symbol, {n: s for n, s in shapes.items() if n in symbol.list_arguments()})
+    normal = REFERENCE_NORMAL_001 | REFERENCE_AUTO_FOCUS_NORMAL_001
+    if with_mask:
+        normal |= REFERENCE_MASK_NORMAL_001
+    new = {n: v.asnumpy() for n, v in args.items() if not is_imagenet_parameter(n)}
+    assert {n[:-len("_weight")] for n in new if n.endswith("_weight") and "offset" not in n} == normal
+    for name, value in new.items():
+        if "offset" in name or name.endswith("_bias"):
+            assert not value.any(), name
+        else:
+            assert abs(value.mean()) < 0.002 and value.std() == pytest.approx(0.01, rel=0.1), name

@@ -213,3 +213,19 @@ def test_command_line_tool(tmp_path):
     with open(out / "annotations" / "instances_val.json") as f:
         assert len(json.load(f)["images"]) == 1
     assert len(os.listdir(out / "images" / "train")) == 1
+
+
+def test_the_shipped_demo_picture_is_the_tiny_config_s_first_val_image():
+    """docs/demo.jpg (README's demo commands) is what the generator writes as val image 1000001 with the tiny
+    config's dataset.synthetic_seed: the project makes it, so it may ship."""
+    from lib.dataset.synthetic import SPLITS, rendered_jpeg
+
+    cfg = load_config(os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml"))
+    (stream,) = [stream for split, stream, _ in SPLITS if split == "val"]
+    _, _, made = rendered_jpeg(cfg.dataset.synthetic_seed, stream, 0)
+    with open(os.path.join(ROOT, "docs", "demo.jpg"), "rb") as f:
+        shipped = f.read()
+    shipped, made = (cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR).astype(np.int16)
+                     for data in (shipped, made))
+    assert shipped.shape == made.shape == (735, 1002, 3)
+    assert np.abs(shipped - made).mean() < 0.5  # the same bytes, unless another libjpeg encoded it

@@ -15,7 +15,7 @@ CONFIG_TOOLS = {
     "pixel_budget.py": [], "visualize_chips.py": ["1"], "visualize_batch.py": [], "ablation_synthetic.py": [],
     "train_neg_chips.py": [], "benchmark_inference.py": [], "benchmark_iterator.py": [], "benchmark_kvstore.py": [],
     "benchmark_autofocus.py": [], "visualize_focus.py": ["1"], "fit_scales.py": [],
-    "proposal_recall.py": ["--proposals", "proposals.npz"], "benchmark_masks.py": [],
+    "proposal_recall.py": ["--proposals", "proposals.npz"], "benchmark_masks.py": [], "compare_deformable_ops.py": [],
 }
 
 
@@ -152,3 +152,21 @@ def test_every_tool_that_reads_a_config_or_data_reports_a_users_mistake_in_one_l
                 undecorated.append(os.path.relpath(path, ROOT))
     assert {"fit_scales.py", "proposal_recall.py", "train_neg_chips.py", "make_variant_set.py"} <= set(checked)
     assert undecorated == []
+
+
+def test_deformable_op_comparison_counts_each_stock_detection_found_once():
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    try:
+        from compare_deformable_ops import agreement_rows
+    finally:
+        sys.path.remove(os.path.join(ROOT, "tools"))
+    import numpy as np
+
+    stock = [np.array([[0, 0, 10, 10, 0.9, 1], [0, 0, 10, 10, 0.9, 1], [5, 5, 20, 20, 0.5, 2]]),
+             np.array([[1, 1, 4, 4, 0.3, 3]])]
+    # image 0: one copy of the twin, the other box 0.02 px off; image 1: the same within the tolerances
+    compiled = [np.array([[0, 0, 10, 10, 0.9, 1], [5, 5, 20.02, 20, 0.5, 2]]),
+                np.array([[1, 1, 4.005, 4, 0.30005, 3]])]
+    assert agreement_rows(stock, compiled) == [
+        ["stock detections the compiled operators give (label, box within 0.01 px, score within 1e-4)",
+         "50.0% (2 / 4)"], ["images whose detections all agree", "50.0% (1 / 2)"]]

@@ -12,7 +12,8 @@ network trained with masks (TRAIN.WITH_MASK) also gets its mask graph, ``PREFIX-
 The graph is built with MXNet's own operators only: the stock MultiProposal proposal layer
 (TEST.PROPOSAL_LAYER stock; its proposals differ slightly from the reference layer's that main_test.py
 uses by default, see docs/reference_differences.md) and the stock deformable convolution / PS-ROI pooling
-(network.CPU_DEFORMABLE_OPS stock; same results as the compiled ones). ``--set`` overrides keys of the
+(network.CPU_DEFORMABLE_OPS stock, the reference network's; the compiled ones differ in last bits:
+tools/compare_deformable_ops.py). ``--set`` overrides keys of the
 run's config.yaml, e.g. TEST.RPN_POST_NMS_TOP_N.
 """
 import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)

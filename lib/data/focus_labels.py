@@ -3,7 +3,9 @@
 The FocusPixel branch (symbols/sniper.py, network.AUTO_FOCUS) is trained per chip on a map of
 (CHIP_SIZE / stride)^2 cells, row-major in the ``scale_label`` input: 1 for cells on small objects,
 0 elsewhere, -1 (ignored) around objects of ambiguous size. The rules are the reference's
-(lib/data_utils/data_workers.py, the anchor worker's FocusPixel mask), matched exactly:
+(lib/data_utils/data_workers.py, the anchor worker's FocusPixel mask), rule for rule; the boxes are scaled in
+float64 where the reference works in float32, so 0.004% of the coordinates round to the other whole pixel
+(docs/reference_differences.md):
 
 * Boxes: every gt box of the image (crowd regions are not gt boxes), in chip pixels: scaled by the
   chip's image scale, shifted to the chip, rounded to whole pixels (half to even, as ``np.round``) and

@@ -8,7 +8,8 @@ A set without annotations, such as COCO test-dev, has ``annotations/image_info_{
 instead (images and categories only): it loads for testing, with entries without boxes, and the
 tester writes its results without evaluating them. test-dev's images live in COCO's
 ``test{year}`` folder, so ``images/test{year}/`` serves ``test-dev{year}`` unless
-``images/test-dev{year}/`` exists.
+``images/test-dev{year}/`` exists; likewise ``images/val{year}/`` serves the minival sets cut from val
+(``minival2014``, ``sminival2014``, ``valminusminival2014``: any name ending in ``minival{year}``).
 
 With ``masks`` (TRAIN.WITH_MASK) the entries also carry each box's polygons (lib/dataset/polygons.py),
 read as the reference reads them: the polygons of a ``segmentation`` list with at least 3 points, none
@@ -194,12 +195,22 @@ def annotation_file(dataset_path, image_set):
                             f"nor does {os.path.basename(candidates[1])} (a set without annotations)")
 
 
+# Sets cut from a COCO split, read from that split's image folder when they have none of their own: test-dev
+# from test{year}; any set named ``...minival{year}`` (the reference's minival2014, sminival2014,
+# valminusminival2014, or one of the user's) from val{year}.
+SPLIT_OF_SET = ((re.compile(r"test-dev(\d*)"), "test"), (re.compile(r"\w*minival(\d{4})"), "val"))
+
+
 def image_folder(dataset_path, image_set):
-    """``images/{image_set}``; for ``test-dev{year}`` without its own folder, COCO's ``images/test{year}``."""
+    """``images/{image_set}``; without that folder, the split's folder of a set cut from it (``SPLIT_OF_SET``:
+    ``images/test{year}`` for ``test-dev{year}``, ``images/val{year}`` for ``...minival{year}``)."""
     folder = os.path.join(dataset_path, "images", image_set)
-    match = re.fullmatch(r"test-dev(\d*)", image_set)
-    if match and not os.path.isdir(folder):
-        return os.path.join(dataset_path, "images", f"test{match.group(1)}")
+    if os.path.isdir(folder):
+        return folder
+    for pattern, split in SPLIT_OF_SET:
+        match = pattern.fullmatch(image_set)
+        if match:
+            return os.path.join(dataset_path, "images", f"{split}{match.group(1)}")
     return folder
 
 
@@ -218,6 +229,15 @@ class CocoDataset(Dataset):
         self.image_sets = split_image_sets(image_set)
         self.annotation_files = [annotation_file(self.dataset_path, name) for name in self.image_sets]
         self._coco = None
+
+    @property
+    def cache_options(self):
+        """What beyond the annotation files changes the roidb (lib.dataset.roidb_cache's key): the image folders
+        read instead of ``images/{set}`` (a split's, ``SPLIT_OF_SET``), which the entries' paths name."""
+        folders = {name: os.path.relpath(image_folder(self.dataset_path, name), self.dataset_path)
+                   for name in self.image_sets}
+        moved = {name: folder for name, folder in folders.items() if folder != os.path.join("images", name)}
+        return {"image_folders": moved} if moved else {}
 
     @classmethod
     def class_count(cls, cfg, image_set):

@@ -13,7 +13,8 @@ proposal files need them): ``{year}{digits}`` for VOC's names (``2007``/``000005
 a stable hash of ``{year}/{name}`` above 10^16 for any other name.
 
 Objects marked ``difficult`` stay in the entries with a ``difficult`` flag: VOC evaluation ignores
-them, and training turns them into ignore regions (see ``lib.dataset.roidb``).
+them, and training leaves them out: they go to ``crowd_boxes``, which training does not read, as the reference
+drops them (see ``lib.dataset.roidb``).
 """
 import hashlib
 import os
@@ -218,8 +219,9 @@ class PascalVocDataset(Dataset):
 
     def evaluate(self, entries, detections, out_dir, segmentations=None, scoring=None):
         """VOC AP per class at IoU 0.5 against the entries' boxes, difficult ones ignored (11-point AP for
-        VOC2007); VOC has no masks to score ``segmentations`` against (TRAIN.WITH_MASK is refused for it) and
-        no COCO settings to read from ``scoring``."""
+        VOC2007), under ``scoring``'s TEST.VOC_EVAL_RULES (None: the reference's); VOC has no masks to score
+        ``segmentations`` against (TRAIN.WITH_MASK is refused for it)."""
+        rules = "reference" if scoring is None else scoring.VOC_EVAL_RULES
         return {"stats": evaluate_voc(detections, [e["boxes"] for e in entries], [e["gt_classes"] for e in entries],
                                       [e["difficult"] for e in entries], list(self.classes), out_dir,
-                                      self.use_07_metric)}
+                                      self.use_07_metric, reference_rules=rules == "reference")}

@@ -38,8 +38,8 @@ def make_dataset(cfg, image_set):
 def load_roidb(cfg, image_set, training=True):
     """``(roidb, dataset)`` for ``image_set``.
 
-    Training: images without usable boxes are dropped, VOC difficult objects become ignore regions
-    (``crowd_boxes``), mirrored copies are appended when ``cfg.TRAIN.FLIP``, proposals are attached
+    Training: images without usable boxes are dropped, VOC difficult objects are moved to ``crowd_boxes``
+    (which training does not read), mirrored copies are appended when ``cfg.TRAIN.FLIP``, proposals are attached
     when ``cfg.dataset.proposal`` names a file, and with ``cfg.TRAIN.WITH_MASK`` (COCO-format sets only)
     every box has its polygons (lib/dataset/polygons.py). Test: every image, in the dataset's order,
     with all its boxes and their ``difficult`` flags (the VOC evaluator's ground truth).
@@ -112,7 +112,7 @@ def keeps_empty_images(cfg):
 
 
 def training_roidb(entries, flip, keep_empty=False):
-    """Training entries: difficult boxes as ignore regions, images without boxes dropped (``keep_empty``:
+    """Training entries: difficult boxes moved to crowd_boxes (unread), images without boxes dropped (``keep_empty``:
     kept in place, for their negative chips), flips appended."""
     usable, empty = [], []
     for entry in entries:

@@ -348,19 +348,26 @@ def _annotation(obj, image_id, index):
     }
 
 
+def rendered_jpeg(seed, stream, index):
+    """Image ``index`` of split ``stream`` (SPLITS) of the set made with ``seed``: ``(image, objects, JPEG
+    bytes)`` as the dataset's file holds it (docs/demo.jpg is the tiny config's first val image: seed 3)."""
+    image, objects = render_image(np.random.default_rng([seed, stream, index]))
+    ok, encoded = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY])
+    if not ok:
+        raise IOError(f"cannot encode synthetic image {index} of stream {stream}, seed {seed}")
+    return image, objects, encoded.tobytes()
+
+
 def _write_split(root, split, count, seed, stream, first_id):
     image_dir = os.path.join(root, "images", split)
     os.makedirs(image_dir, exist_ok=True)
     images, annotations = [], []
     for index in tqdm(range(count), desc=f"synthetic {split}", leave=False):
         image_id = first_id + index
-        image, objects = render_image(np.random.default_rng([seed, stream, index]))
+        image, objects, encoded = rendered_jpeg(seed, stream, index)
         file_name = f"{image_id:012d}.jpg"
-        ok, encoded = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY])
-        if not ok:
-            raise IOError(f"cannot encode synthetic image {file_name}")
         with open(os.path.join(image_dir, file_name), "wb") as f:
-            f.write(encoded.tobytes())
+            f.write(encoded)
         images.append({"id": image_id, "file_name": file_name, "width": image.shape[1], "height": image.shape[0]})
         annotations += [_annotation(obj, image_id, k) for k, obj in enumerate(objects)]
     categories = _categories()

@@ -202,17 +202,34 @@ def voc_ap(recall, precision, use_07_metric=False):
     return float(np.sum((mrec[steps + 1] - mrec[steps]) * mpre[steps + 1]))
 
 
-def voc_class_ap(det_images, det_scores, det_boxes, gt_boxes, gt_difficult, iou_thresh=0.5, use_07_metric=False):
+def devkit_values(values, decimals):
+    """``values`` as the reference's VOC evaluation reads them back from the devkit result files it writes
+    with ``'{:.Nf}'`` (correctly rounded from the binary value), as float64."""
+    values = np.asarray(values, np.float64)
+    return np.array([float(f"{v:.{decimals}f}") for v in values.ravel().tolist()]).reshape(values.shape)
+
+
+def voc_class_ap(det_images, det_scores, det_boxes, gt_boxes, gt_difficult, iou_thresh=0.5, use_07_metric=False,
+                 reference_rules=False):
     """AP of one class, the VOC way.
 
     ``det_images`` (D,) indexes ``gt_boxes``/``gt_difficult`` (lists over images of (G,4) boxes and
     (G,) bools). A detection matching an unclaimed gt above ``iou_thresh`` is a true positive; one
     whose best match is a difficult gt counts neither way; duplicates are false positives.
+    ``reference_rules`` (dataset.VOC_EVAL_RULES reference): scores rounded to 3 decimals and boxes (1-based)
+    to 0.1 px as the reference's devkit files hold them, ranked by NumPy's default (not stable) argsort as
+    its voc_eval ranks them; otherwise the detector's values in a stable order.
     Returns (recall, precision, ap); with no non-difficult gt the AP is NaN.
     """
-    order = np.argsort(-np.asarray(det_scores, dtype=np.float64), kind="stable")
+    det_scores = np.asarray(det_scores, dtype=np.float64)
+    det_boxes = np.asarray(det_boxes, dtype=np.float64).reshape(-1, 4)
+    if reference_rules:
+        det_scores, det_boxes = devkit_values(det_scores, 3), devkit_values(det_boxes + 1, 1) - 1
+        order = np.argsort(-det_scores)
+    else:
+        order = np.argsort(-det_scores, kind="stable")
     det_images = np.asarray(det_images, dtype=np.int64)[order]
-    det_boxes = np.asarray(det_boxes, dtype=np.float32).reshape(-1, 4)[order]
+    det_boxes = det_boxes.astype(np.float32)[order]
     claimed = [np.zeros(len(b), dtype=bool) for b in gt_boxes]
     num_positives = sum(int(np.sum(~np.asarray(d, dtype=bool))) for d in gt_difficult)
     tp = np.zeros(len(order))
@@ -243,10 +260,10 @@ def voc_class_ap(det_images, det_scores, det_boxes, gt_boxes, gt_difficult, iou_
 
 
 def evaluate_voc(detections, gt_boxes, gt_classes, gt_difficult, classes, output_dir, use_07_metric,
-                 iou_thresh=0.5, extra_thresholds=(0.7,)):
+                 iou_thresh=0.5, extra_thresholds=(0.7,), reference_rules=False):
     """Per-class VOC AP and mAP for per-image detections at ``iou_thresh`` ("AP", "mAP") and at each of
     ``extra_thresholds`` ("AP@0.70", "mAP@0.70": the reference reports 0.5 and 0.7); logs the table and
-    writes ``voc_ap.json``.
+    writes ``voc_ap.json``. ``reference_rules``: as for ``voc_class_ap``.
 
     ``gt_boxes``/``gt_classes``/``gt_difficult`` are per-image lists aligned with ``detections``;
     ``classes[label]`` names contiguous label ``label`` (0 is background).
@@ -263,13 +280,14 @@ def evaluate_voc(detections, gt_boxes, gt_classes, gt_difficult, classes, output
                 np.concatenate([d[:, 4] for d in kept]), np.concatenate([d[:, :4] for d in kept]),
                 [np.asarray(b).reshape(-1, 4)[m] for b, m in zip(gt_boxes, masks)],
                 [np.asarray(d, dtype=bool)[m] for d, m in zip(gt_difficult, masks)],
-                thresh, use_07_metric,
+                thresh, use_07_metric, reference_rules,
             )
         scored = [ap for ap in aps.values() if not np.isnan(ap)]
         return aps, float(np.mean(scored)) if scored else float("nan")
 
     aps, mean = class_aps(iou_thresh)
-    result = {"mAP": mean, "AP": aps, "metric": "VOC07 11-point" if use_07_metric else "VOC area"}
+    result = {"mAP": mean, "AP": aps, "metric": "VOC07 11-point" if use_07_metric else "VOC area",
+              "rules": "reference" if reference_rules else "exact"}
     per_class = {name: {"AP": ap} for name, ap in aps.items()}
     title = f"Pascal VOC AP@{iou_thresh:.2f} per class ({result['metric']}), mAP {mean:.4f}"
     for thresh in extra_thresholds:

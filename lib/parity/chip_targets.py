@@ -28,7 +28,7 @@ from lib.data.chip_worker import ChipWorker, batch_fields
 from lib.data.epoch_plan import ChipRef
 from lib.dataset.roidb import flip_entry
 from lib.boxes import flip_boxes
-from lib.parity.tables import percent
+from lib.benchmarking import percent
 
 NO_SAMPLING = 10 ** 7  # an RPN batch no chip reaches: every label as assigned
 

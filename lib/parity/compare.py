@@ -34,7 +34,7 @@ from lib.scales import parse_valid_ranges
 from lib.dataset.coco import CocoDataset
 from lib.dataset.reference_rules import truncate_to_whole_pixels
 from lib.evaluation.metrics import coco_results
-from lib.parity.tables import format_table, percent
+from lib.benchmarking import matched_detections, percent
 
 CHIP_SIZE = 512
 STRIDES = (32, 56, 59, 64)
@@ -219,19 +219,6 @@ def _reference_class_dets(boxes, scores, thresh=1e-3):
                      for j in range(1, scores.shape[1])]
 
 
-def _matched(theirs, mine, box_tol=0.01, score_tol=1e-4):
-    """How many reference detections ``theirs`` ((label, box, score) rows) have a counterpart in ``mine``
-    (same label, box within ``box_tol`` px, score within ``score_tol``), each used once."""
-    used, hits = np.zeros(len(mine), bool), 0
-    for label, box, score in theirs:
-        close = (~used & (mine[:, 5] == label) & (np.abs(mine[:, :4] - box).max(1) <= box_tol) &
-                 (np.abs(mine[:, 4] - score) <= score_tol))
-        if close.any():
-            used[np.flatnonzero(close)[0]] = True
-            hits += 1
-    return hits
-
-
 def compare_merge(tester, workers, images, seed, classes=5):
     """Final detections of the reference's aggregate found by the project's merge; a table's rows."""
     rng = np.random.default_rng(seed)
@@ -250,7 +237,7 @@ def compare_merge(tester, workers, images, seed, classes=5):
         theirs = [(j, row[:4], row[4]) for j in range(1, classes) for row in np.asarray(all_boxes[j][i]).reshape(-1, 5)]
         mine = merge_scales(per_image[i], ranges, cfg.TEST)
         total += len(theirs)
-        found += _matched(theirs, mine)
+        found += matched_detections(theirs, mine)
         same_count += len(theirs) == len(mine)
     return [["reference final detections the project gives (label, box within 0.01 px, score within 1e-4)",
              percent(found, total)], ["images with as many final detections", percent(same_count, images)]]

@@ -23,7 +23,7 @@ from lib.ops.proposal_layer import proposals
 from lib.inference.batching import plan_level
 from lib.inference.pipeline import prepare_image
 from lib.parity.chip_targets import random_scene_image, reference_config
-from lib.parity.tables import percent
+from lib.benchmarking import percent
 from lib.scales import pyramid
 
 STRIDE = 16

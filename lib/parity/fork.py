@@ -14,7 +14,7 @@ import subprocess
 
 import numpy as np
 
-from lib.parity.reference import Checkout, compile_shared_library
+from lib.parity.reference import FORK_COMMIT, Checkout, compile_shared_library
 
 PROPOSAL_SOURCE = "src/operator/multi_proposal.cc"
 TARGET_SOURCE = "src/operator/multi_proposal_target.cu"
@@ -245,7 +245,7 @@ class ForkCheckout(Checkout):
     """The reference's MXNet fork at ``path``."""
 
     def __init__(self, path):
-        super().__init__(path, PROPOSAL_SOURCE, "the reference's MXNet fork (SNIPER-mxnet)", "--fork")
+        super().__init__(path, PROPOSAL_SOURCE, "the reference's MXNet fork (SNIPER-mxnet)", "--fork", FORK_COMMIT)
 
     def multi_proposal(self, workdir):
         """Its MultiProposal compiled into ``workdir``: a ForkProposals."""

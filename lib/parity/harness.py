@@ -8,6 +8,7 @@ from lib.parity.compare import (MINING_RANGES, MINING_SCALES, MINING_VARIANTS, _
                                 random_mining_scene)
 from lib.parity.detection import compare_test_batches, compare_test_proposals
 from lib.parity.mask_network import compare_mask_network
+from lib.parity.reference import provenance_table
 from lib.parity.tables import format_table
 
 
@@ -15,7 +16,8 @@ def run(reference, cases=200, images=100, seed=0, workdir=None, fork=None, batch
         mask_chips=2, mask_chip_size=192):
     """Every comparison against ``reference`` (a lib.parity.reference.ReferenceCheckout) and, given ``fork``
     (a lib.parity.fork.ForkCheckout), its operators on ``batches`` random batches; the tables. The mask
-    network's run on ``mask_chips`` chips of ``mask_chip_size`` px (0 chips: left out)."""
+    network's run on ``mask_chips`` chips of ``mask_chip_size`` px (0 chips: left out). The first table says
+    which commits were read."""
     with tempfile.TemporaryDirectory(prefix="sniper_parity_") as scratch:
         workdir = workdir or scratch
         bbox = reference.bbox_transform()
@@ -25,6 +27,7 @@ def run(reference, cases=200, images=100, seed=0, workdir=None, fork=None, batch
         workers = reference.data_workers(chips, overlaps, reference.nms_module(os.path.join(workdir, "nms")))
         tester = reference.tester_module(workers, reference.bbox_transform(overlaps))
         tables = [
+            format_table(*provenance_table(reference, fork)),
             format_table(f"Chip generator ({cases} random images, seed {seed})", ["quantity", "agreement"],
                          compare_chips(chips, bbox.clip_boxes, cases, seed)),
             format_table(f"Chip mining ({images} random scenes, 3 scales, seed {seed})",

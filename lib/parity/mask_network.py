@@ -35,7 +35,7 @@ from lib.config import load_config
 from lib.data.anchor_target import AnchorTargeter, AnchorTargetParams
 from lib.data.chip_masks import encode_polygons
 from lib.data.chip_worker import batch_fields
-from lib.parity.tables import percent
+from lib.benchmarking import percent, thread_count
 
 MASK_CONFIG = os.path.join(ROOT, "configs", "faster", "sniper_res101_e2e_mask.yml")
 ROUNDING_PROBE = "stage4_unit1_conv2_weight"  # a res5 weight that every head reads
@@ -320,7 +320,7 @@ def compare_mask_network(reference, chips=2, chip_size=192, seed=0):
     probed = dict(params, **{ROUNDING_PROBE: params[ROUNDING_PROBE] * np.float32(1 + 2.0 ** -22)})
     mine = [training_step(project_symbol(cfg, compiled), inputs, probed if probe else params, aux)
             for _, compiled, probe in VARIANTS]
-    where = f"{chips} random chips of {chip_size} px, seed {seed}, float32, one training step"
+    where = f"{chips} random chips of {chip_size} px, seed {seed}, float32, one training step, {thread_count()}"
     variant_names = [name for name, _, _ in VARIANTS]
     return [
         (f"Mask training graph: signatures ({batch} chips of {size} px, the published mask config)",

@@ -13,7 +13,7 @@ import numpy as np
 
 from lib.config import load_config
 from lib.parity.fork import TARGET_INPUTS, TARGET_OUTPUTS
-from lib.parity.tables import percent
+from lib.benchmarking import percent
 
 CHIP, STRIDE = 512, 16
 TRAIN_RANGES = ((-1, 80), (32, 150), (120, -1))  # the COCO training ranges, finest scale first

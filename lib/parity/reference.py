@@ -72,17 +72,79 @@ def compile_shared_library(sources_dir, source, library, what):
     return library
 
 
+# The commits docs/reference_differences.md was measured against: the reference's master (2021-08-21) and the
+# fork's commit its SNIPER-mxnet submodule pins. Another commit may compute otherwise: the harness says which
+# commit it read and refuses others unless told (tools/parity).
+REFERENCE_COMMIT = "66d7d5bff7f2e1e45e7e299c570e43e8698311aa"
+FORK_COMMIT = "00ab7a26553c45703c4a6e76e2fc7f2b6e581565"
+
+
+def check_pinned(checkouts, any_commit):
+    """Warnings (one line each) for ``checkouts`` not at their pinned commit unmodified; with ``any_commit``
+    false the first is raised instead (a FileNotFoundError, as for a folder that is no checkout)."""
+    problems = [problem for _, problem in (checkout.provenance() for checkout in checkouts) if problem]
+    if problems and not any_commit:
+        raise FileNotFoundError(f"{problems[0]}; --any-commit compares it anyway")
+    return [f"WARNING: {problem}: figures may differ from the documented ones" for problem in problems]
+
+
+def provenance_table(reference, fork):
+    """The harness's first table: which commits it read (``fork`` None: not given)."""
+    rows = [["reference (mahyarnajibi/SNIPER)", *_provenance_cells(reference)]]
+    rows.append(["fork (mahyarnajibi/SNIPER-mxnet)", *(_provenance_cells(fork) if fork else ["not given: its tables "
+                                                                                             "left out", "-"])])
+    return ["Checkouts read", ["checkout", "read", "differs from the pinned commit"], rows]
+
+
+def _provenance_cells(checkout):
+    read, problem = checkout.provenance()
+    return [read, "no" if problem is None else "**yes**"]
+
+
 class Checkout:
     """A checkout at ``path``: a working tree, or a git directory (its HEAD is read). ``marker`` is a file
-    every checkout of it has; ``what`` names it in the error for a folder that is not one."""
+    every checkout of it has; ``what`` names it in the error for a folder that is not one; ``pinned`` is the
+    commit the documented figures were measured on."""
 
-    def __init__(self, path, marker, what, option):
+    def __init__(self, path, marker, what, option, pinned):
         self.path = os.path.abspath(path)
+        self.option, self.pinned = option, pinned
         self.bare = (not os.path.isfile(os.path.join(self.path, marker))
                      and os.path.isfile(os.path.join(self.path, "HEAD")))
         if not self.bare and not os.path.isfile(os.path.join(self.path, marker)):
             raise FileNotFoundError(f"{option} {path}: not a checkout of {what} (no {marker}, and not a git "
                                     f"directory)")
+
+    def commit(self):
+        """(the commit read, or None where ``path`` is not a git checkout of its own; whether tracked files
+        differ from that commit)."""
+        git = ["git", "--git-dir", self.path] if self.bare else ["git", "-C", self.path]
+        if not self.bare:
+            top = subprocess.run(git + ["rev-parse", "--show-toplevel"], capture_output=True, text=True)
+            if top.returncode or os.path.realpath(top.stdout.strip()) != os.path.realpath(self.path):
+                return None, False  # a copy without git, or a folder inside another repository
+        head = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True)
+        if head.returncode:
+            return None, False
+        modified = not self.bare and bool(subprocess.run(git + ["status", "--porcelain", "--untracked-files=no"],
+                                                         capture_output=True, text=True).stdout.strip())
+        return head.stdout.strip(), modified
+
+    def provenance(self):
+        """(what was read, in words; None when it is the pinned commit unmodified, else why it is not)."""
+        commit, modified = self.commit()
+        if commit is None:
+            return (f"{self.path}: no git commit (not a checkout of its own)",
+                    f"{self.option} {self.path}: its commit cannot be read (not a git checkout), the pinned one is "
+                    f"{self.pinned[:8]}")
+        read = f"{self.path} at {commit[:12]}" + (" with modified files" if modified else "")
+        if commit != self.pinned:
+            return read, (f"{self.option} {self.path}: commit {commit[:12]} is not the pinned {self.pinned[:12]} "
+                          f"that docs/reference_differences.md was measured on "
+                          f"(git -C {self.path} checkout {self.pinned[:8]})")
+        if modified:
+            return read, f"{self.option} {self.path}: tracked files differ from the pinned commit {self.pinned[:12]}"
+        return read + " (pinned)", None
 
     def read(self, relative):
         """The text of file ``relative`` (e.g. ``lib/chips/cchips.cpp``)."""
@@ -108,7 +170,8 @@ class ReferenceCheckout(Checkout):
     """The reference (mahyarnajibi/SNIPER) at ``path``."""
 
     def __init__(self, path):
-        super().__init__(path, os.path.join("lib", "chips", "cchips.cpp"), "the SNIPER reference", "--reference")
+        super().__init__(path, os.path.join("lib", "chips", "cchips.cpp"), "the SNIPER reference", "--reference",
+                         REFERENCE_COMMIT)
 
     def bbox_transform(self, overlaps=None):
         """lib/bbox/bbox_transform.py; ``overlaps`` is its compiled lib/bbox/bbox.pyx (``bbox_extension``),

@@ -8,10 +8,13 @@ to that naming by tools/convert_gluoncv_resnet.py.
 New layers (everything the checkpoint does not provide), TRAIN.NEW_LAYER_INIT:
 
 * deformable offsets (``*offset*``): zeros, so deformable layers start as their regular counterparts;
-* ``reference`` (as the reference): every other new layer (RPN, R-CNN reduction, FC layers, classifier,
-  box regressor, the mask branch's convolutions and deconvolution) has weights N(0, 0.01);
+* ``reference`` (as the reference's ``init_weight_rcnn`` / ``init_weight_mask``): every other new layer (RPN,
+  R-CNN reduction ``conv_new_1``, the AutoFocus FocusPixels layers ``conv_new_2``, ``conv_new_3``,
+  ``conv_new_out``, FC layers, classifier, box regressor, the mask branch's convolutions and deconvolution)
+  has weights N(0, 0.01);
 * ``msra``: RPN layers, R-CNN reduction and classifier N(0, 0.01), the box regressor N(0, 0.001)
-  (targets are divided by stds 0.1/0.2, so small outputs), the R-CNN FC layers MSRA/He Gaussian;
+  (targets are divided by stds 0.1/0.2, so small outputs), the R-CNN FC layers and the FocusPixels layers
+  MSRA/He Gaussian;
 * anything else (the whole backbone with TRAIN.FROM_SCRATCH): MSRA/He Gaussian (Xavier, fan-in,
   magnitude 2), suited to ReLU layers;
 * biases and batch-norm beta/moving means zero, gammas and moving variances one (MXNet's rules).
@@ -29,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 _MSRA = mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2)
 NEW_LAYER_INITS = {
-    "reference": mx.init.Mixed([r".*offset", r"rpn_|conv_new_1_|fc_new_|cls_score_|bbox_pred_|mask_", r".*"],
+    "reference": mx.init.Mixed([r".*offset", r"rpn_|conv_new_|fc_new_|cls_score_|bbox_pred_|mask_", r".*"],
                                [mx.init.Zero(), mx.init.Normal(0.01), _MSRA]),
     "msra": mx.init.Mixed([r".*offset", r"rpn_|conv_new_1_|cls_score_", r"bbox_pred_", r".*"],
                           [mx.init.Zero(), mx.init.Normal(0.01), mx.init.Normal(0.001), _MSRA]),

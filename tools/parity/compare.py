@@ -2,11 +2,13 @@
 
     python tools/parity/compare.py --reference DIR [--fork DIR] [--cases 200] [--images 100] [--scenes 20]
                                    [--test-images 16] [--batches 100] [--mask-chips 2] [--mask-chip-size 192]
-                                   [--seed 0]
+                                   [--seed 0] [--any-commit]
 
 --reference is a checkout of mahyarnajibi/SNIPER (or a bare clone: its HEAD is read); --fork one of its MXNet
 fork mahyarnajibi/SNIPER-mxnet (default: the reference's SNIPER-mxnet submodule when it is checked out; without
-one the fork's tables are left out). g++ compiles their C++.
+one the fork's tables are left out). g++ compiles their C++. Checkouts at other commits than the pinned ones
+(lib/parity/reference.py: those docs/reference_differences.md was measured on), or with modified files, are
+refused unless --any-commit (then a warning); the first table says which commits were read.
 """
 import argparse
 import os
@@ -19,7 +21,7 @@ from lib.errors import ConfigError  # noqa: E402
 from lib.parity.harness import run  # noqa: E402
 from lib.parity.fork import PROPOSAL_SOURCE, ForkCheckout  # noqa: E402
 from lib.parity.mask_network import MIN_CHIP_SIZE, project_mask_config  # noqa: E402
-from lib.parity.reference import MASK_SYMBOL, ReferenceCheckout  # noqa: E402
+from lib.parity.reference import MASK_SYMBOL, ReferenceCheckout, check_pinned  # noqa: E402
 
 
 def main(argv=None):
@@ -36,6 +38,8 @@ def main(argv=None):
     parser.add_argument("--mask-chip-size", type=int, default=192,
                         help=f"their size in px (at least {MIN_CHIP_SIZE}, a multiple of the features' stride)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--any-commit", action="store_true",
+                        help="compare checkouts at other than the pinned commits too (with a warning)")
     args = parser.parse_args(argv)
     if args.mask_chips < 0 or (args.mask_chips and args.mask_chip_size < MIN_CHIP_SIZE):
         parser.error(f"--mask-chips {args.mask_chips} --mask-chip-size {args.mask_chip_size}: 0 chips (no mask "
@@ -49,10 +53,13 @@ def main(argv=None):
         if args.mask_chips:
             project_mask_config(args.mask_chips, args.mask_chip_size, False)  # the config's own checks, now
             reference.read(MASK_SYMBOL)
+        warnings = check_pinned([reference] + ([fork] if fork else []), args.any_commit)
     except FileNotFoundError as err:
         parser.error(str(err))
     except ConfigError as err:
         parser.error(f"--mask-chips {args.mask_chips} --mask-chip-size {args.mask_chip_size}: {err}")
+    for warning in warnings:
+        print(warning, file=sys.stderr)
     print(run(reference, args.cases, args.images, args.seed, fork=fork, batches=args.batches, scenes=args.scenes,
               test_images=args.test_images, mask_chips=args.mask_chips, mask_chip_size=args.mask_chip_size))
 

@@ -2,10 +2,11 @@
 (lib/parity/proposal_target.py):
 
     python tools/parity/proposal_target.py inputs --out inputs.npz [--chips 128] [--seed 0]
-    python tools/parity/proposal_target.py fork --fork DIR --inputs inputs.npz --out fork.npz   # CUDA GPU, nvcc
+    python tools/parity/proposal_target.py fork --fork DIR --inputs inputs.npz --out fork.npz [--any-commit]  # GPU
     python tools/parity/proposal_target.py compare --inputs inputs.npz --fork-outputs fork.npz
 
-DIR is a checkout (or bare clone) of the reference's MXNet fork, mahyarnajibi/SNIPER-mxnet.
+DIR is a checkout (or bare clone) of the reference's MXNet fork, mahyarnajibi/SNIPER-mxnet, at its pinned commit
+(another is refused unless --any-commit, then a warning; the step prints which commit it compiled).
 """
 import argparse
 import os
@@ -21,6 +22,7 @@ from lib.config import load_config  # noqa: E402
 from lib.parity.fork import TARGET_INPUTS, TARGET_OUTPUTS, ForkCheckout, run_fork_targets  # noqa: E402
 from lib.parity.proposal_target import (STRIDE, compare_proposal_targets, project_targets,  # noqa: E402
                                         random_target_inputs)
+from lib.parity.reference import check_pinned  # noqa: E402
 from lib.parity.tables import format_table  # noqa: E402
 from lib.logger import report_user_errors  # noqa: E402
 
@@ -46,6 +48,7 @@ def main(argv=None):
     step.add_argument("--inputs", required=True)
     step.add_argument("--out", required=True)
     step.add_argument("--nvcc", default="nvcc")
+    step.add_argument("--any-commit", action="store_true", help="another commit than the pinned one too (warning)")
     step = steps.add_parser("compare", help="the project's operator on them, against the fork's outputs")
     step.add_argument("--inputs", required=True)
     step.add_argument("--fork-outputs", required=True)
@@ -55,8 +58,10 @@ def main(argv=None):
     elif args.step == "fork":
         try:
             fork = ForkCheckout(args.fork)
+            warnings = check_pinned([fork], args.any_commit)
         except FileNotFoundError as err:
             parser.error(str(err))
+        print("\n".join(warnings + [f"fork read: {fork.provenance()[0]}"]), file=sys.stderr)
         network = load_config(None).network
         with tempfile.TemporaryDirectory(prefix="sniper_parity_") as workdir:
             run_fork_targets(fork, args.inputs, args.out, workdir, STRIDE, network.ANCHOR_SCALES,
