@@ -51,6 +51,9 @@ def main(argv=None):
     out = args.out or default_out(cfg, args.im_path)
     if not cv2.haveImageWriter(out):  # checked before the network runs, not by a failed write after it
         sys.exit(f"--out {out}: not an image file name OpenCV can write; end it in .png or .jpg")
+    from lib.start_checks import check_devices
+
+    check_devices(cfg, ("TEST",))  # a GPU config on a CPU machine: every key to change, in one line
     setup_logging()
     from lib.dataset import read_image
     from lib.inference import Detector

@@ -321,6 +321,26 @@ def test_the_tools_take_a_run_folder_alone(trained, elsewhere, tool, argv, made)
         assert "images/s" in result.stdout
 
 
+def test_the_inference_benchmark_takes_the_network_of_the_trained_run(trained):
+    """README's first look after a tiny-config run (config NUM_CLASSES 0, the checkpoint's 6 classes), then a
+    single-scale test of it: the default single-scale row is its only scale, a bad index one line."""
+    work, folder, _ = trained
+    benchmark = [os.path.join(ROOT, "tools", "benchmark_inference.py"), "--no_gluoncv", "--images", "1", "--runs", "1",
+                 "--image_size", "48", "64"]
+    result = run([*benchmark, "--cfg", TINY, "--set", *RUN_OVERRIDES, "TEST.TEST_EPOCH=2"], cwd=work)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "SNIPER weights: out/sniper_synthetic_tiny/SNIPER-0002.params" in result.stdout
+    single = ["--model", str(folder), "--set", "TEST.SCALES=[[64, 96]]", "TEST.VALID_RANGES=[[-1, -1]]",
+              "TEST.BATCH_IMAGES=1"]
+    result = run([*benchmark, *single], cwd=work)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [line.split("|")[2:4] for line in result.stdout.splitlines() if line.startswith("| SNIPER")]
+    assert [(test.strip(), scales.strip()) for test, scales in rows] == [("single-scale", "(64, 96)"),
+                                                                          ("multi-scale", "(64, 96)")]
+    assert_one_line_error(run([*benchmark, *single, "--single_scale", "1"], cwd=work),
+                          "--single_scale 1: TEST.SCALES has 1 scale (indices 0..0)")
+
+
 def test_the_readme_python_api_snippet_runs_as_written(trained, tmp_path):
     """README's snippet, verbatim, in a directory laid out as after ``make train`` (the trained run and its
     data linked in), with the interpreter README names (.venv/bin/python: this test's own)."""
