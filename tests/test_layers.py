@@ -27,7 +27,7 @@ LAYERS = (
     ("symbols", "lib.dataset"),
     ("lib.ops", "lib.evaluation", "chip_generator"),
     ("lib.scales", "lib.boxes", "lib.logger", "lib.drawing", "lib.contexts"),
-    ("lib.errors", "lib.atomic", "lib.bootstrap", "lib.benchmarking", "lib.cuda_kernels",
+    ("lib.errors", "lib.atomic", "lib.bootstrap", "lib.paths", "lib.benchmarking", "lib.cuda_kernels",
      "lib.distributed", "configs", "lib"),
 )
 PACKAGES = ("lib", "symbols", "chip_generator", "configs")

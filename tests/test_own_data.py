@@ -34,6 +34,7 @@ from lib.dataset.variants import add_empty_images, small_object_set
 from lib.evaluation.coco_summary import dense_scene_warning, max_dets_for, parse_bands
 from lib.evaluation.metrics import COCO_STAT_NAMES, evaluate_coco
 from lib.inference.folder_test import detect_images, image_entries, image_ids, list_images
+from lib.paths import shown_path
 from lib.run import checkpoint
 from lib.run.checkpoint import output_dir
 from lib.run.folder import MODEL_KEY, find_checkpoint, model_info, write_run_config
@@ -691,11 +692,30 @@ def test_without_tensorboardx_nothing_is_written_and_nothing_breaks(tmp_path, mo
     monkeypatch.setitem(sys.modules, "tensorboardX", None)  # import tensorboardX raises ImportError
     with caplog.at_level(logging.INFO):
         log = TensorBoardLog(str(tmp_path / "tb"))
-    assert "tensorboardX is not installed" in caplog.text
+    # what to install, with which command, into which environment
+    assert f"tensorboardX is not installed in {shown_path(sys.prefix)} (the Python training runs in)" in caplog.text
+    assert f"{shown_path(sys.executable)} -m pip install -c {shown_path(os.path.join(ROOT, 'constraints.txt'))} " \
+           f"tensorboardX" in caplog.text
     log.scalars(1, {"lr": 0.1})
     log.close()
     assert not os.path.exists(tmp_path / "tb")
     assert TensorBoardLog(str(tmp_path / "off"), enabled=False).writer is None
+
+
+def test_the_event_folder_line_says_how_to_view_it_and_where_to_get_the_viewer(tmp_path, monkeypatch, caplog):
+    pytest.importorskip("tensorboardX")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(shutil, "which", lambda name: None)  # no viewer on the PATH
+    with caplog.at_level(logging.INFO):
+        TensorBoardLog(str(tmp_path / "out" / "run" / "tensorboard")).close()
+    assert (f"TensorBoard event files in {os.path.join('out', 'run', 'tensorboard')}: view them with tensorboard "
+            f"--logdir out after installing the viewer") in caplog.text
+    assert "python3 -m pip install tensorboard" in caplog.text
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        TensorBoardLog(str(tmp_path / "out" / "run" / "tensorboard")).close()
+    assert caplog.text.rstrip().endswith(": view them with tensorboard --logdir out")
 
 
 # ---------------------------------------------------------------- variant sets for measuring
