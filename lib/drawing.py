@@ -23,14 +23,23 @@ MASK_ALPHA = 0.5  # weight of a mask's colour over the pixels it covers
 BACKGROUND_COLOUR = (128, 128, 128)
 
 
+# Okabe and Ito's colour-blind-safe set (orange, sky blue, bluish green, yellow, blue, vermillion, reddish
+# purple; their black left out, which a dark image would hide), in BGR: the first seven classes stay apart
+# for red-green colour-blind eyes (deuteranopia, protanopia) as well.
+OKABE_ITO = ((0, 159, 230), (233, 180, 86), (115, 158, 0), (66, 228, 240), (178, 114, 0), (0, 94, 213),
+             (167, 121, 204))
+
+
 @functools.lru_cache(maxsize=1)
 def _distinct_colours():
-    """Saturated colours in the order that keeps each new one farthest (CIELAB distance, close to what the
-    eye tells apart) from all before it: greedy farthest-point over a grid of hues, saturations, values."""
+    """``OKABE_ITO``, then saturated colours in the order that keeps each new one farthest (CIELAB distance,
+    close to what the eye tells apart) from all before it: greedy farthest-point over a grid of hues,
+    saturations, values."""
     hsv = np.array([[h, s, v] for h in range(0, 180, 5) for s in (255, 170) for v in (255, 190, 130)], np.uint8)
-    bgr = cv2.cvtColor(hsv[None], cv2.COLOR_HSV2BGR)[0]
+    bgr = np.concatenate([np.array(OKABE_ITO, np.uint8), cv2.cvtColor(hsv[None], cv2.COLOR_HSV2BGR)[0]])
     lab = cv2.cvtColor(bgr[None], cv2.COLOR_BGR2LAB)[0].astype(np.float64)
-    order, nearest = [0], np.linalg.norm(lab - lab[0], axis=1)
+    order = list(range(len(OKABE_ITO)))
+    nearest = np.min([np.linalg.norm(lab - lab[i], axis=1) for i in order], axis=0)
     while len(order) < len(lab):
         pick = int(np.argmax(nearest))
         order.append(pick)

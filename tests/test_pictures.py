@@ -29,11 +29,36 @@ def min_distance(colours):
 
 @pytest.mark.parametrize("classes, least", [
     # CIELAB distances: ~2.3 is just noticeable, ~10 clearly different at a glance, ~40 unmistakable
-    (5, 100), (10, 70), (20, 45), (80, 15),
+    (5, 50), (10, 50), (20, 40), (80, 15),
 ])
 def test_class_colours_stay_far_apart(classes, least):
     palette = class_palette(classes + 1)[1:]  # the object classes; label 0 is the background
     assert len(set(palette)) == classes and min_distance(palette) >= least
+
+
+# Machado, Oliveira and Fernandes (2009), severity 1: what a dichromat sees, as a matrix on linear RGB.
+DICHROMACY = {
+    "deuteranopia": [[0.367322, 0.860646, -0.227968], [0.280085, 0.672501, 0.047413], [-0.011820, 0.042940, 0.968881]],
+    "protanopia": [[0.152286, 1.052583, -0.204868], [0.114503, 0.786281, 0.099216], [-0.003882, -0.048116, 1.051998]],
+}
+
+
+def seen_with(kind, colours):
+    """BGR ``colours`` as a ``kind`` dichromat sees them (sRGB -> linear -> matrix -> sRGB), BGR uint8."""
+    srgb = np.array(colours, np.float64)[:, ::-1] / 255
+    linear = np.where(srgb <= 0.04045, srgb / 12.92, ((srgb + 0.055) / 1.055) ** 2.4)
+    seen = np.clip(linear @ np.array(DICHROMACY[kind]).T, 0, 1)
+    srgb = np.where(seen <= 0.0031308, 12.92 * seen, 1.055 * seen ** (1 / 2.4) - 0.055)
+    return [tuple(int(round(c)) for c in row[::-1] * 255) for row in srgb]
+
+
+@pytest.mark.parametrize("kind", sorted(DICHROMACY))
+def test_the_first_class_colours_stay_apart_for_red_green_colour_blind_eyes(kind):
+    assert seen_with(kind, [(255, 255, 255), (0, 0, 0)]) == [(255, 255, 255), (0, 0, 0)]  # greys stay greys
+    red_olive = [(0, 0, 160), (0, 60, 120)]  # a red and an olive green, told apart by normal eyes, not by these
+    assert min_distance(red_olive) > 30 and min_distance(seen_with(kind, red_olive)) < 15
+    palette = class_palette(8)[1:]  # the first seven object classes (Okabe-Ito)
+    assert min_distance(seen_with(kind, palette)) >= 20  # clearly different at a glance
 
 
 def test_one_palette_by_label_for_every_picture_and_none_like_ground_truth():
