@@ -194,24 +194,34 @@ def title(width, text, font_scale=0.5, line_height=22):
 
 
 def pad_to_height(picture, height, background=255):
-    """``picture`` with white rows added at the bottom up to ``height``."""
+    """``picture`` with rows of ``background`` added at the bottom up to ``height``."""
     extra = height - picture.shape[0]
     if extra <= 0:
         return picture
     return np.concatenate([picture, np.full((extra, *picture.shape[1:]), background, np.uint8)], axis=0)
 
 
-def grid(pictures, columns, background=255):
-    """The pictures tiled row by row, ``columns`` a row, each cell the size of the largest picture."""
+def grid(pictures, columns, background=255, gutter=0, captions=None):
+    """The pictures tiled row by row, ``columns`` a row, each cell the size of the largest picture, cells
+    ``gutter`` px apart (background between them: neighbouring tiles never touch); ``captions``, one text per
+    picture, go whole (wrapped) on a white strip above each tile, every strip of a grid as tall as the tallest."""
     if not pictures:
         raise ValueError("grid: no pictures")
+    if captions is not None and len(captions) != len(pictures):
+        raise ValueError(f"grid: {len(captions)} captions for {len(pictures)} pictures")
     height = max(p.shape[0] for p in pictures)
     width = max(p.shape[1] for p in pictures)
+    strips = [title(width, text) for text in captions] if captions is not None else []
+    top_height = max((strip.shape[0] for strip in strips), default=0)
+    cell_height = top_height + height
     rows = -(-len(pictures) // columns)
-    canvas = np.full((rows * height, columns * width, 3), background, np.uint8)
+    canvas = np.full((rows * cell_height + (rows - 1) * gutter, columns * width + (columns - 1) * gutter, 3),
+                     background, np.uint8)
     for index, picture in enumerate(pictures):
-        top, left = (index // columns) * height, (index % columns) * width
-        canvas[top:top + picture.shape[0], left:left + picture.shape[1]] = picture
+        top, left = (index // columns) * (cell_height + gutter), (index % columns) * (width + gutter)
+        if strips:
+            canvas[top:top + top_height, left:left + width] = pad_to_height(strips[index], top_height)
+        canvas[top + top_height:top + top_height + picture.shape[0], left:left + picture.shape[1]] = picture
     return canvas
 
 

@@ -116,6 +116,34 @@ def test_short_epochs_still_record_several_points():
     assert record_every(20, 1000) == 20 and record_every(20, 12) == 3 and record_every(20, 3) == 1
 
 
+def test_metric_plot_draws_the_evaluations_ap_per_epoch_without_undefined_points(tmp_path):
+    records = [{"iteration": i, "epoch": 1 + i // 4, "lr": 0.01, "RPNLogLoss": 1 / i, "chips_per_s": 5.0}
+               for i in range(1, 12)]
+    stats = [{"AP": 0.1, "AP50": 0.3, "APs": -1.0, "APm": -1.0, "AR100": 0.4},  # APs undefined on this set
+             {"AP": 0.2, "AP50": 0.45, "APs": -1.0, "APm": 0.05, "AR100": 0.5},
+             {"AP": 0.25, "AP50": float("nan"), "APs": -1.0, "APm": 0.1, "AR100": 0.6}]
+    evaluations = [{"iteration": 4 * epoch, "epoch": epoch, "eval": e} for epoch, e in enumerate(stats, start=1)]
+    path = tmp_path / "run" / "metrics.jsonl"
+    os.makedirs(path.parent)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records[:4] + evaluations[:1] + records[4:8] +
+                            evaluations[1:2] + records[8:] + evaluations[2:]))
+    records_read, evaluations_read, skipped = plot_metrics.read_metrics(str(path))
+    assert (len(records_read), evaluations_read, skipped) == (11, json.loads(json.dumps(evaluations)), 0)
+    figure = plot_metrics.figure_of(records_read, "my_run", evaluations_read)
+    figure.canvas.draw()
+    panel = figure.axes[-1]
+    assert panel.get_ylabel() == "AP (evaluations)"
+    curves = {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in panel.get_lines()}
+    assert curves == {"AP": ([4, 8, 12], [0.1, 0.2, 0.25]), "AP50": ([4, 8], [0.3, 0.45]),  # no NaN point
+                      "APm": ([8, 12], [0.05, 0.1])}  # no -1 point; no AR
+    assert panel.get_title(loc="left") == "undefined at every evaluation (no point): APs"
+    assert [text.get_text() for text in panel.texts] == ["e1", "e2", "e3"]
+    colours = [line.get_color() for axis in figure.axes for line in axis.get_lines() if line.get_label()[0] != "_"]
+    assert len(set(colours)) == len(colours)
+    plot_metrics.main([str(path.parent)])
+    assert cv2.imread(str(path.parent / "metrics.png")) is not None
+
+
 def test_metric_plot_panels_colours_and_legends(tmp_path):
     records = [{"iteration": i, "epoch": 1 + i // 6, "batch": i % 6, "batches": 6, "lr": 0.01 * min(1, i / 5),
                 "RPNLogLoss": 1 / i, "RCNNLogLoss": 2 / i, "RPNL1Loss": 0.5 / i, "RPNAcc": 0.5 + i / 40,

@@ -303,8 +303,11 @@ def test_damaged_metadata_is_named(trained, tmp_path):
 
 @pytest.mark.parametrize("tool, argv, made", [
     ("visualize_chips.py", ["TRAIN_ID", "--out", "chips.png"], "chips.png"),
+    ("visualize_chips.py", ["TRAIN_ID"], "RUN/chips_TRAIN_ID.png"),  # by default into the run folder
     ("visualize_batch.py", ["--chips", "2", "--out", "batch.png"], "batch.png"),
+    ("visualize_batch.py", ["--chips", "2", "--batch", "0"], "RUN/batch_0.png"),
     ("visualize_detections.py", ["--results", "RESULTS", "--images", "1", "--out", "pictures"], "pictures"),
+    ("visualize_detections.py", ["--results", "RESULTS", "--images", "1"], "RUN/detections/detections_000.png"),
     ("benchmark_inference.py", ["--null-forward", "--images", "2", "--runs", "1", "--workers", "0"], None),
 ])
 def test_the_tools_take_a_run_folder_alone(trained, elsewhere, tool, argv, made):
@@ -315,10 +318,43 @@ def test_the_tools_take_a_run_folder_alone(trained, elsewhere, tool, argv, made)
     argv = [str(train_id) if a == "TRAIN_ID" else results if a == "RESULTS" else a for a in argv]
     result = run([os.path.join(ROOT, "tools", tool), *argv, "--model", str(folder)], cwd=elsewhere)
     assert result.returncode == 0, result.stderr[-3000:]
-    if made:  # the run's own data found through the run folder, from another directory
-        assert os.path.exists(elsewhere / made)
+    if made:  # the run's own data found through the run folder, from another directory; pictures go into it
+        made = made.replace("TRAIN_ID", str(train_id))
+        assert os.path.exists(folder / made[4:] if made.startswith("RUN/") else elsewhere / made)
+        assert not made.startswith("RUN/") or os.listdir(elsewhere) == []
     else:
         assert "images/s" in result.stdout
+
+
+def test_the_viewer_finds_the_image_ids_main_test_gave_a_folder_of_images(trained, tmp_path):
+    """``main_test.py --images`` on img_9.jpg and img_10.jpg (names not all numbers: ids 1 and 2), then the
+    viewer on that folder and those results: it draws the detections of both, into the results' folder."""
+    work, folder, _ = trained
+    images = tmp_path / "images"
+    images.mkdir()
+    for name in ("img_9.jpg", "img_10.jpg"):
+        shutil.copy(val_image(work)[0], images / name)
+    result = run([os.path.join(ROOT, "main_test.py"), "--model", str(folder), "--images", str(images), "--out",
+                  str(tmp_path / "found"), "--set", *EVERY_SCORE], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(tmp_path / "found" / "detections_results.json") as f:
+        assert sorted({d["image_id"] for d in json.load(f)}) == [1, 2]  # img_10.jpg sorts first
+    result = run([os.path.join(ROOT, "tools", "visualize_detections.py"), "--results",
+                  str(tmp_path / "found" / "detections_results.json"), "--folder", str(images), "--thresh", "0"],
+                 cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.startswith("drew 2 images, 2 with detections")
+    assert result.stdout.rstrip().endswith(f"into 1 grids: {os.path.join('found', 'detections', 'detections_000.png')}")
+    (tmp_path / "found" / "image_info.json").unlink()  # without main_test's record: its rule, the same ids
+    result = run([os.path.join(ROOT, "tools", "visualize_detections.py"), "--results",
+                  str(tmp_path / "found" / "detections_results.json"), "--folder", str(images)], cwd=tmp_path)
+    assert result.returncode == 0 and result.stdout.startswith("drew 2 images, 2 with detections"), result.stderr
+    other = tmp_path / "other.json"  # results of other images: one line, no pictures without their detections
+    other.write_text(json.dumps([{"image_id": 9, "category_id": 1, "bbox": [1, 1, 5, 5], "score": 0.9}]))
+    result = run([os.path.join(ROOT, "tools", "visualize_detections.py"), "--results", str(other), "--folder",
+                  str(images), "--out", str(tmp_path / "none")], cwd=tmp_path)
+    assert_one_line_error(result, "none of the 1 image ids in other.json is one of these 2 images")
+    assert not os.path.exists(tmp_path / "none")
 
 
 def test_the_inference_benchmark_takes_the_network_of_the_trained_run(trained):

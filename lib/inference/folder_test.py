@@ -26,6 +26,7 @@ from lib.run.folder import read_model_info
 logger = logging.getLogger(__name__)
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
+IMAGE_INFO_FILE = "image_info.json"  # the ids, file names and sizes of the images tested (the viewer reads it)
 
 
 def list_images(source):
@@ -117,7 +118,7 @@ def detect_images(cfg, source, out_dir=None, draw=False, thresh=0.5, detector=No
     write_json({"images": [{"id": e["id"], "file_name": os.path.basename(e["image"]), "width": e["width"],
                             "height": e["height"]} for e in entries],
                 "categories": [{"id": int(c), "name": n} for c, n in zip(category_ids[1:], detector.classes[1:])]},
-               os.path.join(out_dir, "image_info.json"))
+               os.path.join(out_dir, IMAGE_INFO_FILE))
     geojson = write_geojson([entries[i] for i in tested], [found[i] for i in tested], category_ids, detector.classes,
                             out_dir)
     if draw:
