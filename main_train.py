@@ -41,14 +41,14 @@ def main(argv=None):
             log_config(args.cfg, args.set, dump_config(cfg))
             prefix, _ = train(cfg, resume=args.resume, kvstore=kvstore, overwrite=args.overwrite)
             if args.eval and workers.rank == 0:
-                from lib.inference.tester import test
                 from lib.run.checkpoint import last_complete_epoch, params_path
                 from lib.run.folder import best_checkpoint
+                from lib.train.evaluation import final_test
 
                 # The best epoch of the evaluations while training (TRAIN.EVAL_EVERY), else the last checkpoint
                 # written (an early stop ends before TRAIN.end_epoch), whatever TEST.TEST_EPOCH / TEST.MODEL say
-                # (they serve main_test.py).
-                test(cfg, checkpoint=best_checkpoint(output_dir(cfg)) or params_path(prefix, last_complete_epoch(prefix)))
+                # (they serve main_test.py); one those evaluations tested on the whole set is not tested again.
+                final_test(cfg, best_checkpoint(output_dir(cfg)) or params_path(prefix, last_complete_epoch(prefix)))
 
 
 if __name__ == "__main__":

@@ -36,6 +36,8 @@ from lib.run.checkpoint import output_dir
 
 logger = logging.getLogger(__name__)
 
+SUMMARY_FILE = "test_summary.json"  # a test's summary in its results folder
+
 
 def results_dir(cfg):
     """``{output_path}/{cfg.name}/results/{test_image_set}``."""
@@ -160,8 +162,8 @@ def test(cfg, detector=None, checkpoint=None, out_dir=None, max_images=0, vis=Fa
                                  dataset.classes, out_dir))
     if skipped:
         logger.warning("%d of %d images could not be read and were skipped (listed in %s)", len(skipped),
-                       len(roidb), os.path.join(out_dir, "test_summary.json"))
-    write_json(summary, os.path.join(out_dir, "test_summary.json"))
+                       len(roidb), os.path.join(out_dir, SUMMARY_FILE))
+    write_json(summary, os.path.join(out_dir, SUMMARY_FILE))
     logger.info("tested %d of %d images of %s, %d skipped", len(tested), len(roidb), image_set, len(skipped))
     return summary
 
