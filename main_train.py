@@ -16,8 +16,8 @@ def parse_args(argv=None):
     start = parser.add_mutually_exclusive_group()
     start.add_argument("--resume", action="store_true", help="continue from the last complete checkpoint")
     start.add_argument("--overwrite", action="store_true",
-                       help="start over in a run folder that holds checkpoints of this config: their epoch files "
-                            "are first moved to {output_path}/{name}/replaced_TIME/")
+                       help="start over in a run folder that holds checkpoints of this config: their epoch files, "
+                            "evaluations and the results/ are first moved to {output_path}/{name}/replaced_TIME/")
     parser.add_argument("--eval", action="store_true",
                         help="evaluate the final checkpoint on the test image set (with TRAIN.EVAL_EVERY: the best)")
     return parser.parse_args(argv)

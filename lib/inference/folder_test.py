@@ -90,9 +90,10 @@ def header_size(path):
 
 def output_folder(cfg, source):
     from lib.run.checkpoint import output_dir
+    from lib.run.lock import RESULTS_FOLDER
 
     name = os.path.basename(os.path.normpath(source))
-    return os.path.join(output_dir(cfg), "results", f"images_{os.path.splitext(name)[0] or 'images'}")
+    return os.path.join(output_dir(cfg), RESULTS_FOLDER, f"images_{os.path.splitext(name)[0] or 'images'}")
 
 
 def detect_images(cfg, source, out_dir=None, draw=False, thresh=0.5, detector=None):

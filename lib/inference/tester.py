@@ -33,6 +33,7 @@ from lib.inference.pipeline import RoidbImages, metered
 from lib.inference.regions import RegionPlan
 from lib.inference.scale_cache import ScaleCache
 from lib.run.checkpoint import output_dir
+from lib.run.lock import RESULTS_FOLDER
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ SUMMARY_FILE = "test_summary.json"  # a test's summary in its results folder
 
 def results_dir(cfg):
     """``{output_path}/{cfg.name}/results/{test_image_set}``."""
-    return os.path.join(output_dir(cfg), "results", cfg.dataset.test_image_set)
+    return os.path.join(output_dir(cfg), RESULTS_FOLDER, cfg.dataset.test_image_set)
 
 
 def proposal_file(cfg):

@@ -23,6 +23,7 @@ from lib.evaluation.coco_summary import SEGM_PREFIX, parse_bands, scored_max_det
 from lib.paths import shown_path
 from lib.run.folder import BEST_FILE
 from lib.run.checkpoint import output_dir
+from lib.run.lock import EVALUATIONS_FOLDER
 
 logger = logging.getLogger(__name__)
 
@@ -146,7 +147,7 @@ class TrainingEvaluation:
 
 def evaluation_folder(epoch):
     """The folder of the evaluation after (1-based) ``epoch``, relative to the run folder."""
-    return os.path.join("evaluations", f"epoch_{epoch:04d}")
+    return os.path.join(EVALUATIONS_FOLDER, f"epoch_{epoch:04d}")
 
 
 def whole_set_evaluation(cfg, params):
