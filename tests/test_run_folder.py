@@ -1,6 +1,7 @@
 """A self-describing run folder (lib/run/folder.py), the Python API (Detector.from_checkpoint(MODEL)) and
 the stock test graph export (tools/export_model.py), through the real entry points on a tiny run trained
 once for this file in a working directory of its own, with relative paths."""
+import hashlib
 import json
 import os
 import shutil
@@ -251,6 +252,10 @@ def test_exported_graph_runs_on_stock_mxnet_as_the_in_repo_network(trained, tmp_
     with open(tmp_path / "export" / "tiny-model.json") as f:
         description = json.load(f)
     assert description["classes"][1:] == ["circle", "square", "triangle", "cross", "star"]
+    with open(folder / "SNIPER-0002.params", "rb") as f:  # the source by name and content, not a machine path
+        assert description["source"] == {"run": "sniper_synthetic_tiny", "checkpoint": "SNIPER-0002.params",
+                                         "sha256": hashlib.sha256(f.read()).hexdigest()}
+    assert str(tmp_path) not in json.dumps(description) and str(folder) not in json.dumps(description)
     symbol = mx.sym.load(str(tmp_path / "export" / "tiny-symbol.json"))
     ops = {node["op"] for node in json.loads(symbol.tojson())["nodes"]}
     assert "Custom" not in ops and "_contrib_MultiProposal" in ops
