@@ -285,7 +285,9 @@ def test_a_fresh_start_over_earlier_epochs_is_refused_and_overwrite_moves_them_a
 
 
 @pytest.mark.parametrize("begin_epoch", [0, 1])
-def test_overwrite_also_moves_the_evaluations_of_the_replaced_epochs_and_the_results(tmp_path, begin_epoch):
+def test_overwrite_also_moves_the_evaluations_of_the_replaced_epochs_and_the_results(tmp_path, begin_epoch,
+                                                                                      monkeypatch, caplog):
+    monkeypatch.chdir(tmp_path)
     folder = tmp_path / "run"
     prefix = str(folder / "SNIPER")
     fake_epochs(prefix, {"-0001.params": "1", "-0002.params": "2", "-0003.params": "3"})
@@ -293,7 +295,10 @@ def test_overwrite_also_moves_the_evaluations_of_the_replaced_epochs_and_the_res
                  "results/val/test_summary.json", "results/images_mine/detections_results.json"):
         os.makedirs(os.path.dirname(folder / path), exist_ok=True)
         (folder / path).write_text(path)
-    moved = clear_later_epochs(prefix, begin_epoch, overwrite=True)
+    with caplog.at_level(logging.WARNING):
+        moved = clear_later_epochs(prefix, begin_epoch, overwrite=True)
+    # the message names the folder relative to the current one, and what went there
+    assert caplog.text.rstrip().endswith(f"evaluations/epoch_0002/, results/ to run/{os.path.basename(moved)}")
     left = sorted(os.path.relpath(os.path.join(parent, name), folder) for parent, _, names in os.walk(folder)
                   for name in names if not parent.startswith(moved))
     kept = ["SNIPER-0001.params", "evaluations/epoch_0001/summary.json"] if begin_epoch else []

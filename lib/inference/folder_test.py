@@ -21,6 +21,7 @@ from lib.dataset.image_io import check_pixel_limit, read_image
 from lib.drawing import write_picture
 from lib.evaluation.metrics import coco_results
 from lib.inference.geojson import write_geojson
+from lib.paths import shown_path
 from lib.run.folder import read_model_info
 
 logger = logging.getLogger(__name__)
@@ -129,7 +130,7 @@ def detect_images(cfg, source, out_dir=None, draw=False, thresh=0.5, detector=No
             write_picture(detector.draw(image, found[i], thresh), os.path.join(out_dir, "drawn", name))
     speed = len(tested) / max(seconds, 1e-9)
     logger.info("tested %d of %d images of %s in %.1f s (%.2f images/s); %d detections written to %s",
-                len(tested), len(paths), source, seconds, speed, len(results), out_dir)
+                len(tested), len(paths), source, seconds, speed, len(results), shown_path(out_dir))
     summary = {"source": source, "images": len(paths), "tested": len(tested),
                "skipped": len(unreadable) + len(skipped), "seconds": seconds, "images_per_s": speed,
                "results": os.path.join(out_dir, "detections_results.json"), "checkpoint": detector.source, **geojson}

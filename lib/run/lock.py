@@ -15,6 +15,7 @@ import os
 import time
 
 from lib.errors import UserError
+from lib.paths import shown_path
 
 logger = logging.getLogger(__name__)
 
@@ -98,5 +99,5 @@ def clear_later_epochs(prefix, begin_epoch, overwrite):
         os.rmdir(evaluations)
     also = f" and {', '.join(path + '/' for path in folders)}" if folders else ""
     logger.warning("--overwrite: moved %d files of epochs %s of %s%s to %s", len(paths),
-                   ", ".join(map(str, sorted(later))), name, also, moved)
+                   ", ".join(map(str, sorted(later))), name, also, shown_path(moved))
     return moved
