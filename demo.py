@@ -73,7 +73,8 @@ def main(argv=None):
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     if not cv2.imwrite(out, detector.draw(image, detections, args.thresh)):
         sys.exit(f"cannot write {out}")
-    logger.info("%d detections, %d with score >= %.2f, drawn to %s", len(detections), len(shown), args.thresh, shown_path(out))
+    logger.info("%d detections, %d with score >= %.2f, drawn to %s", len(detections), len(shown), args.thresh,
+                shown_path(out))
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ def main(argv=None):
     from lib.run.checkpoint import output_dir
     from lib.train.trainer import train
 
-    check_training_start(cfg, args.resume, args.overwrite, args.eval)  # what can fail before any work, nothing written yet
+    check_training_start(cfg, args.resume, args.overwrite, args.eval)  # what can fail before any work: nothing written
     kvstore = create_kvstore(cfg)  # with dist_sync: joins the job started by tools/launch.py
     workers = Workers(kvstore)
     with workers.exit_at_once_on_error():

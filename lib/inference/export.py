@@ -44,7 +44,8 @@ def export_test_graph(cfg, prefix):
     check_params(symbol, arg_params, aux_params, params, feature_stride(cfg))
     paths = _save_graph(symbol, arg_params, aux_params, prefix)
     description = {"source": checkpoint_identity(cfg, params), "epoch": EXPORT_EPOCH, "symbol": cfg.symbol,
-                   "rpn_only": rpn_only, "classes": classes, "category_ids": info.get("category_ids"), **describe(cfg, symbol)}
+                   "rpn_only": rpn_only, "classes": classes, "category_ids": info.get("category_ids"),
+                   **describe(cfg, symbol)}
     if cfg.TRAIN.WITH_MASK and not rpn_only:
         mask_symbol = mask_inference_symbol(cfg, len(classes), compiled_deformable=False)
         paths += _save_graph(mask_symbol, arg_params, aux_params, f"{prefix}-mask")
