@@ -51,8 +51,12 @@ def main(argv=None):
     out = args.out or default_out(cfg, args.im_path)
     if not cv2.haveImageWriter(out):  # checked before the network runs, not by a failed write after it
         sys.exit(f"--out {out}: not an image file name OpenCV can write; end it in .png or .jpg")
+    from lib.start_checks import check_devices
+
+    check_devices(cfg, ("TEST",))  # a GPU config on a CPU machine: every key to change, in one line
     setup_logging()
     from lib.dataset import read_image
+    from lib.paths import shown_path
     from lib.inference import Detector
     from lib.inference.detector import checkpoint_file
     from lib.run.folder import checkpoint_classes
@@ -69,7 +73,8 @@ def main(argv=None):
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     if not cv2.imwrite(out, detector.draw(image, detections, args.thresh)):
         sys.exit(f"cannot write {out}")
-    logger.info("%d detections, %d with score >= %.2f, drawn to %s", len(detections), len(shown), args.thresh, out)
+    logger.info("%d detections, %d with score >= %.2f, drawn to %s", len(detections), len(shown), args.thresh,
+                shown_path(out))
 
 
 if __name__ == "__main__":

@@ -2,6 +2,14 @@
 whether a float16 network (``TRAIN.fp16``, ``TEST.fp16``) may run on them."""
 import mxnet as mx
 
+from lib.errors import ConfigError, MachineError
+
+NO_CPU_FP16 = "MXNet 1.9 cannot run a float16 network on the CPU"
+
+
+class MissingGPUError(MachineError, ValueError):
+    """``gpus`` names GPU ids that this MXNet does not see (a ValueError as before, a MachineError for the console)."""
+
 
 def parse_contexts(spec):
     """Return the list of mx.Context named by ``spec`` (a clear ValueError for anything else, including
@@ -25,8 +33,8 @@ def parse_contexts(spec):
     if missing:
         seen = f"{available} GPU" + ("" if available == 1 else "s")
         seen += f" (ids 0..{available - 1})" if available else ""
-        raise ValueError(f"config key gpus = {spec!r} names gpu({missing[0]}), but this MXNet sees {seen}; "
-                         f"use gpus '' (or 'cpu:N') for CPU")
+        raise MissingGPUError(f"config key gpus = {spec!r} names gpu({missing[0]}), but this MXNet sees {seen}; "
+                              f"use gpus '' (or 'cpu:N') for CPU")
     return [mx.gpu(i) for i in ids]
 
 
@@ -37,8 +45,8 @@ def fp16_enabled(cfg, section, contexts):
     if not cfg[section].fp16:
         return False
     if any(ctx.device_type == "cpu" for ctx in contexts):
-        raise ValueError(f"{section}.fp16 is true but the contexts are CPUs; MXNet 1.9 cannot run a float16 "
-                         f"network on the CPU. Set --set {section}.fp16 false, or gpus to GPU ids.")
+        raise ConfigError(f"{section}.fp16 is true but the contexts are CPUs; {NO_CPU_FP16}. "
+                          f"Set --set {section}.fp16 false, or gpus to GPU ids.")
     return True
 
 

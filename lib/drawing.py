@@ -23,14 +23,23 @@ MASK_ALPHA = 0.5  # weight of a mask's colour over the pixels it covers
 BACKGROUND_COLOUR = (128, 128, 128)
 
 
+# Okabe and Ito's colour-blind-safe set (orange, sky blue, bluish green, yellow, blue, vermillion, reddish
+# purple; their black left out, which a dark image would hide), in BGR: the first seven classes stay apart
+# for red-green colour-blind eyes (deuteranopia, protanopia) as well.
+OKABE_ITO = ((0, 159, 230), (233, 180, 86), (115, 158, 0), (66, 228, 240), (178, 114, 0), (0, 94, 213),
+             (167, 121, 204))
+
+
 @functools.lru_cache(maxsize=1)
 def _distinct_colours():
-    """Saturated colours in the order that keeps each new one farthest (CIELAB distance, close to what the
-    eye tells apart) from all before it: greedy farthest-point over a grid of hues, saturations, values."""
+    """``OKABE_ITO``, then saturated colours in the order that keeps each new one farthest (CIELAB distance,
+    close to what the eye tells apart) from all before it: greedy farthest-point over a grid of hues,
+    saturations, values."""
     hsv = np.array([[h, s, v] for h in range(0, 180, 5) for s in (255, 170) for v in (255, 190, 130)], np.uint8)
-    bgr = cv2.cvtColor(hsv[None], cv2.COLOR_HSV2BGR)[0]
+    bgr = np.concatenate([np.array(OKABE_ITO, np.uint8), cv2.cvtColor(hsv[None], cv2.COLOR_HSV2BGR)[0]])
     lab = cv2.cvtColor(bgr[None], cv2.COLOR_BGR2LAB)[0].astype(np.float64)
-    order, nearest = [0], np.linalg.norm(lab - lab[0], axis=1)
+    order = list(range(len(OKABE_ITO)))
+    nearest = np.min([np.linalg.norm(lab - lab[i], axis=1) for i in order], axis=0)
     while len(order) < len(lab):
         pick = int(np.argmax(nearest))
         order.append(pick)
@@ -185,24 +194,34 @@ def title(width, text, font_scale=0.5, line_height=22):
 
 
 def pad_to_height(picture, height, background=255):
-    """``picture`` with white rows added at the bottom up to ``height``."""
+    """``picture`` with rows of ``background`` added at the bottom up to ``height``."""
     extra = height - picture.shape[0]
     if extra <= 0:
         return picture
     return np.concatenate([picture, np.full((extra, *picture.shape[1:]), background, np.uint8)], axis=0)
 
 
-def grid(pictures, columns, background=255):
-    """The pictures tiled row by row, ``columns`` a row, each cell the size of the largest picture."""
+def grid(pictures, columns, background=255, gutter=0, captions=None):
+    """The pictures tiled row by row, ``columns`` a row, each cell the size of the largest picture, cells
+    ``gutter`` px apart (background between them: neighbouring tiles never touch); ``captions``, one text per
+    picture, go whole (wrapped) on a white strip above each tile, every strip of a grid as tall as the tallest."""
     if not pictures:
         raise ValueError("grid: no pictures")
+    if captions is not None and len(captions) != len(pictures):
+        raise ValueError(f"grid: {len(captions)} captions for {len(pictures)} pictures")
     height = max(p.shape[0] for p in pictures)
     width = max(p.shape[1] for p in pictures)
+    strips = [title(width, text) for text in captions] if captions is not None else []
+    top_height = max((strip.shape[0] for strip in strips), default=0)
+    cell_height = top_height + height
     rows = -(-len(pictures) // columns)
-    canvas = np.full((rows * height, columns * width, 3), background, np.uint8)
+    canvas = np.full((rows * cell_height + (rows - 1) * gutter, columns * width + (columns - 1) * gutter, 3),
+                     background, np.uint8)
     for index, picture in enumerate(pictures):
-        top, left = (index // columns) * height, (index % columns) * width
-        canvas[top:top + picture.shape[0], left:left + picture.shape[1]] = picture
+        top, left = (index // columns) * (cell_height + gutter), (index % columns) * (width + gutter)
+        if strips:
+            canvas[top:top + top_height, left:left + width] = pad_to_height(strips[index], top_height)
+        canvas[top + top_height:top + top_height + picture.shape[0], left:left + picture.shape[1]] = picture
     return canvas
 
 

@@ -25,14 +25,31 @@ def check_output_path(cfg):
         raise ConfigError(f"config key output_path = {cfg.output_path!r}: {existing} is not writable")
 
 
-def check_devices(cfg):
-    """The contexts of ``gpus`` exist on this machine (a GPU id without a GPU: one line, nothing written)."""
-    from lib.contexts import parse_contexts
+def check_devices(cfg, fp16_sections=()):
+    """The contexts of ``gpus`` exist on this machine and can run the float16 networks of ``fp16_sections``
+    ("TRAIN", "TEST"). A config for GPUs on a machine without one names every key to change in one line (gpus
+    and each fp16 that the CPU contexts it falls back to cannot run), not one per restart."""
+    import mxnet as mx
+    from lib.contexts import NO_CPU_FP16, MissingGPUError, parse_contexts
 
+    problems, fixes = [], []
     try:
-        parse_contexts(cfg.gpus)
+        on_cpu = any(ctx.device_type == "cpu" for ctx in parse_contexts(cfg.gpus))
+    except MissingGPUError:
+        if mx.context.num_gpus():  # GPUs, other ids: the float16 networks run once gpus names them
+            raise
+        problems.append(f"gpus {cfg.gpus!r} (this MXNet sees no GPU)")
+        fixes.append("gpus ''")
+        on_cpu = True
     except ValueError as err:
-        raise MachineError(str(err)) from None
+        raise ConfigError(str(err)) from None
+    fp16 = [section for section in fp16_sections if on_cpu and cfg[section].fp16]
+    if fp16:
+        problems.append(f"{', '.join(f'{section}.fp16 true' for section in fp16)} ({NO_CPU_FP16})")
+        fixes += [f"{section}.fp16 false" for section in fp16]
+    if problems:
+        raise MachineError(f"this machine cannot run {', '.join(problems)}: change {'them' if len(fixes) > 1 else 'it'}"
+                           f" with --set {' '.join(fixes)} (or run on a machine with GPUs)")
 
 
 def check_run_folder(cfg, resume, overwrite):
@@ -78,9 +95,11 @@ def check_proposals(cfg):
         check_proposal_file(path)
 
 
-def check_training_start(cfg, resume=False, overwrite=False):
+def check_training_start(cfg, resume=False, overwrite=False, evaluates=False):
+    """A training start; ``evaluates``: it also tests (``--eval``), so TEST.fp16 must fit the contexts too
+    (TRAIN.EVAL_EVERY makes it test anyway)."""
     check_output_path(cfg)
-    check_devices(cfg)
+    check_devices(cfg, ("TRAIN", "TEST") if evaluates or cfg.TRAIN.EVAL_EVERY else ("TRAIN",))
     check_run_folder(cfg, resume, overwrite)
     check_class_count(cfg)
     check_proposals(cfg)
@@ -90,6 +109,6 @@ def check_test_start(cfg, image_set=None):
     """A test's start; ``image_set``: the dataset image set it reads (none for a folder of images), whose
     class count must be the network's."""
     check_output_path(cfg)
-    check_devices(cfg)
+    check_devices(cfg, ("TEST",))
     if image_set:
         check_class_count(cfg, image_set)

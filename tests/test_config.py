@@ -1,13 +1,24 @@
 """Config loading, overrides, type checks, freezing, and both scale forms of spec section 1."""
 import argparse
 import glob
+import os
 import pickle
+import subprocess
+import sys
 
 import pytest
 
+from lib.bootstrap import ROOT
 from lib.config import (VARIANT_KEYS, ConfigError, FrozenConfigError, add_config_arguments, config_from_arguments,
                         dump_config, load_config, parse_cli_overrides, plain, with_overrides)
 from lib.scales import ScaleError, in_valid_range, parse_scales, pyramid
+
+SHIPPED = os.path.join(ROOT, "configs", "faster")  # from the repository root, whatever folder pytest runs in
+SHIPPED_FILES = sorted(glob.glob(os.path.join(SHIPPED, "*.yml")))
+
+
+def shipped(name):
+    return os.path.join(SHIPPED, name)
 
 
 def write_yaml(tmp_path, text):
@@ -63,18 +74,18 @@ def test_cli_words_pairs_and_key_equals_value():
 def test_every_set_option_adds_to_the_overrides():
     parser = argparse.ArgumentParser()
     add_config_arguments(parser)
-    args = parser.parse_args(["--cfg", "configs/faster/sniper_synthetic_tiny.yml", "--set", "TRAIN.lr", "0.5",
+    args = parser.parse_args(["--cfg", shipped("sniper_synthetic_tiny.yml"), "--set", "TRAIN.lr", "0.5",
                               "--set", "TRAIN.end_epoch=1", "TRAIN.lr_step=", "--set", "TRAIN.wd", "0"])
     cfg = config_from_arguments(args)
     assert (cfg.TRAIN.lr, cfg.TRAIN.end_epoch, cfg.TRAIN.wd) == (0.5, 1, 0.0)
-    bad = parser.parse_args(["--cfg", "configs/faster/sniper_synthetic_tiny.yml", "--set", "TRAIN.lr", "abc",
+    bad = parser.parse_args(["--cfg", shipped("sniper_synthetic_tiny.yml"), "--set", "TRAIN.lr", "abc",
                              "--set", "TRAIN.end_epoch", "1"])
     with pytest.raises(SystemExit, match=r"TRAIN\.lr"):
         config_from_arguments(bad)
 
 
 def test_loaded_config_is_frozen_and_variants_are_new_configs():
-    cfg = load_config("configs/faster/sniper_synthetic_tiny.yml")
+    cfg = load_config(shipped("sniper_synthetic_tiny.yml"))
     for write in (lambda: setattr(cfg.TRAIN, "lr", 1.0), lambda: cfg.TEST.__setitem__("MODEL", "x"),
                   lambda: cfg.dataset.update(NUM_CLASSES=3), lambda: cfg.pop("gpus"),
                   lambda: setattr(cfg, "symbol", "resnet101")):
@@ -96,7 +107,7 @@ def test_loaded_config_is_frozen_and_variants_are_new_configs():
 
 
 def test_dumped_config_loads_back_to_the_same_values(tmp_path):
-    cfg = load_config("configs/faster/sniper_synthetic_tiny.yml", [("TRAIN.lr", "0.02")])
+    cfg = load_config(shipped("sniper_synthetic_tiny.yml"), [("TRAIN.lr", "0.02")])
     path = tmp_path / "config.yaml"
     path.write_text(dump_config(cfg))
     again = load_config(str(path))
@@ -138,7 +149,7 @@ def test_variant_keys_default_to_the_reference_and_refuse_unknown_values():
 
 
 def test_synthetic_is_a_dataset_kind_and_other_data_needs_only_the_dataset_keys(tmp_path):
-    tiny = "configs/faster/sniper_synthetic_tiny.yml"
+    tiny = shipped("sniper_synthetic_tiny.yml")
     assert load_config(tiny).dataset.dataset == "synthetic"
     own = load_config(tiny, [("dataset.dataset", "coco"), ("dataset.dataset_path", str(tmp_path)),
                              ("dataset.image_set", "train"), ("dataset.test_image_set", "val")])
@@ -163,14 +174,25 @@ def test_cross_key_checks():
     assert cfg.TRAIN.CHIP_STRIDE == 32
 
 
-@pytest.mark.parametrize("path", sorted(glob.glob("configs/faster/*.yml")))
+@pytest.mark.parametrize("path", SHIPPED_FILES, ids=os.path.basename)
 def test_shipped_configs_load(path):
     cfg = load_config(path)
     assert len(pyramid(cfg.TRAIN, "TRAIN")) == len(pyramid(cfg.TEST, "TEST")) == 3
 
 
+def test_the_shipped_configs_are_collected_from_any_folder(tmp_path):
+    """pytest run from another folder collects every shipped config, not none (a glob relative to the cwd)."""
+    assert len(SHIPPED_FILES) == len([n for n in os.listdir(SHIPPED) if n.endswith(".yml")]) >= 10
+    result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                             os.path.join(ROOT, "tests", "test_config.py"), "-k", "test_shipped_configs_load"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": ROOT})
+    collected = [line for line in result.stdout.splitlines() if "test_shipped_configs_load[" in line]
+    assert len(collected) == len(SHIPPED_FILES), result.stdout[-2000:] + result.stderr[-2000:]
+
+
 def test_published_coco_settings():
-    cfg = load_config("configs/faster/sniper_res101_e2e.yml")
+    cfg = load_config(shipped("sniper_res101_e2e.yml"))
     assert cfg.TRAIN.SCALES == (3.0, 1.667, 512.0)
     assert cfg.TRAIN.VALID_RANGES == ((-1, 80), (32, 150), (120, -1))
     assert cfg.TEST.VALID_RANGES == ((-1, 90), (32, 180), (75, -1))
@@ -196,7 +218,7 @@ def _reference_test_settings(test):
 
 
 def test_published_res50_settings():
-    cfg = load_config("configs/faster/sniper_res50_e2e.yml")
+    cfg = load_config(shipped("sniper_res50_e2e.yml"))
     assert cfg.symbol == "resnet50" and cfg.dataset.NUM_CLASSES == 81 and cfg.dataset.dataset == "coco"
     # its YAML trains on all of train and val and tests on test-dev; main_train.py forces the factor scales on
     # an 81-class COCO config
@@ -210,7 +232,7 @@ def test_published_res50_settings():
 
 
 def test_published_pascal_voc_settings():
-    cfg = load_config("configs/faster/sniper_res101_e2e_pascal_voc.yml")
+    cfg = load_config(shipped("sniper_res101_e2e_pascal_voc.yml"))
     assert cfg.symbol == "resnet101" and cfg.dataset.NUM_CLASSES == 21 and cfg.dataset.dataset == "pascal_voc"
     assert (cfg.dataset.image_set, cfg.dataset.test_image_set) == ("2007_trainval+2012_trainval", "2007_test")
     # 21 classes: main_train.py leaves the YAML's resolution scales, and negative chips come from the provided
@@ -224,8 +246,8 @@ def test_published_pascal_voc_settings():
 
 
 def test_minival_config_is_the_published_one_on_the_minival_split():
-    published = plain(load_config("configs/faster/sniper_res101_e2e.yml"))
-    minival = plain(load_config("configs/faster/sniper_res101_e2e_minival.yml"))
+    published = plain(load_config(shipped("sniper_res101_e2e.yml")))
+    minival = plain(load_config(shipped("sniper_res101_e2e_minival.yml")))
     split = {key: minival["dataset"].pop(key) for key in ("image_set", "test_image_set", "proposal")}
     assert split == {"image_set": "train2014+valminusminival2014", "test_image_set": "minival2014",
                      "proposal": "data/proposals/coco_train2014+valminusminival2014.npz"}

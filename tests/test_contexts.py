@@ -7,6 +7,7 @@ import mxnet as mx
 import pytest
 
 from lib.config import load_config
+from lib.errors import ConfigError
 from lib.contexts import fp16_enabled, parse_contexts
 
 
@@ -48,7 +49,7 @@ def test_fp16_is_refused_on_cpu_contexts_with_one_message(section, tiny_config):
     cfg = load_config(tiny_config, {f"{section}.fp16": True})
     message = (rf"^{section}\.fp16 is true but the contexts are CPUs; MXNet 1\.9 cannot run a float16 network on "
                rf"the CPU\. Set --set {section}\.fp16 false, or gpus to GPU ids\.$")
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ConfigError, match=message):  # a user error: one line from the API's callers too
         fp16_enabled(cfg, section, [mx.gpu(0), mx.cpu(0)])
     assert fp16_enabled(cfg, section, [mx.gpu(0), mx.gpu(1)]) is True
     assert fp16_enabled(load_config(tiny_config), section, [mx.cpu(0)]) is False

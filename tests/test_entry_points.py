@@ -34,7 +34,8 @@ def test_main_test_logs_the_effective_config_as_yaml_to_the_log_file_only(tmp_pa
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
     try:
-        main_test.main(["--cfg", str(config), "--set", "output_path", str(tmp_path / "out"), "TEST.BATCH_IMAGES", "2"])
+        main_test.main(["--cfg", str(config), "--set", "output_path", str(tmp_path / "out"), "TEST.BATCH_IMAGES", "2",
+                        "TEST.fp16", "false"])  # a CPU machine: the default fp16 test is refused at start
     finally:  # setup_logging replaced the root handlers: restore pytest's
         for handler in root.handlers:
             if handler not in handlers:
@@ -46,7 +47,8 @@ def test_main_test_logs_the_effective_config_as_yaml_to_the_log_file_only(tmp_pa
     (log,) = glob.glob(os.path.join(tmp_path, "out", "exp", "test_*.log"))
     with open(log) as f:
         text = f.read()
-    named = f"config {config} with overrides ['output_path', '{tmp_path / 'out'}', 'TEST.BATCH_IMAGES', '2']"
+    named = (f"config {config} with overrides ['output_path', '{tmp_path / 'out'}', 'TEST.BATCH_IMAGES', '2', "
+             f"'TEST.fp16', 'false']")
     assert f"{named}\n" in text and f"effective config:\n{dump_config(cfg)}" in text  # every key, as YAML
     assert "  TEST_EPOCH: 3\n" in text and "  BATCH_IMAGES: 2\n" in text
     console = capsys.readouterr().err

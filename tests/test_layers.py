@@ -26,8 +26,8 @@ LAYERS = (
     ("lib.config",),
     ("symbols", "lib.dataset"),
     ("lib.ops", "lib.evaluation", "chip_generator"),
-    ("lib.scales", "lib.boxes", "lib.logger", "lib.drawing"),
-    ("lib.errors", "lib.atomic", "lib.bootstrap", "lib.benchmarking", "lib.contexts", "lib.cuda_kernels",
+    ("lib.scales", "lib.boxes", "lib.logger", "lib.drawing", "lib.contexts"),
+    ("lib.errors", "lib.atomic", "lib.bootstrap", "lib.paths", "lib.benchmarking", "lib.cuda_kernels",
      "lib.distributed", "configs", "lib"),
 )
 PACKAGES = ("lib", "symbols", "chip_generator", "configs")

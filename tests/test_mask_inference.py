@@ -377,7 +377,7 @@ def test_export_writes_the_mask_graph_stock_mxnet_runs(tiny_mask_network, tmp_pa
 
 def test_viewer_tints_the_masks_of_a_results_file(tmp_path):
     """tools/visualize_detections.py on a grey 200x100 image: a detection box 20..119 x 10..69 whose mask
-    is its left half; the picture (640 px wide: x3.2, under a 24-px legend) is tinted there only."""
+    is its left half; the picture (640 px wide: x3.2, under a 24-px legend and its caption) is tinted there only."""
     import subprocess
     import sys
 
@@ -399,8 +399,12 @@ def test_viewer_tints_the_masks_of_a_results_file(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     sheet = cv2.imread(str(tmp_path / "out" / "detections_000.png")).astype(int)
 
+    from lib.drawing import title
+
+    top = 24 + title(640, "image 7 (000000000007.png): 1 of 1 detections shown").shape[0]  # legend, caption
+
     def pixel(x, y):
-        return sheet[24 + int(y * 3.2), int(x * 3.2)]
+        return sheet[top + int(y * 3.2), int(x * 3.2)]
 
     assert np.abs(pixel(45, 40) - 128).max() > 20  # inside the mask: tinted
     assert (pixel(95, 40) == 128).all() and (pixel(150, 40) == 128).all()  # in the box beyond the mask; outside

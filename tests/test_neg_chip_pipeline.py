@@ -176,7 +176,7 @@ def test_the_start_checks_pass_a_fresh_run_whose_proposals_are_not_made_yet_and_
     assert fresh.sniper_cfg.dataset.proposal and not os.path.exists(fresh.sniper_cfg.dataset.proposal)
     fresh.check_start()
     assert os.listdir(tmp_path) == []  # nothing written, the synthetic set not generated
-    with pytest.raises(MachineError, match="gpus = '0'"):  # the SNIPER stage's devices
+    with pytest.raises(MachineError, match="cannot run gpus '0'"):  # the SNIPER stage's devices
         NegChipPipeline(TINY, overrides(tmp_path) + [("gpus", "0")], rpn_overrides=[("gpus", "cpu:1")]).check_start()
     with pytest.raises(ConfigError, match="NUM_CLASSES is 7"):  # the SNIPER stage's class count
         NegChipPipeline(TINY, overrides(tmp_path) + [("dataset.NUM_CLASSES", "7")],

@@ -34,11 +34,13 @@ from lib.dataset.variants import add_empty_images, small_object_set
 from lib.evaluation.coco_summary import dense_scene_warning, max_dets_for, parse_bands
 from lib.evaluation.metrics import COCO_STAT_NAMES, evaluate_coco
 from lib.inference.folder_test import detect_images, image_entries, image_ids, list_images
+from lib.inference.tester import results_dir
+from lib.paths import shown_path
 from lib.run import checkpoint
 from lib.run.checkpoint import output_dir
-from lib.run.folder import MODEL_KEY, find_checkpoint, model_info, write_run_config
+from lib.run.folder import MODEL_KEY, best_checkpoint, find_checkpoint, model_info, write_run_config
 from lib.train.accumulation import GradientAccumulation, grad_req, updates_per_epoch
-from lib.train.evaluation import EvaluationError, TrainingEvaluation, metric_names, metric_value
+from lib.train.evaluation import EvaluationError, TrainingEvaluation, final_test, metric_names, metric_value
 from lib.train.optimizer import make_optimizer_params
 from lib.train.progress import RunProgress
 from lib.train.tensorboard import TensorBoardLog
@@ -158,6 +160,47 @@ def test_evaluation_every_n_epochs_names_the_best_and_logs_it(tmp_path):
     # --model RUN_FOLDER takes the best epoch, not the newest
     open(os.path.join(output_dir(cfg), "config.yaml"), "w").write("TRAIN:\n  model_prefix: SNIPER\n")
     assert find_checkpoint(output_dir(cfg))[0] == os.path.join(output_dir(cfg), "SNIPER-0004.params")
+
+
+class WritingTester:
+    """The tester's signature, writing a results file and test_summary.json into its folder (as the tester does),
+    the AP of a fixed sequence; records its calls."""
+
+    def __init__(self, aps):
+        self.aps, self.calls = list(aps), []
+
+    def __call__(self, cfg, checkpoint, out_dir=None, max_images=0):
+        out_dir = out_dir or results_dir(cfg)
+        self.calls.append((os.path.basename(checkpoint), os.path.relpath(out_dir, output_dir(cfg)), max_images))
+        summary = {"checkpoint": checkpoint, "tested": 3, "stats": {"AP": self.aps.pop(0)}}
+        write_json([{"image_id": 1, "score": summary["stats"]["AP"]}], os.path.join(out_dir, "detections.json"))
+        write_json(summary, os.path.join(out_dir, "test_summary.json"))
+        return summary
+
+
+@pytest.mark.parametrize("eval_images, tested_again", [("0", False), ("2", True)])
+def test_eval_does_not_test_again_a_checkpoint_evaluated_on_the_whole_set(tmp_path, eval_images, tested_again):
+    """``main_train.py --eval`` with TRAIN.EVAL_EVERY: the best checkpoint (epoch 2 here) was tested on the whole
+    test set while training, so its results are copied into results/ rather than tested a second time; after
+    evaluations on a part of the set (TRAIN.EVAL_IMAGES 2) it is tested on the whole."""
+    cfg = eval_cfg(tmp_path, **{"TRAIN.EVAL_EVERY": "1", "TRAIN.end_epoch": "3", "TRAIN.EVAL_IMAGES": eval_images})
+    tester = WritingTester([0.2, 0.5, 0.3, 0.45])
+    evaluation = TrainingEvaluation(cfg, 0, test=tester)
+    for epoch in range(1, 4):
+        evaluation.after_epoch(epoch, fake_params(cfg, epoch))
+    best = best_checkpoint(output_dir(cfg))
+    assert os.path.basename(best) == "SNIPER-0002.params" and len(tester.calls) == 3
+    summary = final_test(cfg, best, test=tester)
+    results = os.path.join(output_dir(cfg), "results", cfg.dataset.test_image_set)
+    if tested_again:
+        assert tester.calls[3] == ("SNIPER-0002.params", os.path.relpath(results, output_dir(cfg)), 0)
+        assert summary["stats"]["AP"] == 0.45
+    else:
+        assert len(tester.calls) == 3 and summary["stats"]["AP"] == 0.5  # epoch 2's evaluation, copied
+        with open(os.path.join(results, "detections.json")) as f:
+            assert json.load(f) == [{"image_id": 1, "score": 0.5}]
+    with open(os.path.join(results, "test_summary.json")) as f:
+        assert json.load(f) == summary
 
 
 def test_early_stop_after_n_evaluations_without_improvement_by_the_chosen_metric(tmp_path):
@@ -766,11 +809,30 @@ def test_without_tensorboardx_nothing_is_written_and_nothing_breaks(tmp_path, mo
     monkeypatch.setitem(sys.modules, "tensorboardX", None)  # import tensorboardX raises ImportError
     with caplog.at_level(logging.INFO):
         log = TensorBoardLog(str(tmp_path / "tb"))
-    assert "tensorboardX is not installed" in caplog.text
+    # what to install, with which command, into which environment
+    assert f"tensorboardX is not installed in {shown_path(sys.prefix)} (the Python training runs in)" in caplog.text
+    assert f"{shown_path(sys.executable)} -m pip install -c {shown_path(os.path.join(ROOT, 'constraints.txt'))} " \
+           f"tensorboardX" in caplog.text
     log.scalars(1, {"lr": 0.1})
     log.close()
     assert not os.path.exists(tmp_path / "tb")
     assert TensorBoardLog(str(tmp_path / "off"), enabled=False).writer is None
+
+
+def test_the_event_folder_line_says_how_to_view_it_and_where_to_get_the_viewer(tmp_path, monkeypatch, caplog):
+    pytest.importorskip("tensorboardX")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(shutil, "which", lambda name: None)  # no viewer on the PATH
+    with caplog.at_level(logging.INFO):
+        TensorBoardLog(str(tmp_path / "out" / "run" / "tensorboard")).close()
+    assert (f"TensorBoard event files in {os.path.join('out', 'run', 'tensorboard')}: view them with tensorboard "
+            f"--logdir out after installing the viewer") in caplog.text
+    assert "python3 -m pip install tensorboard" in caplog.text
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        TensorBoardLog(str(tmp_path / "out" / "run" / "tensorboard")).close()
+    assert caplog.text.rstrip().endswith(": view them with tensorboard --logdir out")
 
 
 # ---------------------------------------------------------------- variant sets for measuring

@@ -29,11 +29,36 @@ def min_distance(colours):
 
 @pytest.mark.parametrize("classes, least", [
     # CIELAB distances: ~2.3 is just noticeable, ~10 clearly different at a glance, ~40 unmistakable
-    (5, 100), (10, 70), (20, 45), (80, 15),
+    (5, 50), (10, 50), (20, 40), (80, 15),
 ])
 def test_class_colours_stay_far_apart(classes, least):
     palette = class_palette(classes + 1)[1:]  # the object classes; label 0 is the background
     assert len(set(palette)) == classes and min_distance(palette) >= least
+
+
+# Machado, Oliveira and Fernandes (2009), severity 1: what a dichromat sees, as a matrix on linear RGB.
+DICHROMACY = {
+    "deuteranopia": [[0.367322, 0.860646, -0.227968], [0.280085, 0.672501, 0.047413], [-0.011820, 0.042940, 0.968881]],
+    "protanopia": [[0.152286, 1.052583, -0.204868], [0.114503, 0.786281, 0.099216], [-0.003882, -0.048116, 1.051998]],
+}
+
+
+def seen_with(kind, colours):
+    """BGR ``colours`` as a ``kind`` dichromat sees them (sRGB -> linear -> matrix -> sRGB), BGR uint8."""
+    srgb = np.array(colours, np.float64)[:, ::-1] / 255
+    linear = np.where(srgb <= 0.04045, srgb / 12.92, ((srgb + 0.055) / 1.055) ** 2.4)
+    seen = np.clip(linear @ np.array(DICHROMACY[kind]).T, 0, 1)
+    srgb = np.where(seen <= 0.0031308, 12.92 * seen, 1.055 * seen ** (1 / 2.4) - 0.055)
+    return [tuple(int(round(c)) for c in row[::-1] * 255) for row in srgb]
+
+
+@pytest.mark.parametrize("kind", sorted(DICHROMACY))
+def test_the_first_class_colours_stay_apart_for_red_green_colour_blind_eyes(kind):
+    assert seen_with(kind, [(255, 255, 255), (0, 0, 0)]) == [(255, 255, 255), (0, 0, 0)]  # greys stay greys
+    red_olive = [(0, 0, 160), (0, 60, 120)]  # a red and an olive green, told apart by normal eyes, not by these
+    assert min_distance(red_olive) > 30 and min_distance(seen_with(kind, red_olive)) < 15
+    palette = class_palette(8)[1:]  # the first seven object classes (Okabe-Ito)
+    assert min_distance(seen_with(kind, palette)) >= 20  # clearly different at a glance
 
 
 def test_one_palette_by_label_for_every_picture_and_none_like_ground_truth():
@@ -89,6 +114,34 @@ def test_a_legend_with_many_classes_wraps_onto_rows():
 
 def test_short_epochs_still_record_several_points():
     assert record_every(20, 1000) == 20 and record_every(20, 12) == 3 and record_every(20, 3) == 1
+
+
+def test_metric_plot_draws_the_evaluations_ap_per_epoch_without_undefined_points(tmp_path):
+    records = [{"iteration": i, "epoch": 1 + i // 4, "lr": 0.01, "RPNLogLoss": 1 / i, "chips_per_s": 5.0}
+               for i in range(1, 12)]
+    stats = [{"AP": 0.1, "AP50": 0.3, "APs": -1.0, "APm": -1.0, "AR100": 0.4},  # APs undefined on this set
+             {"AP": 0.2, "AP50": 0.45, "APs": -1.0, "APm": 0.05, "AR100": 0.5},
+             {"AP": 0.25, "AP50": float("nan"), "APs": -1.0, "APm": 0.1, "AR100": 0.6}]
+    evaluations = [{"iteration": 4 * epoch, "epoch": epoch, "eval": e} for epoch, e in enumerate(stats, start=1)]
+    path = tmp_path / "run" / "metrics.jsonl"
+    os.makedirs(path.parent)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records[:4] + evaluations[:1] + records[4:8] +
+                            evaluations[1:2] + records[8:] + evaluations[2:]))
+    records_read, evaluations_read, skipped = plot_metrics.read_metrics(str(path))
+    assert (len(records_read), evaluations_read, skipped) == (11, json.loads(json.dumps(evaluations)), 0)
+    figure = plot_metrics.figure_of(records_read, "my_run", evaluations_read)
+    figure.canvas.draw()
+    panel = figure.axes[-1]
+    assert panel.get_ylabel() == "AP (evaluations)"
+    curves = {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in panel.get_lines()}
+    assert curves == {"AP": ([4, 8, 12], [0.1, 0.2, 0.25]), "AP50": ([4, 8], [0.3, 0.45]),  # no NaN point
+                      "APm": ([8, 12], [0.05, 0.1])}  # no -1 point; no AR
+    assert panel.get_title(loc="left") == "undefined at every evaluation (no point): APs"
+    assert [text.get_text() for text in panel.texts] == ["e1", "e2", "e3"]
+    colours = [line.get_color() for axis in figure.axes for line in axis.get_lines() if line.get_label()[0] != "_"]
+    assert len(set(colours)) == len(colours)
+    plot_metrics.main([str(path.parent)])
+    assert cv2.imread(str(path.parent / "metrics.png")) is not None
 
 
 def test_metric_plot_panels_colours_and_legends(tmp_path):

@@ -1,6 +1,7 @@
 """A self-describing run folder (lib/run/folder.py), the Python API (Detector.from_checkpoint(MODEL)) and
 the stock test graph export (tools/export_model.py), through the real entry points on a tiny run trained
 once for this file in a working directory of its own, with relative paths."""
+import hashlib
 import json
 import os
 import shutil
@@ -251,6 +252,10 @@ def test_exported_graph_runs_on_stock_mxnet_as_the_in_repo_network(trained, tmp_
     with open(tmp_path / "export" / "tiny-model.json") as f:
         description = json.load(f)
     assert description["classes"][1:] == ["circle", "square", "triangle", "cross", "star"]
+    with open(folder / "SNIPER-0002.params", "rb") as f:  # the source by name and content, not a machine path
+        assert description["source"] == {"run": "sniper_synthetic_tiny", "checkpoint": "SNIPER-0002.params",
+                                         "sha256": hashlib.sha256(f.read()).hexdigest()}
+    assert str(tmp_path) not in json.dumps(description) and str(folder) not in json.dumps(description)
     symbol = mx.sym.load(str(tmp_path / "export" / "tiny-symbol.json"))
     ops = {node["op"] for node in json.loads(symbol.tojson())["nodes"]}
     assert "Custom" not in ops and "_contrib_MultiProposal" in ops
@@ -303,8 +308,11 @@ def test_damaged_metadata_is_named(trained, tmp_path):
 
 @pytest.mark.parametrize("tool, argv, made", [
     ("visualize_chips.py", ["TRAIN_ID", "--out", "chips.png"], "chips.png"),
+    ("visualize_chips.py", ["TRAIN_ID"], "RUN/chips_TRAIN_ID.png"),  # by default into the run folder
     ("visualize_batch.py", ["--chips", "2", "--out", "batch.png"], "batch.png"),
+    ("visualize_batch.py", ["--chips", "2", "--batch", "0"], "RUN/batch_0.png"),
     ("visualize_detections.py", ["--results", "RESULTS", "--images", "1", "--out", "pictures"], "pictures"),
+    ("visualize_detections.py", ["--results", "RESULTS", "--images", "1"], "RUN/detections/detections_000.png"),
     ("benchmark_inference.py", ["--null-forward", "--images", "2", "--runs", "1", "--workers", "0"], None),
 ])
 def test_the_tools_take_a_run_folder_alone(trained, elsewhere, tool, argv, made):
@@ -315,10 +323,63 @@ def test_the_tools_take_a_run_folder_alone(trained, elsewhere, tool, argv, made)
     argv = [str(train_id) if a == "TRAIN_ID" else results if a == "RESULTS" else a for a in argv]
     result = run([os.path.join(ROOT, "tools", tool), *argv, "--model", str(folder)], cwd=elsewhere)
     assert result.returncode == 0, result.stderr[-3000:]
-    if made:  # the run's own data found through the run folder, from another directory
-        assert os.path.exists(elsewhere / made)
+    if made:  # the run's own data found through the run folder, from another directory; pictures go into it
+        made = made.replace("TRAIN_ID", str(train_id))
+        assert os.path.exists(folder / made[4:] if made.startswith("RUN/") else elsewhere / made)
+        assert not made.startswith("RUN/") or os.listdir(elsewhere) == []
     else:
         assert "images/s" in result.stdout
+
+
+def test_the_viewer_finds_the_image_ids_main_test_gave_a_folder_of_images(trained, tmp_path):
+    """``main_test.py --images`` on img_9.jpg and img_10.jpg (names not all numbers: ids 1 and 2), then the
+    viewer on that folder and those results: it draws the detections of both, into the results' folder."""
+    work, folder, _ = trained
+    images = tmp_path / "images"
+    images.mkdir()
+    for name in ("img_9.jpg", "img_10.jpg"):
+        shutil.copy(val_image(work)[0], images / name)
+    result = run([os.path.join(ROOT, "main_test.py"), "--model", str(folder), "--images", str(images), "--out",
+                  str(tmp_path / "found"), "--set", *EVERY_SCORE], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(tmp_path / "found" / "detections_results.json") as f:
+        assert sorted({d["image_id"] for d in json.load(f)}) == [1, 2]  # img_10.jpg sorts first
+    result = run([os.path.join(ROOT, "tools", "visualize_detections.py"), "--results",
+                  str(tmp_path / "found" / "detections_results.json"), "--folder", str(images), "--thresh", "0"],
+                 cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.startswith("drew 2 images, 2 with detections")
+    assert result.stdout.rstrip().endswith(f"into 1 grids: {os.path.join('found', 'detections', 'detections_000.png')}")
+    (tmp_path / "found" / "image_info.json").unlink()  # without main_test's record: its rule, the same ids
+    result = run([os.path.join(ROOT, "tools", "visualize_detections.py"), "--results",
+                  str(tmp_path / "found" / "detections_results.json"), "--folder", str(images)], cwd=tmp_path)
+    assert result.returncode == 0 and result.stdout.startswith("drew 2 images, 2 with detections"), result.stderr
+    other = tmp_path / "other.json"  # results of other images: one line, no pictures without their detections
+    other.write_text(json.dumps([{"image_id": 9, "category_id": 1, "bbox": [1, 1, 5, 5], "score": 0.9}]))
+    result = run([os.path.join(ROOT, "tools", "visualize_detections.py"), "--results", str(other), "--folder",
+                  str(images), "--out", str(tmp_path / "none")], cwd=tmp_path)
+    assert_one_line_error(result, "none of the 1 image ids in other.json is one of these 2 images")
+    assert not os.path.exists(tmp_path / "none")
+
+
+def test_the_inference_benchmark_takes_the_network_of_the_trained_run(trained):
+    """README's first look after a tiny-config run (config NUM_CLASSES 0, the checkpoint's 6 classes), then a
+    single-scale test of it: the default single-scale row is its only scale, a bad index one line."""
+    work, folder, _ = trained
+    benchmark = [os.path.join(ROOT, "tools", "benchmark_inference.py"), "--no_gluoncv", "--images", "1", "--runs", "1",
+                 "--image_size", "48", "64"]
+    result = run([*benchmark, "--cfg", TINY, "--set", *RUN_OVERRIDES, "TEST.TEST_EPOCH=2"], cwd=work)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "SNIPER weights: out/sniper_synthetic_tiny/SNIPER-0002.params" in result.stdout
+    single = ["--model", str(folder), "--set", "TEST.SCALES=[[64, 96]]", "TEST.VALID_RANGES=[[-1, -1]]",
+              "TEST.BATCH_IMAGES=1"]
+    result = run([*benchmark, *single], cwd=work)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [line.split("|")[2:4] for line in result.stdout.splitlines() if line.startswith("| SNIPER")]
+    assert [(test.strip(), scales.strip()) for test, scales in rows] == [("single-scale", "(64, 96)"),
+                                                                          ("multi-scale", "(64, 96)")]
+    assert_one_line_error(run([*benchmark, *single, "--single_scale", "1"], cwd=work),
+                          "--single_scale 1: TEST.SCALES has 1 scale (indices 0..0)")
 
 
 def test_the_readme_python_api_snippet_runs_as_written(trained, tmp_path):

@@ -19,7 +19,7 @@ from lib.run import checkpoint
 from lib.train.optimizer import lr_steps, make_optimizer_params
 from lib.train import trainer
 from lib.run.folder import check_resume_config, write_run_config
-from lib.run.lock import RunFolderError, run_lock
+from lib.run.lock import RunFolderError, clear_later_epochs, run_lock
 from lib.start_checks import check_run_folder
 from lib.train.trainer import TrainingDiverged, train
 
@@ -338,6 +338,34 @@ def test_a_fresh_start_over_earlier_epochs_is_refused_and_overwrite_moves_them_a
     # resuming and starting from a given epoch leave earlier epochs alone
     train(cfg, resume=True)
     assert checkpoint.last_complete_epoch(prefix) == 1
+
+
+@pytest.mark.parametrize("begin_epoch", [0, 1])
+def test_overwrite_also_moves_the_evaluations_of_the_replaced_epochs_and_the_results(tmp_path, begin_epoch,
+                                                                                      monkeypatch, caplog):
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "run"
+    prefix = str(folder / "SNIPER")
+    fake_epochs(prefix, {"-0001.params": "1", "-0002.params": "2", "-0003.params": "3"})
+    for path in ("evaluations/epoch_0001/summary.json", "evaluations/epoch_0002/summary.json",
+                 "results/val/test_summary.json", "results/images_mine/detections_results.json"):
+        os.makedirs(os.path.dirname(folder / path), exist_ok=True)
+        (folder / path).write_text(path)
+    with caplog.at_level(logging.WARNING):
+        moved = clear_later_epochs(prefix, begin_epoch, overwrite=True)
+    # the message names the folder relative to the current one, and what went there
+    assert caplog.text.rstrip().endswith(f"evaluations/epoch_0002/, results/ to run/{os.path.basename(moved)}")
+    left = sorted(os.path.relpath(os.path.join(parent, name), folder) for parent, _, names in os.walk(folder)
+                  for name in names if not parent.startswith(moved))
+    kept = ["SNIPER-0001.params", "evaluations/epoch_0001/summary.json"] if begin_epoch else []
+    assert left == kept  # a start at epoch 2 keeps epoch 1 and its evaluation; at 1 nothing describes the old run
+    taken = ["evaluations/epoch_0002/summary.json", "results/images_mine/detections_results.json",
+             "results/val/test_summary.json", "SNIPER-0002.params", "SNIPER-0003.params"]
+    taken += [] if begin_epoch else ["SNIPER-0001.params", "evaluations/epoch_0001/summary.json"]
+    assert sorted(os.path.relpath(os.path.join(parent, name), moved) for parent, _, names in os.walk(moved)
+                  for name in names) == sorted(taken)
+    assert (tmp_path / "run" / os.path.relpath(moved, folder) / "results/val/test_summary.json").read_text() == \
+        "results/val/test_summary.json"
 
 
 def hold_lock(folder):

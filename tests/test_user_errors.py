@@ -47,7 +47,7 @@ def assert_one_line(result, *fragments):
 
 # -- refused at load, before anything is written ----------------------------------------------------------
 @pytest.mark.parametrize("overrides, fragments", [
-    (["gpus", "0"], ["gpus = '0' names gpu(0)", "this MXNet sees 0 GPUs"]),
+    (["gpus", "0"], ["cannot run gpus '0' (this MXNet sees no GPU)", "--set gpus ''"]),
     (["TRAIN.lr_step", "abc"], ["config key TRAIN.lr_step: expected comma-separated epochs, got 'abc'"]),
     (["dataset.dataset", "cocoo"], ["dataset.dataset = 'cocoo': unknown dataset", "coco, pascal_voc, synthetic"]),
     (["TRAIN.SCALES", "[1.0]", "TRAIN.VALID_RANGES", "[[200, -1]]", "TRAIN.CHIP_SIZE", "128",
@@ -69,7 +69,7 @@ def test_a_doomed_start_is_refused_in_one_line_leaving_nothing_behind(overrides,
 
 
 @pytest.mark.parametrize("overrides, fragments", [
-    (["gpus", "0"], ["gpus = '0' names gpu(0)", "this MXNet sees 0 GPUs"]),
+    (["gpus", "0"], ["cannot run gpus '0' (this MXNet sees no GPU)", "--set gpus ''"]),
     (["dataset.NUM_CLASSES", "7"], ["dataset.NUM_CLASSES is 7", "set it to 6"]),
 ])
 def test_the_negative_chip_pipeline_refuses_a_doomed_start_as_main_train_does(overrides, fragments, tmp_path):
@@ -90,6 +90,41 @@ def test_a_test_refuses_a_class_count_its_image_set_contradicts_before_reading_i
                        program="main_test.py")
     assert_one_line(result, f"dataset.NUM_CLASSES is 7, but synthetic image set '{image_set}'", "set it to 6")
     assert sorted(os.listdir(tmp_path)) == []  # no log, results or generated data
+
+
+def mx_gpu_count():
+    import mxnet as mx
+
+    return mx.context.num_gpus()
+
+
+GPU_CONFIG = os.path.join(ROOT, "configs", "faster", "sniper_res101_e2e.yml")  # gpus 0-7, fp16 in training and test
+
+
+@pytest.mark.parametrize("program, extra, keys", [
+    ("main_train.py", [], ["gpus ''", "TRAIN.fp16 false"]),
+    ("main_train.py", ["--eval"], ["gpus ''", "TRAIN.fp16 false", "TEST.fp16 false"]),
+    ("main_test.py", [], ["gpus ''", "TEST.fp16 false"]),
+    ("demo.py", ["--im_path", "x.jpg"], ["gpus ''", "TEST.fp16 false"]),
+])
+def test_a_gpu_config_on_a_cpu_machine_names_every_key_to_change_at_once(program, extra, keys, tmp_path):
+    if mx_gpu_count():
+        pytest.skip("this machine has a GPU")
+    result = subprocess.run([sys.executable, os.path.join(ROOT, program), "--cfg", GPU_CONFIG, *extra, "--set",
+                             "output_path", str(tmp_path / "out")], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=300)
+    line = assert_one_line(result, f"--set {' '.join(keys)} (or run on a machine with GPUs)")
+    assert line.count(".fp16 true") == len(keys) - 1
+    assert sorted(os.listdir(tmp_path)) == []  # nothing written
+
+
+@pytest.mark.parametrize("program, extra, section", [
+    ("main_train.py", [], "TRAIN"), ("main_test.py", [], "TEST"), ("demo.py", ["--im_path", "x.jpg"], "TEST")])
+def test_fp16_on_cpu_contexts_is_one_line_in_training_test_and_demo(program, extra, section, tmp_path):
+    result = run_train("output_path", str(tmp_path / "out"), "dataset.dataset_path", str(tmp_path / "data"),
+                       f"{section}.fp16", "true", cwd=tmp_path, extra=extra, program=program)
+    assert_one_line(result, f"cannot run {section}.fp16 true (MXNet 1.9 cannot run a float16 network on the CPU)",
+                    f"--set {section}.fp16 false")
 
 
 def test_an_output_path_naming_a_file_is_refused_at_load(tmp_path):

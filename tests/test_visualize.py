@@ -12,7 +12,7 @@ import pytest
 from dataset_helpers import png_bomb
 
 from lib.bootstrap import ROOT
-from lib.drawing import class_palette, draw_boxes, draw_detections, grid, legend
+from lib.drawing import class_palette, draw_boxes, draw_detections, grid, legend, title
 
 TOOL = os.path.join(ROOT, "tools", "visualize_detections.py")
 
@@ -52,6 +52,23 @@ def test_grid_and_legend_layout():
     assert strip.shape == (24, 200, 3) and tuple(strip[12, 10]) == (0, 200, 0)
 
 
+def test_grid_tiles_get_a_gutter_and_a_caption_each():
+    a, b = np.zeros((10, 200, 3), np.uint8), np.full((5, 80, 3), 9, np.uint8)
+    sheet = grid([a, b, a], columns=2, gutter=6, captions=["first tile", "second", "a third tile whose caption is "
+                                                                                   "longer than the tile is wide"])
+    caption = title(200, "first tile").shape[0]  # one line; the third wraps onto two
+    tall = title(200, "a third tile whose caption is longer than the tile is wide").shape[0]
+    assert tall > caption
+    cell = tall + 10  # every caption strip of a grid as tall as the tallest
+    assert sheet.shape == (2 * cell + 6, 2 * 200 + 6, 3)
+    assert (sheet[tall:tall + 10, :200] == 0).all() and (sheet[tall:tall + 5, 206:286] == 9).all()  # tiles
+    assert (sheet[:, 200:206] == 255).all() and (sheet[cell:cell + 6] == 255).all()  # the gutters
+    ink = sheet[:caption, :200] < 128  # dark text on the white caption strips
+    assert ink.any() and (sheet[:tall, 206:406] < 128).any() and (sheet[cell + 6:cell + 6 + tall, :200] < 128).any()
+    with pytest.raises(ValueError, match="2 captions for 3 pictures"):
+        grid([a, b, a], columns=2, captions=["one", "two"])
+
+
 @pytest.fixture(scope="module")
 def val_set(synthetic_dataset):
     folder = synthetic_dataset(train=1, val=3)
@@ -79,11 +96,12 @@ def test_viewer_draws_ground_truth_and_detections_of_a_test_set(val_set, tmp_pat
     assert result.returncode == 0, result.stderr[-2000:]
     assert sorted(os.listdir(out)) == ["detections_000.png", "detections_001.png"]
     sheet = cv2.imread(str(out / "detections_000.png"))
-    assert sheet.shape[1] == 2 * 640  # two images of the first grid side by side
+    assert sheet.shape[1] == 2 * 640 + 12  # two images of the first grid side by side, a gutter between
     # the image with detections comes first: a detection drawn exactly over a gt box shows its class colour
     x, y, w, h = boxes[0]["bbox"]
     factor = 640 / first["width"]
-    row, column = 24 + int(round((y + h / 2) * factor)), int(round(x * factor))  # 24: the legend strip
+    top = 24 + title(640, "image 1 (x.jpg): 1 of 1 detections shown, 1 ground truth").shape[0]  # legend, caption
+    row, column = top + int(round((y + h / 2) * factor)), int(round(x * factor))
     categories = sorted(c["id"] for c in annotations["categories"])
     colour = class_palette(len(categories) + 1)[categories.index(boxes[0]["category_id"]) + 1]  # the demo's
     assert any(near(pixel, colour) for pixel in sheet[row, max(column - 2, 0):column + 3])

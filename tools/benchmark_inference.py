@@ -41,7 +41,8 @@ from lib.inference.detector import DATA_NAMES, Detector, checkpoint_file
 from lib.inference.pipeline import RoidbImages
 from lib.logger import report_user_errors
 from lib.dataset.base import numbered_classes
-from lib.run.folder import add_model_arguments, config_from_model_arguments
+from lib.errors import ConfigError
+from lib.run.folder import add_model_arguments, checkpoint_classes, config_from_model_arguments, read_model_info
 from lib.scales import ScaleLevel, pyramid
 from symbols import inference_symbol
 
@@ -76,9 +77,12 @@ def load_detectors(cfg, num_classes, variants):
     cfgs = {variant: cfg if variant is None else with_overrides(cfg, {"network.CPU_DEFORMABLE_OPS": variant})
             for variant in variants}
     path = checkpoint_file(cfg)
-    if os.path.isfile(path):
-        classes = numbered_classes(num_classes)
-        return {variant: Detector.from_config(c, path, classes) for variant, c in cfgs.items()}, path
+    if os.path.isfile(path):  # the network the checkpoint was trained as: its metadata's classes, RPN-only or not
+        info = read_model_info(path)
+        rpn_only = bool(info and info.get("rpn_only"))
+        classes = None if rpn_only else checkpoint_classes(path, cfg)
+        return {variant: Detector.from_config(c, path, classes, rpn_only=rpn_only) for variant, c in cfgs.items()}, \
+            path
     module = mx.mod.Module(inference_symbol(cfg, num_classes), data_names=DATA_NAMES, label_names=None,
                            context=mx.cpu())
     module.bind([("data", (1, 3, 64, 64)), ("im_info", (1, 3)), ("im_ids", (1,)), ("chip_ids", (1,))],
@@ -186,8 +190,10 @@ def main(argv=None):
     parser.add_argument("--images", type=int, default=None, help="images per run (default 2, null forward 48)")
     parser.add_argument("--runs", type=int, default=3, help="timed runs (median reported)")
     parser.add_argument("--image_size", type=int, nargs=2, default=[480, 640], metavar=("H", "W"))
-    parser.add_argument("--single_scale", type=int, default=1, help="index into TEST.SCALES for single-scale")
-    parser.add_argument("--num_classes", type=int, default=81, help="when dataset.NUM_CLASSES is 0")
+    parser.add_argument("--single_scale", type=int, default=None,
+                        help="index into TEST.SCALES for single-scale (default 1, or 0 with one scale)")
+    parser.add_argument("--num_classes", type=int, default=81,
+                        help="random weights when dataset.NUM_CLASSES is 0 (a checkpoint's come from its metadata)")
     parser.add_argument("--no_gluoncv", action="store_true", help="skip the GluonCV baseline")
     parser.add_argument("--null-forward", dest="null_forward", action="store_true",
                         help="the host pipeline alone, the network replaced by a no-op")
@@ -216,7 +222,7 @@ def main(argv=None):
     detector = next(iter(detectors.values()))
     rng = np.random.default_rng(0)
     images = [rng.integers(0, 255, (*args.image_size, 3), dtype=np.uint8) for _ in range(args.images)]
-    single = detector.levels[args.single_scale]
+    single = detector.levels[single_scale_index(args.single_scale, len(detector.levels))]
     runs = (("single-scale", (ScaleLevel(single.spec, (-1, -1)),)), ("multi-scale", pyramid(cfg.TEST, "TEST")))
     rows = []
     total = len(runs) * (len(detectors) + (0 if args.no_gluoncv else 1))
@@ -252,6 +258,17 @@ def main(argv=None):
           args.images / seconds, 1000 * seconds / args.images, peak / 2 ** 20)
          for model, name, specs, contexts, seconds, peak in rows],
         [None, None, None, None, ".3f", ".1f", ".0f"]))
+
+
+def single_scale_index(chosen, count):
+    """``--single_scale`` (None: the second of ``count`` TEST.SCALES, the first of a single-scale pyramid),
+    refused in one line when it is not an index into them."""
+    if chosen is None:
+        return min(1, count - 1)
+    if not 0 <= chosen < count:
+        raise ConfigError(f"--single_scale {chosen}: TEST.SCALES has {count} scale{'s' if count > 1 else ''} "
+                          f"(indices 0..{count - 1})")
+    return chosen
 
 
 def _spec_text(spec):

@@ -4,12 +4,15 @@ Per chip: the image (mean added back), the extent the network is told (``im_info
 input, or the scaled image at the coarsest scale), the chip's
 boxes as the loader labelled them (green: valid at this scale, red: invalid, i.e. the RPN ignores
 anchors around it), the boxes and centres of positive RPN anchors (yellow), and the valid range as
-text with two squares of side lo and hi (top right). The text also counts the boxes on which the
+text with two squares of side lo and hi (top right). The text (the chip's caption in the grid, two chips a
+row, a gutter between them) also counts the boxes on which the
 network's own test, sqrt(area) of the cropped box in chip pixels against ``valid_ranges``, disagrees
 with the loader's (which judges the whole box in original pixels, as the chip miner does).
 
     python tools/visualize_batch.py --model RUN_FOLDER | --cfg FILE [--set KEY VALUE ...] [--batch 0] [--chips 4]
-        [--out output/batch.png]
+        [--out PNG]
+
+The picture goes into the run folder (``{output_path}/{name}/batch_{BATCH}.png``) unless ``--out`` says.
 
 The batch is one of the first epoch of the config's training set, built in this process;
 ``--cfg configs/faster/sniper_synthetic_tiny.yml`` shows the synthetic dataset (generated under
@@ -26,15 +29,19 @@ import numpy as np
 from lib.data import ChipLoader
 from lib.data.chip_worker import ChipWorker
 from lib.dataset import load_roidb
+from lib.drawing import grid, write_picture
 from lib.logger import report_user_errors
+from lib.paths import shown_path
+from lib.run.checkpoint import output_dir
 from lib.run.folder import add_model_arguments, config_from_model_arguments
 from lib.scales import in_valid_range
 
 GREEN, RED, BLUE, YELLOW, WHITE = (0, 200, 0), (0, 0, 255), (255, 128, 0), (0, 230, 255), (255, 255, 255)
+GUTTER = 12  # pixels between the chips of the grid
 
 
 def chip_picture(data, im_info, boxes, valid, valid_range, label, targeter, pixel_means):
-    """BGR uint8 drawing of one chip of a batch (numpy arrays of that chip; boxes in chip pixels)."""
+    """(BGR uint8 drawing, caption) of one chip of a batch (numpy arrays of that chip; boxes in chip pixels)."""
     image = np.clip(data.transpose(1, 2, 0) + pixel_means, 0, 255).astype(np.uint8).copy()
     height, width = int(im_info[0]), int(im_info[1])
     cv2.rectangle(image, (0, 0), (width - 1, height - 1), BLUE, 1)
@@ -54,29 +61,26 @@ def chip_picture(data, im_info, boxes, valid, valid_range, label, targeter, pixe
         for side in (lo, hi):
             if 0 < side < image.shape[1] - 8:
                 cv2.rectangle(image, (int(right - side), 4), (right, int(4 + side)), WHITE, 1)
-    cv2.putText(image, text, (4, image.shape[0] - 8), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (0, 0, 0), 3)
-    cv2.putText(image, text, (4, image.shape[0] - 8), cv2.FONT_HERSHEY_SIMPLEX, 0.5, WHITE, 1)
-    return image
+    return image, text
 
 
 def batch_picture(batch, batch_index, loader, roidb, cfg, count):
-    """A grid (two chips a row) of the first ``count`` chips of ``batch``."""
+    """A grid (two chips a row, each captioned) of the first ``count`` chips of ``batch``."""
     data = {desc.name: array.asnumpy() for desc, array in zip(loader.provide_data, batch.data)}
     data.update({desc.name: array.asnumpy() for desc, array in zip(loader.provide_label, batch.label)})
     worker = ChipWorker(roidb, cfg, None, rpn_only=False)
     means = np.asarray(cfg.network.PIXEL_MEANS, np.float32)
-    pictures = []
+    pictures, captions = [], []
     for i in range(min(count, loader.batch_size - batch.pad)):
         chip = loader.chip_ref(batch_index, i)
         entry = roidb[chip.image_index]
         boxes, _, valid = worker.chip_boxes(entry, chip)
         valid_range = data["valid_ranges"][i] if "valid_ranges" in data else None
-        pictures.append(chip_picture(data["data"][i], data["im_info"][i], boxes, valid, valid_range,
-                                     data["label"][i], worker.targeter, means))
-    if len(pictures) % 2:
-        pictures.append(np.zeros_like(pictures[0]))
-    rows = [np.concatenate(pictures[k:k + 2], axis=1) for k in range(0, len(pictures), 2)]
-    return np.concatenate(rows, axis=0)
+        picture, caption = chip_picture(data["data"][i], data["im_info"][i], boxes, valid, valid_range,
+                                        data["label"][i], worker.targeter, means)
+        pictures.append(picture)
+        captions.append(f"chip {i} (image id {entry['id']}{', flipped' if entry['flipped'] else ''}): {caption}")
+    return grid(pictures, min(2, len(pictures)), gutter=GUTTER, captions=captions)
 
 
 @report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
@@ -86,7 +90,7 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=0, help="which batch of the first epoch")
     parser.add_argument("--chips", type=int, default=4)
     parser.add_argument("--rpn-only", action="store_true")
-    parser.add_argument("--out", default="output/batch.png")
+    parser.add_argument("--out", help="PNG path (default: the run folder's batch_{BATCH}.png)")
     args = parser.parse_args(argv)
     cfg = config_from_model_arguments(args)
     roidb, _ = load_roidb(cfg, cfg.dataset.image_set)
@@ -97,9 +101,9 @@ def main(argv=None):
         else:
             sys.exit(f"the epoch has only {index + 1} batches")
         picture = batch_picture(batch, index, loader, roidb, cfg, args.chips)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    cv2.imwrite(args.out, picture)
-    print(f"wrote {args.out} ({picture.shape[1]}x{picture.shape[0]}) from batch {args.batch}")
+    out = args.out or os.path.join(output_dir(cfg), f"batch_{args.batch}.png")
+    write_picture(picture, out)
+    print(f"wrote {shown_path(out)} ({picture.shape[1]}x{picture.shape[0]}) from batch {args.batch}")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@
 
 Each panel is the image at that scale (shrunk for display) with its gt boxes, green when valid at
 the scale and red when not, the positive chips in blue and the negative chips in orange; a legend
-strip on top says so.
+strip on top says so, a caption over each panel gives its scale and counts, a gutter keeps the panels apart.
+The picture goes into the run folder (``{output_path}/{name}/chips_{IMAGE_ID}.png``) unless ``--out`` says.
 """
 import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
 import argparse
@@ -17,12 +18,15 @@ import numpy as np
 
 from chip_generator.mining import MiningParams, draw_epoch_stride, mine_image_chips
 from lib.dataset import load_roidb, read_image
-from lib.drawing import draw_boxes, legend, line_width, pad_to_height, title
+from lib.drawing import draw_boxes, grid, legend, line_width, write_picture
 from lib.logger import report_user_errors, setup_logging
+from lib.paths import shown_path
+from lib.run.checkpoint import output_dir
 from lib.run.folder import add_model_arguments, config_from_model_arguments
 
 logger = logging.getLogger("visualize_chips")
 PANEL_HEIGHT = 540  # display height of every panel, in pixels
+GUTTER = 12  # pixels between the panels
 VALID, INVALID, POSITIVE, NEGATIVE = (60, 200, 60), (40, 40, 230), (230, 120, 20), (0, 150, 255)  # BGR
 
 
@@ -35,7 +39,8 @@ def find_entry(roidb, image_id, flipped):
 
 
 def scale_panel(image, entry, scale, level):
-    """The display panel of one scale: image, gt boxes (valid / invalid), positive and negative chips."""
+    """The display panel of one scale (image, gt boxes valid / invalid, positive and negative chips) and its
+    caption."""
     height, width = scale.image_size
     factor = PANEL_HEIGHT / height  # scaled-image pixels -> panel pixels
     panel = cv2.resize(image, (max(int(round(width * factor)), 1), PANEL_HEIGHT), interpolation=cv2.INTER_AREA)
@@ -47,7 +52,7 @@ def scale_panel(image, entry, scale, level):
     panel = draw_boxes(panel, scale.pos_chips, POSITIVE, thin + 2, factor)
     text = (f"scale {level}: x{scale.im_scale:.3f} -> {width}x{height}, valid {int(scale.valid.sum())}/"
             f"{len(scale.valid)}, pos {len(scale.pos_chips)}, neg {len(scale.neg_chips)}")
-    return title(panel.shape[1], text), panel
+    return panel, text
 
 
 @report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
@@ -55,7 +60,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("image_id", type=int)
     add_model_arguments(parser)  # --model RUN_FOLDER (its config.yaml) or --cfg FILE [--set ...]
-    parser.add_argument("--out", help="PNG path (default {output_path}/chips_{IMAGE_ID}.png)")
+    parser.add_argument("--out", help="PNG path (default: the run folder's chips_{IMAGE_ID}.png)")
     parser.add_argument("--flipped", action="store_true", help="the mirrored training copy")
     parser.add_argument("--stride", type=int, help="chip stride (default: drawn from TRAIN.CHIP_STRIDE)")
     parser.add_argument("--seed", type=int, default=0)
@@ -71,21 +76,16 @@ def main():
     image = read_image(entry["image"], cfg.dataset.MAX_IMAGE_PIXELS)
     if entry["flipped"]:
         image = cv2.flip(image, 1)
-    parts = [scale_panel(image, entry, scale, level) for level, scale in enumerate(chips.scales)]
-    title_height = max(strip.shape[0] for strip, _ in parts)  # every title whole, wrapped where a panel is narrow
-    panels = [np.concatenate([pad_to_height(strip, title_height), panel], axis=0) for strip, panel in parts]
-    gap = np.full((panels[0].shape[0], 8, 3), 255, np.uint8)
-    canvas = np.concatenate([part for panel in panels for part in (panel, gap)][:-1], axis=1)
+    panels, captions = zip(*(scale_panel(image, entry, scale, level) for level, scale in enumerate(chips.scales)))
+    canvas = grid(list(panels), len(panels), gutter=GUTTER, captions=list(captions))
     key = legend(canvas.shape[1], [("gt valid at the scale", VALID), ("gt not valid", INVALID),
                                    ("positive chip", POSITIVE), ("negative chip", NEGATIVE)])
     canvas = np.concatenate([key, canvas], axis=0)
-    out = args.out or os.path.join(cfg.output_path, f"chips_{args.image_id}.png")
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    if not cv2.imwrite(out, canvas):
-        raise SystemExit(f"cannot write {out}")
+    out = args.out or os.path.join(output_dir(cfg), f"chips_{args.image_id}.png")
+    write_picture(canvas, out)
     summary = "; ".join(f"scale {i}: {len(s.pos_chips)} pos, {len(s.neg_chips)} neg" for i, s in enumerate(chips.scales))
     logger.info("image id %d (stride %d): %s", args.image_id, stride, summary)
-    logger.info("wrote %s", out)
+    logger.info("wrote %s", shown_path(out))
 
 
 if __name__ == "__main__":

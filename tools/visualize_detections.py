@@ -7,18 +7,21 @@ images per PNG grid.
 
 With ``--model RUN_FOLDER`` (the run's config.yaml) or ``--cfg`` the images, ground truth and class names
 are the config's test set (``dataset.test_image_set``, or ``--image-set``), as main_test.py wrote the results. With ``--folder``
-the image id of a file is the number in its name (COCO's convention: ``000000000139.jpg`` is image 139);
+the image ids are those ``main_test.py --images`` gave the same files: the ``image_info.json`` beside the
+results when there is one (ids by file name), else its rule (lib.inference.folder_test.image_ids: the names'
+numbers when all are distinct numbers, COCO's ``000000000139.jpg`` is image 139, else 1..N in name order);
 ``--annotations`` (a COCO instances file) adds ground truth and category names, else categories are
 shown by id. Ground truth is drawn in white, detections scoring at least ``--thresh`` in their class
 colour with "name score" tags, and their instance masks tinted in the same colour when the results carry
-``segmentation`` RLEs (a mask network's main_test.py results); a legend names the colours. Grids go to
-``{out}/detections_{n:03d}.png``.
+``segmentation`` RLEs (a mask network's main_test.py results); a legend names the colours, a caption over each
+tile its image (id, file, detections shown), a gutter keeps the tiles apart. Grids go to
+``{out}/detections_{n:03d}.png``, by default the run folder's ``detections/`` (with ``--folder``: a
+``detections/`` folder beside the results file, which main_test.py wrote into the run folder).
 """
 import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
 import argparse
 import json
 import os
-import re
 import sys
 from collections import defaultdict
 
@@ -27,12 +30,17 @@ import numpy as np
 
 from lib.dataset import load_roidb, read_image
 from lib.dataset.image_io import DEFAULT_MAX_PIXELS
-from lib.drawing import class_palette, draw_boxes, draw_detections, grid, legend
+from lib.drawing import class_palette, draw_boxes, draw_detections, grid, legend, write_picture
+from lib.errors import DataError
+from lib.inference.folder_test import IMAGE_INFO_FILE, image_ids, list_images
 from lib.logger import report_user_errors
+from lib.paths import shown_path
+from lib.run.checkpoint import output_dir
 from lib.run.folder import add_model_arguments, config_from_model_arguments
 
 GT_COLOUR = (255, 255, 255)  # BGR: white, a colour no class has (lib.drawing.class_palette)
 CELL_WIDTH = 640  # each image is shown this wide
+GUTTER = 12  # pixels between the tiles of a grid
 
 
 def read_results(path):
@@ -76,18 +84,31 @@ def decode_masks(rles, height, width, path):
     return masks
 
 
-def from_config(args):
+def from_config(cfg, image_set):
     """[(image id, path, gt boxes)], {category id: name} of the config's test set, and its pixel limit."""
-    cfg = config_from_model_arguments(args)
-    image_set = args.image_set or cfg.dataset.test_image_set
     roidb, dataset = load_roidb(cfg, image_set, training=False)
     names = {dataset.category_ids[label]: name for label, name in enumerate(dataset.classes) if label}
     return [(entry["id"], entry["image"], entry["boxes"]) for entry in roidb], names, cfg.dataset.MAX_IMAGE_PIXELS
 
 
-def from_folder(folder, annotations):
-    """The same from a folder of images (ids from the file names) and an optional COCO instances file (the pixel
-    limit: dataset.MAX_IMAGE_PIXELS's default)."""
+def folder_ids(paths, results_path):
+    """The image id of each of ``paths`` as ``main_test.py --images`` gave it: by file name from the
+    ``image_info.json`` it wrote beside ``results_path`` when there is one, else by its rule (``image_ids``)."""
+    info_path = os.path.join(os.path.dirname(os.path.abspath(results_path)), IMAGE_INFO_FILE)
+    if not os.path.isfile(info_path):
+        return image_ids(paths)
+    try:
+        with open(info_path) as f:
+            by_name = {image["file_name"]: int(image["id"]) for image in json.load(f)["images"]}
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+        sys.exit(f"cannot read the image ids of {shown_path(info_path)}: {err}")
+    return [by_name.get(os.path.basename(path)) for path in paths]
+
+
+def from_folder(folder, annotations, results_path):
+    """The same from a folder of images (ids as main_test.py --images gave them: ``folder_ids``; files it did
+    not test are left out) and an optional COCO instances file (the pixel limit: dataset.MAX_IMAGE_PIXELS's
+    default)."""
     gt, names = defaultdict(list), {}
     if annotations:
         try:
@@ -99,12 +120,9 @@ def from_folder(folder, annotations):
                 gt[int(a["image_id"])].append([x, y, x + w - 1, y + h - 1])
         except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
             sys.exit(f"cannot read annotations {annotations}: {err}")
-    images = []
-    for name in sorted(os.listdir(folder)):
-        digits = re.findall(r"\d+", os.path.splitext(name)[0])
-        if digits and os.path.splitext(name)[1].lower() in (".jpg", ".jpeg", ".png", ".bmp"):
-            image_id = int(digits[-1])
-            images.append((image_id, os.path.join(folder, name), np.array(gt[image_id], np.float32).reshape(-1, 4)))
+    paths = list_images(folder)
+    images = [(image_id, path, np.array(gt[image_id], np.float32).reshape(-1, 4))
+              for image_id, path in zip(folder_ids(paths, results_path), paths) if image_id is not None]
     return images, names, DEFAULT_MAX_PIXELS
 
 
@@ -139,7 +157,8 @@ def main(argv=None):
     parser.add_argument("--thresh", type=float, default=0.5, help="draw detections scoring at least this")
     parser.add_argument("--images", type=int, default=16, help="how many images (those with detections first)")
     parser.add_argument("--per-grid", type=int, default=4, help="images per PNG")
-    parser.add_argument("--out", default="output/detections", help="folder for the PNG grids")
+    parser.add_argument("--out", help="folder for the PNG grids (default: the run folder's detections/; with "
+                                      "--folder, detections/ beside the results file)")
     args = parser.parse_args(argv)
     configured = bool(args.cfg or args.model)
     if configured == bool(args.folder):
@@ -147,7 +166,13 @@ def main(argv=None):
     if args.per_grid < 1 or args.images < 1:
         parser.error("--images and --per-grid must be at least 1")
     detections, segmentations = read_results(args.results)
-    images, names, max_pixels = from_config(args) if configured else from_folder(args.folder, args.annotations)
+    if configured:
+        cfg = config_from_model_arguments(args)
+        images, names, max_pixels = from_config(cfg, args.image_set or cfg.dataset.test_image_set)
+        out = args.out or os.path.join(output_dir(cfg), "detections")
+    else:
+        images, names, max_pixels = from_folder(args.folder, args.annotations, args.results)
+        out = args.out or os.path.join(os.path.dirname(os.path.abspath(args.results)), "detections")
     names.update({int(c): str(int(c)) for dets in detections.values() for c in dets[:, 5] if int(c) not in names})
     colours = class_palette(len(names) + 1)  # by label, as the demo and Detector.draw colour them
     palette = {category: colours[label] for label, category in enumerate(sorted(names), start=1)}
@@ -155,20 +180,26 @@ def main(argv=None):
     chosen = images[:args.images]
     if not chosen:
         sys.exit("no images to draw")
-    os.makedirs(args.out, exist_ok=True)
+    if detections and not any(image_id in detections for image_id, _, _ in images):  # not pictures without a word
+        raise DataError(f"none of the {len(detections)} image ids in {shown_path(args.results)} is one of these "
+                        f"{len(images)} images: results of another image set?")
     key = [("ground truth (white)", (200, 200, 200))] + [(f"{names[c]}", palette[c]) for c in sorted(names)]
     written = []
     for start in range(0, len(chosen), args.per_grid):
-        cells = [picture(path, max_pixels, gt, detections.get(image_id, np.zeros((0, 6), np.float32)), names, palette,
-                         args.thresh, segmentations.get(image_id, ()), args.results)
-                 for image_id, path, gt in chosen[start:start + args.per_grid]]
-        sheet = grid(cells, columns=min(2, len(cells)))
+        cells, captions = [], []
+        for image_id, path, gt in chosen[start:start + args.per_grid]:
+            found = detections.get(image_id, np.zeros((0, 6), np.float32))
+            cells.append(picture(path, max_pixels, gt, found, names, palette, args.thresh,
+                                 segmentations.get(image_id, ()), args.results))
+            captions.append(f"image {image_id} ({os.path.basename(path)}): {int((found[:, 4] >= args.thresh).sum())} "
+                            f"of {len(found)} detections shown, {len(gt)} ground truth")
+        sheet = grid(cells, columns=min(2, len(cells)), gutter=GUTTER, captions=captions)
         sheet = np.concatenate([legend(sheet.shape[1], key), sheet], axis=0)
-        path = os.path.join(args.out, f"detections_{start // args.per_grid:03d}.png")
-        if not cv2.imwrite(path, sheet):
-            sys.exit(f"cannot write {path}")
-        written.append(path)
-    print(f"drew {len(chosen)} images ({sum(len(d) for d in detections.values())} detections in the results, "
+        path = os.path.join(out, f"detections_{start // args.per_grid:03d}.png")
+        write_picture(sheet, path)
+        written.append(shown_path(path))
+    print(f"drew {len(chosen)} images, {sum(image_id in detections for image_id, _, _ in chosen)} with detections "
+          f"({sum(len(d) for d in detections.values())} detections of {len(detections)} images in the results, "
           f"threshold {args.thresh}) into {len(written)} grids: {', '.join(written)}")
 
 

@@ -25,11 +25,12 @@ from lib.inference.detector import Detector, checkpoint_file
 from lib.inference.focus_chips import focus_pixel_boxes
 from lib.inference.pipeline import RoidbImages
 from lib.logger import report_user_errors, setup_logging
+from lib.paths import shown_path
 from lib.run.checkpoint import output_dir
 from symbols.backbones import feature_stride
 
 PANEL_HEIGHT = 540
-TITLE_HEIGHT = 28
+GUTTER = 12  # pixels between the panels
 REGION, CHIP, FOCUS, DETECTION = (230, 120, 20), (0, 150, 255), (200, 0, 200), (60, 200, 60)  # BGR
 
 
@@ -88,7 +89,7 @@ def main():
     factor = PANEL_HEIGHT / image.shape[0]
     shrunk = cv2.resize(image, (max(int(round(image.shape[1] * factor)), 1), PANEL_HEIGHT),
                         interpolation=cv2.INTER_AREA)
-    panels = []
+    panels, captions = [], []
     for number, (level, level_stats) in enumerate(zip(seen, stats.levels)):
         panel = shade(shrunk, np.concatenate(level["focus"] or [np.zeros((0, 4))]),
                       np.concatenate(level["probs"] or [np.zeros(0)]), factor, FOCUS)
@@ -98,13 +99,11 @@ def main():
             shown = found[0].copy()
             shown[:, :4] *= factor
             panel = draw_detections(panel, shown, list(dataset.classes), args.thresh, DETECTION)
-        title = np.full((TITLE_HEIGHT, panel.shape[1], 3), 255, np.uint8)
-        text = (f"scale {number} {test.SCALES[number]}: {len(level['regions'])} regions, "
-                f"{100.0 * level_stats.pixels / level_stats.full_pixels:.0f}% of the pixels, "
-                f"{len(level['chips'])} FocusChips for the next")
-        cv2.putText(title, text, (6, 19), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (0, 0, 0), 1, cv2.LINE_AA)
-        panels.append(np.concatenate([title, panel], axis=0))
-    picture = grid(panels, len(panels))
+        panels.append(panel)
+        captions.append(f"scale {number} {test.SCALES[number]}: {len(level['regions'])} regions, "
+                        f"{100.0 * level_stats.pixels / level_stats.full_pixels:.0f}% of the pixels, "
+                        f"{len(level['chips'])} FocusChips for the next")
+    picture = grid(panels, len(panels), gutter=GUTTER, captions=captions)
     picture = np.concatenate([legend(picture.shape[1], [
         ("processed region", REGION), ("FocusPixels", FOCUS), ("FocusChips for the next scale", CHIP),
         (f"detections >= {args.thresh}", DETECTION)]), picture], axis=0)
@@ -112,7 +111,7 @@ def main():
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     if not cv2.imwrite(out, picture):
         sys.exit(f"cannot write {out}")
-    print(out)
+    print(shown_path(out))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from lib.dataset.proposals import read_proposals
 from lib.dataset.reference_rules import suppress_pooled_proposals, truncate_to_whole_pixels
 from lib.dataset.roidb_cache import cache_path, read_cache, write_cache
 from lib.errors import ConfigError, DataError
+from lib.paths import shown_path
 
 logger = logging.getLogger(__name__)
 
@@ -58,12 +59,12 @@ def load_roidb(cfg, image_set, training=True):
     cached = read_cache(path)
     if cached is not None:
         dataset, roidb = cached
-        logger.info("roidb of %s %r: %d entries from cache %s", dataset.kind, image_set, len(roidb), path)
+        logger.info("roidb of %s %r: %d entries from cache %s", dataset.kind, image_set, len(roidb), shown_path(path))
     else:
         entries = dataset.load_entries(masks=True) if masks else dataset.load_entries()
         roidb = training_roidb(entries, flip, keep_empty) if training else entries
         write_cache(path, (dataset, roidb))
-        logger.info("roidb of %s %r: %d entries, cached to %s", dataset.kind, image_set, len(roidb), path)
+        logger.info("roidb of %s %r: %d entries, cached to %s", dataset.kind, image_set, len(roidb), shown_path(path))
     check_num_classes(cfg, dataset.num_classes, f"{dataset.kind} image set {dataset.image_set!r} in "
                                                 f"{dataset.dataset_path}")
     check_image_sizes(roidb, dataset, cfg.dataset.MAX_IMAGE_PIXELS)

@@ -24,6 +24,8 @@ import cv2
 import numpy as np
 from tqdm import tqdm
 
+from lib.paths import shown_path
+
 logger = logging.getLogger(__name__)
 
 CLASSES = ("circle", "square", "triangle", "cross", "star")
@@ -444,7 +446,8 @@ def ensure_synthetic_dataset(path, train=DEFAULT_TRAIN, val=DEFAULT_VAL, seed=DE
                               f"move it away or point dataset.dataset_path elsewhere")
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
-    logger.info("generating the synthetic dataset in %s (train %d, val %d, seed %d)", path, train, val, seed)
+    logger.info("generating the synthetic dataset in %s (train %d, val %d, seed %d)", shown_path(path), train, val,
+                seed)
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(path))}.tmp-", dir=parent)
     try:
         generate_synthetic_coco(tmp, train, val, seed)

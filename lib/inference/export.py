@@ -6,10 +6,14 @@ CustomOp, ``TEST.PROPOSAL_LAYER: reference``) and, on CPU contexts, lib/ops' com
 operators (``network.CPU_DEFORMABLE_OPS: compiled``). The export builds the graph with MXNet's own
 operators instead: MultiProposal (``TEST.PROPOSAL_LAYER: stock``, whose proposals differ slightly from
 the reference's: docs/reference_differences.md) and the stock deformable convolution and PS-ROI pooling
-(same parameters, same results). ``PREFIX-model.json`` describes the inputs and the classes. A network
+(same parameters, same results). ``PREFIX-model.json`` describes the inputs and the classes, and names its
+source by the run's name, the checkpoint's file name and SHA-256 (no path of the machine it was made on). A network
 trained with masks (TRAIN.WITH_MASK) also gets its mask graph (symbols.sniper.mask_inference_symbol, the
 masks of given boxes): ``PREFIX-mask-symbol.json`` + ``PREFIX-mask-0000.params``.
 """
+import hashlib
+import os
+
 import mxnet as mx
 
 from lib.atomic import atomic_path, write_json
@@ -39,8 +43,9 @@ def export_test_graph(cfg, prefix):
     symbol = inference_symbol(cfg, None if rpn_only else len(classes), rpn_only=rpn_only, compiled_deformable=False)
     check_params(symbol, arg_params, aux_params, params, feature_stride(cfg))
     paths = _save_graph(symbol, arg_params, aux_params, prefix)
-    description = {"source": params, "epoch": EXPORT_EPOCH, "symbol": cfg.symbol, "rpn_only": rpn_only,
-                   "classes": classes, "category_ids": info.get("category_ids"), **describe(cfg, symbol)}
+    description = {"source": checkpoint_identity(cfg, params), "epoch": EXPORT_EPOCH, "symbol": cfg.symbol,
+                   "rpn_only": rpn_only, "classes": classes, "category_ids": info.get("category_ids"),
+                   **describe(cfg, symbol)}
     if cfg.TRAIN.WITH_MASK and not rpn_only:
         mask_symbol = mask_inference_symbol(cfg, len(classes), compiled_deformable=False)
         paths += _save_graph(mask_symbol, arg_params, aux_params, f"{prefix}-mask")
@@ -48,6 +53,16 @@ def export_test_graph(cfg, prefix):
     paths += (f"{prefix}-model.json",)
     write_json(description, paths[-1])
     return paths
+
+
+def checkpoint_identity(cfg, params):
+    """What the exported files were made from, without a path of this machine: the run's name, the checkpoint's
+    file name and the SHA-256 of its bytes (the same file wherever it is copied)."""
+    digest = hashlib.sha256()
+    with open(params, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return {"run": cfg.name, "checkpoint": os.path.basename(params), "sha256": digest.hexdigest()}
 
 
 def _save_graph(symbol, arg_params, aux_params, prefix):

@@ -22,10 +22,12 @@ from lib.drawing import write_picture
 from lib.evaluation.metrics import coco_results
 from lib.inference.geojson import write_geojson
 from lib.run.folder import checkpoint_category_ids
+from lib.paths import shown_path
 
 logger = logging.getLogger(__name__)
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
+IMAGE_INFO_FILE = "image_info.json"  # the ids, file names and sizes of the images tested (the viewer reads it)
 
 
 def list_images(source):
@@ -89,9 +91,10 @@ def header_size(path):
 
 def output_folder(cfg, source):
     from lib.run.checkpoint import output_dir
+    from lib.run.lock import RESULTS_FOLDER
 
     name = os.path.basename(os.path.normpath(source))
-    return os.path.join(output_dir(cfg), "results", f"images_{os.path.splitext(name)[0] or 'images'}")
+    return os.path.join(output_dir(cfg), RESULTS_FOLDER, f"images_{os.path.splitext(name)[0] or 'images'}")
 
 
 def detect_images(cfg, source, out_dir=None, draw=False, thresh=0.5, detector=None):
@@ -116,7 +119,7 @@ def detect_images(cfg, source, out_dir=None, draw=False, thresh=0.5, detector=No
     write_json({"images": [{"id": e["id"], "file_name": os.path.basename(e["image"]), "width": e["width"],
                             "height": e["height"]} for e in entries],
                 "categories": [{"id": int(c), "name": n} for c, n in zip(category_ids[1:], detector.classes[1:])]},
-               os.path.join(out_dir, "image_info.json"))
+               os.path.join(out_dir, IMAGE_INFO_FILE))
     geojson = write_geojson([entries[i] for i in tested], [found[i] for i in tested], category_ids, detector.classes,
                             out_dir)
     if draw:
@@ -126,7 +129,7 @@ def detect_images(cfg, source, out_dir=None, draw=False, thresh=0.5, detector=No
             write_picture(detector.draw(image, found[i], thresh), os.path.join(out_dir, "drawn", name))
     speed = len(tested) / max(seconds, 1e-9)
     logger.info("tested %d of %d images of %s in %.1f s (%.2f images/s); %d detections written to %s",
-                len(tested), len(paths), source, seconds, speed, len(results), out_dir)
+                len(tested), len(paths), source, seconds, speed, len(results), shown_path(out_dir))
     summary = {"source": source, "images": len(paths), "tested": len(tested),
                "skipped": len(unreadable) + len(skipped), "seconds": seconds, "images_per_s": speed,
                "results": os.path.join(out_dir, "detections_results.json"), "checkpoint": detector.source, **geojson}

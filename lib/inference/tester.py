@@ -32,14 +32,18 @@ from lib.inference.merge import candidate_rows, suppress
 from lib.inference.pipeline import RoidbImages, metered
 from lib.inference.regions import RegionPlan
 from lib.inference.scale_cache import ScaleCache
+from lib.paths import shown_path
 from lib.run.checkpoint import output_dir
+from lib.run.lock import RESULTS_FOLDER
 
 logger = logging.getLogger(__name__)
+
+SUMMARY_FILE = "test_summary.json"  # a test's summary in its results folder
 
 
 def results_dir(cfg):
     """``{output_path}/{cfg.name}/results/{test_image_set}``."""
-    return os.path.join(output_dir(cfg), "results", cfg.dataset.test_image_set)
+    return os.path.join(output_dir(cfg), RESULTS_FOLDER, cfg.dataset.test_image_set)
 
 
 def proposal_file(cfg):
@@ -160,8 +164,8 @@ def test(cfg, detector=None, checkpoint=None, out_dir=None, max_images=0, vis=Fa
                                  dataset.classes, out_dir))
     if skipped:
         logger.warning("%d of %d images could not be read and were skipped (listed in %s)", len(skipped),
-                       len(roidb), os.path.join(out_dir, "test_summary.json"))
-    write_json(summary, os.path.join(out_dir, "test_summary.json"))
+                       len(roidb), shown_path(os.path.join(out_dir, SUMMARY_FILE)))
+    write_json(summary, os.path.join(out_dir, SUMMARY_FILE))
     logger.info("tested %d of %d images of %s, %d skipped", len(tested), len(roidb), image_set, len(skipped))
     return summary
 
@@ -185,7 +189,7 @@ def draw_levels(detector, entries, levels, found, folder, thresh):
             rows = suppress(candidate_rows(candidates, (-1, -1)), test_cfg)
             write_picture(detector.draw(image, rows, thresh), os.path.join(folder, f"scale{number}", name))
         write_picture(detector.draw(image, final, thresh), os.path.join(folder, "final", name))
-    logger.info("drew the detections of %d images at every scale and merged into %s", len(entries), folder)
+    logger.info("drew the detections of %d images at every scale and merged into %s", len(entries), shown_path(folder))
 
 
 def _rate(value):
@@ -205,5 +209,5 @@ def extract_proposals(cfg, detector=None):
     write_proposals(proposals, path)
     counts = [len(p) for p in proposals.values()] or [0]
     logger.info("wrote proposals of %d images (%d skipped, %.0f per image on average) to %s",
-                len(proposals), len(skipped), np.mean(counts), path)
+                len(proposals), len(skipped), np.mean(counts), shown_path(path))
     return path

@@ -129,8 +129,8 @@ class NegChipPipeline:
         """What can fail before any work (lib.start_checks), before anything is written: every training check
         of the RPN stage; the devices and class count of the SNIPER stage (its proposal file is the proposals
         stage's output, the evaluation runs on its devices)."""
-        check_training_start(self.rpn_cfg, resume=True)  # the training stages resume
-        check_devices(self.sniper_cfg)
+        check_training_start(self.rpn_cfg, resume=True, evaluates=True)  # it resumes; its proposals are a test
+        check_devices(self.sniper_cfg, ("TRAIN", "TEST"))
         check_class_count(self.sniper_cfg)
         check_run_record(self.sniper_cfg)  # a finished stage is skipped: its record must name these settings
 

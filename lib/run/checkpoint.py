@@ -28,6 +28,7 @@ import numpy as np
 
 from lib.atomic import atomic_path, write_json
 from lib.errors import UserError, reason
+from lib.paths import shown_path
 from lib.run.optimizer_states import read_optimizer_states
 
 logger = logging.getLogger(__name__)
@@ -116,7 +117,7 @@ def save_checkpoint(prefix, epoch, symbol, arg_params, aux_params, stds, means, 
         write_json(progress, progress_path(prefix, epoch))
     # params last: its presence marks the epoch complete
     save_ndarrays(params_path(prefix, epoch), blob)
-    logger.info("saved checkpoint %s", params_path(prefix, epoch))
+    logger.info("saved checkpoint %s", shown_path(params_path(prefix, epoch)))
 
 
 def prune_checkpoints(prefix, keep, also=()):

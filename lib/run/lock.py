@@ -15,11 +15,14 @@ import os
 import time
 
 from lib.errors import UserError
+from lib.paths import shown_path
 
 logger = logging.getLogger(__name__)
 
 LOCK_NAME = "train.lock"
 METRICS_NAME = "metrics.jsonl"
+RESULTS_FOLDER = "results"  # tests of the run's checkpoints: results/{image set}/ (lib.inference.tester)
+EVALUATIONS_FOLDER = "evaluations"  # evaluations while training: evaluations/epoch_NNNN/ (lib.train.evaluation)
 
 
 class RunFolderError(UserError, RuntimeError):
@@ -63,9 +66,11 @@ def epoch_files(prefix):
 
 def clear_later_epochs(prefix, begin_epoch, overwrite):
     """Before a run that starts at ``begin_epoch`` without resuming: refuse (RunFolderError) when
-    ``prefix`` has files of later epochs, which it would overwrite, or with ``overwrite`` move them (and,
-    for a start from scratch, the folder's metrics log) into ``replaced_{time}/`` beside them. Returns
-    that folder, or None when nothing was in the way."""
+    ``prefix`` has files of later epochs, which it would overwrite, or with ``overwrite`` move them into
+    ``replaced_{time}/`` beside them, with what describes them: the evaluations of those epochs
+    (``evaluations/epoch_NNNN/``), the tests' ``results/`` (of the checkpoints being replaced, or of ones
+    that will be) and, for a start from scratch, the folder's metrics log. Returns that folder, or None when
+    nothing was in the way."""
     later = {epoch: paths for epoch, paths in epoch_files(prefix).items() if epoch > begin_epoch}
     if not later:
         return None
@@ -84,6 +89,15 @@ def clear_later_epochs(prefix, begin_epoch, overwrite):
         paths.append(metrics)
     for path in paths:
         os.replace(path, os.path.join(moved, os.path.basename(path)))
-    logger.warning("--overwrite: moved %d files of epochs %s of %s to %s", len(paths),
-                   ", ".join(map(str, sorted(later))), name, moved)
+    folders = [os.path.join(EVALUATIONS_FOLDER, f"epoch_{epoch:04d}") for epoch in sorted(later)] + [RESULTS_FOLDER]
+    folders = [path for path in folders if os.path.isdir(os.path.join(folder, path))]
+    for path in folders:
+        os.makedirs(os.path.dirname(os.path.join(moved, path)), exist_ok=True)
+        os.replace(os.path.join(folder, path), os.path.join(moved, path))
+    evaluations = os.path.join(folder, EVALUATIONS_FOLDER)
+    if os.path.isdir(evaluations) and not os.listdir(evaluations):
+        os.rmdir(evaluations)
+    also = f" and {', '.join(path + '/' for path in folders)}" if folders else ""
+    logger.warning("--overwrite: moved %d files of epochs %s of %s%s to %s", len(paths),
+                   ", ".join(map(str, sorted(later))), name, also, shown_path(moved))
     return moved

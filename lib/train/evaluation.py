@@ -23,11 +23,13 @@ import json
 import logging
 import os
 
-from lib.atomic import write_json
+from lib.atomic import write_bytes, write_json
 from lib.errors import UserError
 from lib.evaluation.coco_summary import SEGM_PREFIX, defined, parse_bands, scored_max_dets, stat_names
+from lib.paths import shown_path
 from lib.run.folder import BEST_FILE
 from lib.run.checkpoint import output_dir
+from lib.run.lock import EVALUATIONS_FOLDER
 
 logger = logging.getLogger(__name__)
 
@@ -143,7 +145,7 @@ class TrainingEvaluation:
         """Evaluate checkpoint ``params`` of ``epoch`` when due; returns True when training should stop."""
         if not self.due(epoch):
             return False
-        out_dir = os.path.join(output_dir(self.cfg), "evaluations", f"epoch_{epoch:04d}")
+        out_dir = os.path.join(output_dir(self.cfg), evaluation_folder(epoch))
         summary = self.test(self.cfg, checkpoint=params, out_dir=out_dir, max_images=self.images)
         stats = summary.get("stats") or {}
         numbers = flat_stats(stats)
@@ -167,3 +169,53 @@ class TrainingEvaluation:
                         epoch, stale, self.metric, self.patience)
             return True
         return False
+
+
+def evaluation_folder(epoch):
+    """The folder of the evaluation after (1-based) ``epoch``, relative to the run folder."""
+    return os.path.join(EVALUATIONS_FOLDER, f"epoch_{epoch:04d}")
+
+
+def whole_set_evaluation(cfg, params):
+    """(epoch, folder) of the evaluation while training that tested checkpoint ``params`` on the whole test
+    set (TRAIN.EVAL_IMAGES 0; best.json's history names the checkpoint, the folder's summary the same file),
+    or None."""
+    from lib.inference.tester import SUMMARY_FILE
+
+    best_path = os.path.join(output_dir(cfg), BEST_FILE)
+    if not cfg.TRAIN.EVAL_EVERY or cfg.TRAIN.EVAL_IMAGES or not os.path.isfile(best_path):
+        return None
+    try:
+        with open(best_path) as f:
+            history = json.load(f)["history"]
+        epoch = next(h["epoch"] for h in history if h["params"] == os.path.basename(params))
+        folder = os.path.join(output_dir(cfg), evaluation_folder(epoch))
+        with open(os.path.join(folder, SUMMARY_FILE)) as f:
+            tested = json.load(f)["checkpoint"]
+    except (OSError, ValueError, KeyError, TypeError, StopIteration):
+        return None
+    return (epoch, folder) if os.path.realpath(tested) == os.path.realpath(params) else None
+
+
+def final_test(cfg, params, test=None):
+    """``main_train.py --eval``: checkpoint ``params`` tested on the whole test set into the results folder
+    (lib.inference.tester.results_dir); returns its summary. When the evaluation while training already
+    tested that checkpoint on the whole set (``whole_set_evaluation``), its results are copied there instead of
+    testing the checkpoint a second time."""
+    from lib.inference.tester import SUMMARY_FILE, results_dir
+
+    if test is None:
+        from lib.inference.tester import test
+    evaluated = whole_set_evaluation(cfg, params)
+    if evaluated is None:
+        return test(cfg, checkpoint=params)
+    epoch, folder = evaluated
+    out = results_dir(cfg)
+    for parent, _, names in os.walk(folder):
+        for name in names:
+            with open(os.path.join(parent, name), "rb") as f:
+                write_bytes(f.read(), os.path.join(out, os.path.relpath(parent, folder), name))
+    logger.info("%s was tested on the whole %s after epoch %d (%s): its results copied to %s, not tested again",
+                os.path.basename(params), cfg.dataset.test_image_set, epoch, shown_path(folder), shown_path(out))
+    with open(os.path.join(out, SUMMARY_FILE)) as f:
+        return json.load(f)

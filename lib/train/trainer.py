@@ -20,6 +20,7 @@ from lib.contexts import fp16_enabled, parse_contexts
 from lib.data import ChipLoader
 from lib.dataset import load_roidb
 from lib.errors import Interrupted, UserError
+from lib.paths import shown_path
 from lib.run.folder import MODEL_KEY, check_resume_config, model_info, write_run_config
 from lib.run import checkpoint
 from lib.train.accumulation import GradientAccumulation, grad_req, updates_per_epoch
@@ -44,7 +45,7 @@ class TrainingDiverged(UserError, RuntimeError):
 def _begin_epoch(cfg, prefix, resume):
     if resume or cfg.TRAIN.resume:
         epoch = checkpoint.last_readable_epoch(prefix)
-        logger.info("resuming from epoch %d (%s)", epoch, prefix if epoch else "no complete checkpoint yet")
+        logger.info("resuming from epoch %d (%s)", epoch, shown_path(prefix) if epoch else "no complete checkpoint yet")
         return epoch
     return cfg.TRAIN.begin_epoch
 
