@@ -383,13 +383,14 @@ def test_the_inference_benchmark_takes_the_network_of_the_trained_run(trained):
 
 
 def test_the_readme_python_api_snippet_runs_as_written(trained, tmp_path):
-    """README's snippet, verbatim, in a directory laid out as after ``make train`` (the trained run and its
-    data linked in), with the interpreter README names (.venv/bin/python: this test's own)."""
+    """README's snippet, verbatim, in a directory laid out as after ``make train`` (the trained run, its
+    data and the demo picture linked in), with the interpreter README names (.venv/bin/python: this test's own)."""
     work, folder, _ = trained
     with open(os.path.join(ROOT, "README.md")) as f:
         readme = f.read()
     snippet = readme.split("**Python API.**", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
-    for link, target in (("output/sniper_synthetic_tiny", folder), ("data/synthetic", work / "data" / "synthetic")):
+    for link, target in (("output/sniper_synthetic_tiny", folder), ("data/synthetic", work / "data" / "synthetic"),
+                         ("docs/demo.jpg", os.path.join(ROOT, "docs", "demo.jpg"))):
         os.makedirs(tmp_path / os.path.dirname(link), exist_ok=True)
         os.symlink(target, tmp_path / link)
     assert os.path.realpath(sys.prefix) == os.path.realpath(os.path.join(ROOT, ".venv"))  # README's interpreter
