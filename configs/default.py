@@ -219,7 +219,7 @@ DEFAULTS = {
         "STALL_WARN": 60.0,  # as TRAIN.STALL_WARN
         "SCALES": [[1400, 2000], [800, 1280], [480, 512]],
         "VALID_RANGES": [[-1, 90], [32, 180], [75, -1]],
-        # "reference": the proposal rules the reference ran (lib/ops/proposal_layer.py, on the host);
+        # "reference": the proposal rules the reference ran (lib/boxes/proposals.py, on the host);
         # "stock": MXNet's MultiProposal (on the device, but it drops the anchors of each image's last
         # partial feature row and column and pads by repeats).
         "PROPOSAL_LAYER": "reference",
