@@ -27,7 +27,6 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from symbols.backbones import feature_stride
 
 BORDER_MARGIN = 10.0  # original pixels: a detection edge this close to an inner chip edge was cut by it
 BORDER_TOLERANCE = 0.5  # a chip edge within half a pixel of the image border is on it
@@ -44,6 +43,8 @@ class FocusChipParams:
     def from_config(cls, cfg, scale_index):
         """The parameters that turn the maps of TEST scale ``scale_index`` into the chips of the next one
         (TEST.CHIP_HYPERPARAMS[scale_index]; lib/config.py checks them where the next scale is pruned)."""
+        from symbols.backbones import feature_stride  # imports MXNet: AutoFocus on ONNX Runtime is not exported
+
         dilation, threshold, min_size = cfg.TEST.CHIP_HYPERPARAMS[scale_index]
         return cls(dilation=int(dilation), threshold=float(threshold), min_size=int(min_size),
                    stride=int(feature_stride(cfg)))
