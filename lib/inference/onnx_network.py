@@ -19,7 +19,7 @@ import numpy as np
 
 from lib.boxes.proposals import proposals
 from lib.config import restore
-from lib.errors import ConfigError, UserError
+from lib.errors import UserError
 
 BACKENDS = ("mxnet", "onnxruntime")
 MIN_PYTHON = (3, 11)
@@ -30,11 +30,18 @@ class BackendError(UserError, RuntimeError):
     """The ONNX Runtime back end cannot run here (interpreter, package) or on this export."""
 
 
-def check_backend(name):
-    """``name`` if it is a back end (BACKENDS), else a ConfigError naming it."""
-    if name not in BACKENDS:
-        raise ConfigError(f"back end {name!r}: choose one of {', '.join(BACKENDS)}")
-    return name
+def add_backend_argument(parser):
+    """``--backend mxnet|onnxruntime`` of main_test.py and demo.py: TEST.BACKEND for this run."""
+    parser.add_argument("--backend", choices=BACKENDS, default=None,
+                        help="the test network's back end (TEST.BACKEND): onnxruntime runs the checkpoint's ONNX "
+                             "export (made once, in onnx/ beside the checkpoint) on ONNX Runtime's CPU provider")
+
+
+def with_backend(args):
+    """``args`` with ``--backend`` appended to its ``--set`` words (the config key TEST.BACKEND)."""
+    if args.backend:
+        args.set = list(args.set or []) + ["TEST.BACKEND", args.backend]
+    return args
 
 
 def import_onnxruntime():
