@@ -129,21 +129,28 @@ def export_onnx(cfg, directory, params=None):
     or epoch ``TEST.TEST_EPOCH`` of the run of ``cfg``) into ``directory``: body.onnx, head.onnx and
     model.json. Networks the export does not cover (RPN-only, masks) are refused in one line. Returns the
     paths."""
-    from lib.config import plain
-    from lib.inference.onnx_export import FORMAT_VERSION, OPSET, ExportError, export_graphs
+    from lib.inference.onnx_export import ExportError
 
     params = params or checkpoint_file(cfg)
     arg_params, aux_params = load_params(params)
     info = read_model_info(params) or {}
     if info.get("rpn_only", cfg.TRAIN.ONLY_PROPOSAL):
         raise ExportError(f"{params}: an RPN-only network is not exported to ONNX (detection networks are)")
+    return export_onnx_params(cfg, checkpoint_classes(params, cfg), arg_params, aux_params, directory, params,
+                              info.get("category_ids"))
+
+
+def export_onnx_params(cfg, classes, arg_params, aux_params, directory, source="parameters", category_ids=None):
+    """``export_onnx`` of parameter arrays (MXNet NDArrays) of the detection network of ``cfg`` for ``classes``."""
+    from lib.config import plain
+    from lib.inference.onnx_export import FORMAT_VERSION, OPSET, ExportError, export_graphs
+
     if cfg.TRAIN.WITH_MASK:
-        raise ExportError(f"{params}: the mask head (TRAIN.WITH_MASK) is not exported to ONNX yet; the box "
+        raise ExportError(f"{source}: the mask head (TRAIN.WITH_MASK) is not exported to ONNX yet; the box "
                           f"detector alone is not exported either, to keep masks from disappearing silently")
-    classes = checkpoint_classes(params, cfg)
     graph_cfg = with_overrides(cfg, ONNX_EXPORT_KEYS)
     symbol = inference_symbol(graph_cfg, len(classes), compiled_deformable=False)
-    check_params(symbol, arg_params, aux_params, params, feature_stride(cfg))
+    check_params(symbol, arg_params, aux_params, source, feature_stride(cfg))
     arrays = {name: value.asnumpy() for name, value in {**arg_params, **aux_params}.items()}
     body, head = export_graphs(symbol.tojson(), arrays)
     os.makedirs(directory, exist_ok=True)
@@ -152,8 +159,8 @@ def export_onnx(cfg, directory, params=None):
         write_bytes(model.SerializeToString(), paths[key])
     network = cfg.network
     description = {
-        "format": "sniper-onnx", "version": FORMAT_VERSION, "opset": OPSET, "source": params, "symbol": cfg.symbol,
-        "classes": classes, "category_ids": info.get("category_ids"), "stride": feature_stride(cfg),
+        "format": "sniper-onnx", "version": FORMAT_VERSION, "opset": OPSET, "source": source, "symbol": cfg.symbol,
+        "classes": list(classes), "category_ids": category_ids, "stride": feature_stride(cfg),
         "graphs": {key: ONNX_FILES[key] for key in ("body", "head")},
         "anchors": {"scales": list(network.ANCHOR_SCALES), "ratios": list(network.ANCHOR_RATIOS)},
         "inputs": {"data": "float32 (B, 3, H, W): each image resized by a test scale, minus PIXEL_MEANS (BGR), "

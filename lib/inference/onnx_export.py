@@ -346,10 +346,9 @@ def translate_graph(nodes, params, outputs, inputs, name, rois=None):
     return g.model(graph_inputs, graph_outputs, name)
 
 
-def export_graphs(symbol_json, params):
-    """``(body, head)`` ONNX models of the MXNet test graph ``symbol_json`` (symbols.inference_symbol, float32,
-    a detection network) with ``params`` ({name: NumPy array}, arguments and auxiliary states)."""
-    nodes = json.loads(symbol_json)["nodes"]
+def graph_cut(nodes):
+    """Where the exported graphs cut the MXNet test graph's JSON ``nodes``: ``(body outputs {name: (node id,
+    output index)}, features entry, rois entry)``; an ExportError for a graph without the detection head."""
     by_name = {node["name"]: index for index, node in enumerate(nodes)}
     proposal = [i for i, node in enumerate(nodes) if node["op"] in PROPOSAL_OPS]
     pooling = [i for i, node in enumerate(nodes) if node["op"] == POOLING_OP]
@@ -358,13 +357,24 @@ def export_graphs(symbol_json, params):
                           "deformable R-CNN head with cls_prob and bbox_pred); RPN-only networks are not exported")
     rpn_cls, rpn_bbox = (_entry(i) for i in nodes[proposal[0]]["inputs"][:2])
     features = _entry(nodes[pooling[0]]["inputs"][0])
-    data = (by_name["data"], 0)
-    body_outputs = {name: (entry, 4) for name, entry in zip(BODY_OUTPUTS, (rpn_cls, rpn_bbox, features))}
+    body = dict(zip(BODY_OUTPUTS, (rpn_cls, rpn_bbox, features)))
     if "scale_prob" in by_name:
-        body_outputs["scale_prob"] = ((by_name["scale_prob"], 0), 4)
-    body = translate_graph(nodes, params, body_outputs, {data: ("data", ["batch", 3, "height", "width"])}, "sniper_body")
+        body["scale_prob"] = (by_name["scale_prob"], 0)
+    return body, features, (proposal[0], 0)
+
+
+def export_graphs(symbol_json, params):
+    """``(body, head)`` ONNX models of the MXNet test graph ``symbol_json`` (symbols.inference_symbol, float32,
+    a detection network) with ``params`` ({name: NumPy array}, arguments and auxiliary states)."""
+    nodes = json.loads(symbol_json)["nodes"]
+    by_name = {node["name"]: index for index, node in enumerate(nodes)}
+    body_entries, features, rois = graph_cut(nodes)
+    body_outputs = {name: (entry, 4) for name, entry in body_entries.items()}
+    data = (by_name["data"], 0)
+    body = translate_graph(nodes, params, body_outputs, {data: ("data", ["batch", 3, "height", "width"])},
+                           "sniper_body")
     head_inputs = {features: ("features", ["batch", "channels", "feature_height", "feature_width"]),
-                   (proposal[0], 0): ("rois", ["batch", "rois", 4])}
+                   rois: ("rois", ["batch", "rois", 4])}
     head_outputs = {name: ((by_name[name], 0), 2) for name in HEAD_OUTPUTS}
     head = translate_graph(nodes, params, head_outputs, head_inputs, "sniper_head", rois="rois")
     return body, head
