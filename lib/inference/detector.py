@@ -147,14 +147,14 @@ class Detector:
                                source=params)
 
     @classmethod
-    def from_onnx(cls, directory, cfg=None, classes=None, threads=0):
+    def from_onnx(cls, directory, cfg=None, classes=None, threads=0, providers=("CPUExecutionProvider",)):
         """An ONNX export folder (tools/export_model.py --format onnx) on ONNX Runtime, without MXNet: the
         exported config and classes, or ``cfg`` (its TEST section: scales, proposal, merge and tile
         settings) and ``classes`` with the exported graphs; ``threads`` as ONNX Runtime's intra-op threads
-        (0: its default)."""
+        (0: its default), ``providers`` its execution providers (e.g. ``("CUDAExecutionProvider",)``)."""
         from lib.inference.onnx_network import OnnxNetwork
 
-        network = OnnxNetwork(directory, None if cfg is None else cfg.TEST, threads)
+        network = OnnxNetwork(directory, None if cfg is None else cfg.TEST, threads, providers=providers)
         return cls(network.cfg if cfg is None else cfg, classes or network.description["classes"], network=network,
                    source=directory)
 

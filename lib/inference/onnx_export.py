@@ -233,8 +233,11 @@ def _deformable_roi_pool(g, name, data, rois, trans, pooled, samples, spatial_sc
     (B * R, C, pooled, pooled): per roi the rounded corners span ``round(x1) * scale - 0.5 .. (round(x2) + 1)
     * scale - 0.5`` (at least 0.1), bin (ph, pw) starts at ``pw * bin_w + start_w + trans_x * roi_w`` and takes
     ``samples`` x ``samples`` points ``iw * bin_w / samples`` apart; a point more than half a cell outside
-    the map is dropped, the others clamped onto it and sampled bilinearly; the bin is their mean (0 with
-    none). The points of all rois of an image form one GridSample grid (R * P * S, P * S)."""
+    the map is dropped, the others clamped onto it and sampled bilinearly (floor and ceil neighbours, as the
+    operator); the bin is their mean (0 with none). Per bin, the four neighbours of each of its points are
+    gathered as rows of the channels-last map and one small product with their bilinear weights times the
+    point's share of the bin sums them (ONNX Runtime's GridSample, the first form, took several times as long
+    on the ResNet-101 head, as did elementwise weighting)."""
     P, S = pooled, samples
     shape = g.op("Shape", [data], f"{name}_shape")
     # rounded corners (the coordinates are >= 0: round half away from zero = floor(x + 0.5))
@@ -264,28 +267,40 @@ def _deformable_roi_pool(g, name, data, rois, trans, pooled, samples, spatial_sc
         point = g.op("Add", [point, g.op("Mul", [g.const(steps), sub_bin])])
         valid = g.op("And", [g.op("GreaterOrEqual", [point, g.const(-0.5)]),
                              g.op("LessOrEqual", [point, g.op("Sub", [size, g.const(0.5)])])])
-        last = g.op("Sub", [size, g.const(1.0)])
-        clamped = g.op("Min", [g.op("Max", [point, g.const(0.0)]), last])
-        # GridSample with align_corners: -1 .. 1 spans pixel centres 0 .. size - 1
-        normalised = g.op("Sub", [g.op("Div", [g.op("Mul", [clamped, g.const(2.0)]),
-                                               g.op("Max", [last, g.const(1.0)])]), g.const(1.0)])
-        sampled.append((normalised, valid))
-    (grid_x, valid_x), (grid_y, valid_y) = sampled
-    full = g.op("Shape", [g.op("Add", [grid_x, grid_y])])
-    grid_x, grid_y = (g.op("Unsqueeze", [g.op("Expand", [t, full]), g.const([6], np.int64)]) for t in (grid_x, grid_y))
-    grid = g.op("Concat", [grid_x, grid_y], axis=6)  # (B, R, P, S, P, S, 2)
-    grid = g.op("Reshape", [grid, g.const([0, -1, P * S, 2], np.int64)])  # (B, R * P * S, P * S, 2)
-    values = g.op("GridSample", [data, grid], f"{name}_samples", mode="bilinear", padding_mode="border",
-                  align_corners=1)  # (B, C, R * P * S, P * S)
-    values = g.op("Reshape", [values, g.const([0, 0, -1, P, S, P, S], np.int64)])
-    mask = g.op("Cast", [g.op("And", [valid_x, valid_y])], to=TensorProto.FLOAT)  # (B, R, P, S, P, S)
-    mask = g.op("Unsqueeze", [mask, g.const([1], np.int64)])
-    total = g.op("ReduceSum", [g.op("Mul", [values, mask]), g.const([4, 6], np.int64)], keepdims=0)
-    count = g.op("ReduceSum", [mask, g.const([4, 6], np.int64)], keepdims=0)
-    mean = g.op("Div", [total, g.op("Max", [count, g.const(1.0)])])  # (B, C, R, P, P)
-    mean = g.op("Transpose", [mean], perm=[0, 2, 1, 3, 4])
-    rows = g.op("Concat", [g.const([-1], np.int64), g.op("Shape", [mean], start=2)], axis=0)
-    return g.op("Reshape", [mean, rows], f"{name}_pooled")
+        clamped = g.op("Min", [g.op("Max", [point, g.const(0.0)]), g.op("Sub", [size, g.const(1.0)])])
+        low = g.op("Floor", [clamped])
+        sampled.append((low, g.op("Ceil", [clamped]), g.op("Sub", [clamped, low]), valid, size))
+    (x_low, x_high, x_frac, x_valid, width), (y_low, y_high, y_frac, y_valid, height) = sampled
+    # each sample's share of its bin: 1 / (the bin's valid samples), 0 when dropped
+    mask = g.op("Cast", [g.op("And", [x_valid, y_valid])], to=TensorProto.FLOAT)  # (B, R, P, S, P, S)
+    count = g.op("ReduceSum", [mask, g.const([3, 5], np.int64)], keepdims=1)
+    share = g.op("Div", [mask, g.op("Max", [count, g.const(1.0)])])
+    # the map as rows (B * H * W, C); a point's row is b * H * W + y * W + x
+    channels = g.op("Shape", [data], start=1, end=2)
+    rows = g.op("Reshape", [g.op("Transpose", [data], perm=[0, 2, 3, 1]),
+                            g.op("Concat", [g.const([-1], np.int64), channels], axis=0)])
+    batch = g.op("Gather", [shape, g.const(0, np.int64)])
+    first = g.op("Mul", [g.op("Cast", [g.op("Range", [g.const(0, np.int64), batch, g.const(1, np.int64)])],
+                              to=TensorProto.FLOAT), g.op("Mul", [height, width])])
+    first = g.op("Reshape", [first, g.const([-1, 1, 1, 1, 1, 1], np.int64)])
+    x_rest, y_rest = (g.op("Sub", [g.const(1.0), frac]) for frac in (x_frac, y_frac))
+    indices, weights = [], []
+    for y, x, y_weight, x_weight in ((y_low, x_low, y_rest, x_rest), (y_high, x_low, y_frac, x_rest),
+                                     (y_low, x_high, y_rest, x_frac), (y_high, x_high, y_frac, x_frac)):
+        index = g.op("Add", [g.op("Add", [g.op("Mul", [y, width]), x]), first])  # (B, R, P, S, P, S)
+        indices.append(g.op("Unsqueeze", [g.op("Cast", [index], to=TensorProto.INT64), g.const([6], np.int64)]))
+        weight = g.op("Mul", [g.op("Mul", [y_weight, x_weight]), share])
+        weights.append(g.op("Unsqueeze", [weight, g.const([6], np.int64)]))
+    # per bin its S * S * 4 (point, neighbour) pairs: (B, R, P_h, P_w, K) after moving the sample axes last
+    by_bin = [0, 1, 2, 4, 3, 5, 6]
+    pairs = g.const([0, 0, P, P, 4 * S * S], np.int64)
+    index = g.op("Reshape", [g.op("Transpose", [g.op("Concat", indices, axis=6)], perm=by_bin), pairs])
+    weight = g.op("Reshape", [g.op("Transpose", [g.op("Concat", weights, axis=6)], perm=by_bin), pairs])
+    values = g.op("Gather", [rows, index], axis=0)  # (B, R, P, P, K, C)
+    pooled = g.op("MatMul", [g.op("Unsqueeze", [weight, g.const([4], np.int64)]), values])  # (B, R, P, P, 1, C)
+    pooled = g.op("Transpose", [g.op("Squeeze", [pooled, g.const([4], np.int64)])], perm=[0, 1, 4, 2, 3])
+    flat = g.op("Concat", [g.const([-1], np.int64), g.op("Shape", [pooled], start=2)], axis=0)
+    return g.op("Reshape", [pooled, flat], f"{name}_pooled")
 
 
 def _concat(g, name, inputs, attrs):

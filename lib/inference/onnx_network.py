@@ -74,13 +74,14 @@ def read_description(directory):
 
 
 class OnnxNetwork:
-    """The two graphs of an ONNX export folder in ONNX Runtime sessions on the CPU (``threads``: intra-op
-    threads, 0 = ONNX Runtime's default); ``test_cfg`` (a config's TEST section) gives the proposal rules'
-    settings (default: the exported config's)."""
+    """The two graphs of an ONNX export folder in ONNX Runtime sessions (``providers``: ONNX Runtime's execution
+    providers, by default the CPU's; ``threads``: intra-op threads, 0 = ONNX Runtime's default);
+    ``test_cfg`` (a config's TEST section) gives the proposal rules' settings (default: the exported
+    config's)."""
 
     contexts = ("onnxruntime-cpu",)  # one device: a forward pass takes the whole batch
 
-    def __init__(self, directory, test_cfg=None, threads=0, optimization="all"):
+    def __init__(self, directory, test_cfg=None, threads=0, optimization="all", providers=("CPUExecutionProvider",)):
         ort = import_onnxruntime()
         self.description = read_description(directory)
         self.cfg = restore(self.description["config"])
@@ -96,7 +97,7 @@ class OnnxNetwork:
             path = os.path.join(directory, name)
             if not os.path.isfile(path):
                 raise FileNotFoundError(f"{path} not found (the export folder {directory} is incomplete)")
-            self.sessions[key] = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+            self.sessions[key] = ort.InferenceSession(path, options, providers=list(providers))
         self.stride = int(self.description["stride"])
         self.anchors = self.description["anchors"]
 
