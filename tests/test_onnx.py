@@ -59,7 +59,7 @@ def test_deformable_convolution_samples_as_mxnet_at_the_borders(dilate, pad, str
 
 @pytest.mark.parametrize("with_trans", [False, True])
 def test_deformable_roi_pooling_is_mxnets(with_trans):
-    """group_size 1 pooling (the R-CNN head's) as GridSample + validity mask + mean: rois over the whole map,
+    """group_size 1 pooling (the R-CNN head's) as gathered neighbours + mask + mean: rois over the whole map,
     half-pixel corners (rounding), offsets moving bins off the map (dropped or clamped samples)."""
     rng = np.random.default_rng(2)
     images, per_image, channels = 2, 5, 4

@@ -17,8 +17,9 @@ without a translator, or a setting the translation does not cover, is refused in
 (``ExportError``). The deformable convolution becomes ONNX ``DeformConv``, with its offsets moved at the
 border so that ONNX's sampling (bilinear with zero padding) gives MXNet's (a point outside [0, H) x [0, W)
 is 0, one in the last row or column takes that row or column): ``_mxnet_border_offsets``. The deformable
-PS-ROI pooling (group_size 1 only: deformable RoI pooling) becomes GridSample of every bin's sample points
-plus the operator's validity mask and mean (``_deformable_roi_pool``), the sampling rules of lib/ops.
+PS-ROI pooling (group_size 1 only: deformable RoI pooling) becomes a Gather of every bin's sample points'
+bilinear neighbours and a weighted MatMul (the operator's validity mask and mean: ``_deformable_roi_pool``),
+the sampling rules of lib/ops.
 """
 import ast
 import json
@@ -29,7 +30,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from lib.errors import UserError
 
-OPSET = 19  # DeformConv's first opset; GridSample here is its version 16 ("bilinear")
+OPSET = 19  # DeformConv's first opset
 FORMAT_VERSION = 1
 BODY_OUTPUTS = ("rpn_cls_prob", "rpn_bbox_pred", "features")
 HEAD_OUTPUTS = ("cls_prob", "bbox_pred")
