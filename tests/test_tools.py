@@ -15,7 +15,8 @@ CONFIG_TOOLS = {
     "pixel_budget.py": [], "visualize_chips.py": ["1"], "visualize_batch.py": [], "ablation_synthetic.py": [],
     "train_neg_chips.py": [], "benchmark_inference.py": [], "benchmark_iterator.py": [], "benchmark_kvstore.py": [],
     "benchmark_autofocus.py": [], "visualize_focus.py": ["1"], "fit_scales.py": [],
-    "proposal_recall.py": ["--proposals", "proposals.npz"], "benchmark_masks.py": [],
+    "proposal_recall.py": ["--proposals", "proposals.npz"], "benchmark_masks.py": [], "compare_backends.py": [],
+    "onnx_gpu_model.py": ["--out", "model"],
 }
 
 

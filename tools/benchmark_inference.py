@@ -253,7 +253,8 @@ def main(argv=None):
         calls = {variant: lambda d=d: d.detect(images, levels) for variant, d in detectors.items()}
         for (variant, backend), (seconds, peak) in side_by_side(calls, args.runs).items():
             ops = f", {variant} deformable ops" if variant else ""
-            done((f"SNIPER {cfg.symbol}{ops}, {backend}", name, [level.spec for level in levels],
+            on = f", {backend}" if len(args.backend) > 1 or backend != "mxnet" else ""
+            done((f"SNIPER {cfg.symbol}{ops}{on}", name, [level.spec for level in levels],
                   detectors[(variant, backend)].contexts, seconds, peak))
     if not args.no_gluoncv:
         for name, levels in runs:
