@@ -67,8 +67,8 @@ def main(argv=None):
     parser.add_argument("--image_size", type=int, nargs=2, default=[480, 640], metavar=("H", "W"))
     parser.add_argument("--num_classes", type=int, default=81, help="random weights: when dataset.NUM_CLASSES is 0")
     parser.add_argument("--init", choices=("xavier", "normal"), default="xavier",
-                        help="random weights: Xavier Gaussians (variance 1 / fan-in) and the input normaliser scaled to the "
-                             "pixels, so that deep bodies neither explode nor tie; or N(0, 0.05)")
+                        help="random weights: Xavier Gaussians (variance 1 / fan-in) and the input normaliser "
+                             "scaled to the pixels, so that deep bodies neither explode nor tie; or N(0, 0.05)")
     parser.add_argument("--score_tolerance", type=float, default=1e-3)
     parser.add_argument("--dataset", action="store_true", help="also evaluate the config's test set on both")
     args = parser.parse_args(argv)

@@ -33,11 +33,14 @@ fetch() {
   split -b "${PIECE_MIB}M" -d -a 2 "$ROOT_DIR/$TARBALL" "$PIECES/$TARBALL.part-"
   (cd "$ROOT_DIR" && sha256sum -- "$TARBALL") > "$PIECES/SHA256SUMS"
   rm -rf "$stage" "${ROOT_DIR:?}/$TARBALL"
-  echo "$(ls "$PIECES" | wc -l) files in $PIECES; device calls: $(PIECES=$PIECES tools/gpu_machine_prep.sh calls | wc -l)"
+  local calls
+  calls=$(PIECES=$PIECES tools/gpu_machine_prep.sh calls | wc -l)
+  echo "$(ls "$PIECES" | wc -l) files in $PIECES; device calls: $calls"
 }
 
 unpack() {  # the tarball's wheels and model into $ROOT_DIR/unpacked
-  [ -f "$PIECES/SHA256SUMS" ] || { echo "no $PIECES/SHA256SUMS: carry the pieces first (tools/onnx_gpu_prep.sh calls)"; exit 1; }
+  [ -f "$PIECES/SHA256SUMS" ] || {
+    echo "no $PIECES/SHA256SUMS: carry the pieces first (tools/onnx_gpu_prep.sh calls)"; exit 1; }
   cat "$PIECES/$TARBALL".part-* > "$ROOT_DIR/$TARBALL"
   (cd "$ROOT_DIR" && sha256sum --quiet -c pieces/SHA256SUMS)
   rm -rf "$ROOT_DIR/unpacked" && mkdir -p "$ROOT_DIR/unpacked"
