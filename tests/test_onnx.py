@@ -215,3 +215,30 @@ def test_the_back_end_is_refused_in_one_line_where_it_cannot_run(exported, monke
     monkeypatch.undo()
     with pytest.raises(FileNotFoundError, match="model.json not found: export the model first"):
         Detector.from_onnx(str(tmp_path))
+
+
+def test_what_the_export_and_the_back_end_do_not_cover_is_refused_in_one_line(exported, tmp_path):
+    from lib.config import ConfigError
+    from lib.inference.export import export_onnx_params
+
+    cfg = exported[0]
+    with pytest.raises(ExportError, match="the mask head \\(TRAIN.WITH_MASK\\) is not exported to ONNX") as excinfo:
+        export_onnx_params(with_overrides(cfg, {"TRAIN.WITH_MASK": True}), ["__background__", "a", "b"], {}, {},
+                           str(tmp_path / "masks"))
+    assert "\n" not in str(excinfo.value) and not os.path.exists(tmp_path / "masks")
+    with pytest.raises(ConfigError, match="RPN-only networks \\(proposal extraction\\) run on mxnet"):
+        Detector.from_config(with_overrides(cfg, {"TEST.BACKEND": "onnxruntime"}), cfg.TEST.MODEL, None,
+                             rpn_only=True)
+
+
+def test_main_test_and_demo_take_the_back_end_as_the_config_key(exported):
+    import demo
+    import main_test
+    from lib.run.folder import config_from_model_arguments
+
+    for program in (main_test, demo):
+        extra = ["--im_path", "x.png"] if program is demo else []
+        args = program.parse_args(["--model", exported[0].TEST.MODEL, "--cfg", os.path.join(ROOT, "configs", "faster",
+                                   "sniper_synthetic_tiny.yml"), "--backend", "onnxruntime", *extra])
+        assert config_from_model_arguments(args).TEST.BACKEND == "onnxruntime"
+        assert program.parse_args(["--cfg", "c.yml", *extra]).backend is None  # the config's own key then
