@@ -160,10 +160,9 @@ def test_onnx_runtime_gives_mxnets_multi_scale_detections(tiny, exported):
         assert_same_detections(image_expected, image_found)
 
 
-def test_the_onnx_back_end_runs_without_mxnet(exported, tmp_path):
-    """A child process in which importing mxnet fails runs the whole test on the export (two pipeline
-    workers included) and gives this process's ONNX Runtime detections."""
-    images = blurred_images(seed=1)
+def detections_without_mxnet(folder, images, tmp_path):
+    """The detections of ``images`` by the ONNX export ``folder`` in a child process in which importing mxnet
+    fails (two pipeline workers included), checked to have loaded no MXNet module."""
     np.savez(tmp_path / "images.npz", *images)
     script = f"""
 import sys
@@ -177,7 +176,7 @@ from lib.inference import Detector
 from lib.inference.pipeline import ArrayImages
 loaded = np.load({str(tmp_path / "images.npz")!r})
 images = [loaded[f"arr_{{i}}"] for i in range(len(loaded.files))]
-detector = Detector.from_onnx({exported[1]!r})
+detector = Detector.from_onnx({folder!r})
 found = dict(detector.run(ArrayImages(images), num_workers=2))
 np.savez({str(tmp_path / "found.npz")!r}, *[found[i] for i in range(len(images))])
 assert not [name for name in sys.modules if name.split(".")[0] == "mxnet"]
@@ -186,9 +185,34 @@ assert not [name for name in sys.modules if name.split(".")[0] == "mxnet"]
                             env={**os.environ, "PYTHONPATH": ROOT})
     assert result.returncode == 0, result.stderr[-3000:]
     loaded = np.load(tmp_path / "found.npz")
-    expected = Detector.from_onnx(exported[1]).detect(images)
-    for index, image_expected in enumerate(expected):
-        np.testing.assert_allclose(loaded[f"arr_{index}"], image_expected, rtol=1e-5, atol=1e-4)
+    return [loaded[f"arr_{index}"] for index in range(len(images))]
+
+
+def test_the_onnx_back_end_runs_without_mxnet(exported, tmp_path):
+    """The whole test on the export in a child process without MXNet gives this process's detections."""
+    images = blurred_images(seed=1)
+    found = detections_without_mxnet(exported[1], images, tmp_path)
+    for image_found, image_expected in zip(found, Detector.from_onnx(exported[1]).detect(images)):
+        np.testing.assert_allclose(image_found, image_expected, rtol=1e-5, atol=1e-4)
+
+
+def test_autofocus_on_onnx_runtime_is_mxnets_and_needs_no_mxnet(tmp_path):
+    """The exported body's FocusPixel map (scale_prob) drives AutoFocus's chips as MXNet's does; with the
+    export's stride the child process runs it without MXNet."""
+    from detector_helpers import random_tiny_params
+    from lib.config import load_config
+    from lib.inference.export import export_onnx_params
+
+    cfg = load_config(os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny_autofocus.yml"),
+                      [("TEST.fp16", "false"), ("gpus", ""), ("dataset.NUM_CLASSES", "3")])
+    arg_params, aux_params = random_tiny_params(cfg)
+    classes = ["__background__", "a", "b"]
+    export_onnx_params(cfg, classes, arg_params, aux_params, str(tmp_path / "export"))
+    images = blurred_images(seed=2, sizes=((200, 300), (256, 180)))
+    expected = Detector.from_params(cfg, classes, arg_params, aux_params).detect(images)
+    for image_expected, image_found in zip(expected, detections_without_mxnet(str(tmp_path / "export"), images,
+                                                                               tmp_path)):
+        assert_same_detections(image_expected, image_found)
 
 
 def test_the_tester_on_onnx_runtime_scores_as_on_mxnet(exported, tmp_path):

@@ -40,14 +40,17 @@ class FocusChipParams:
     stride: int
 
     @classmethod
-    def from_config(cls, cfg, scale_index):
+    def from_config(cls, cfg, scale_index, stride=None):
         """The parameters that turn the maps of TEST scale ``scale_index`` into the chips of the next one
-        (TEST.CHIP_HYPERPARAMS[scale_index]; lib/config.py checks them where the next scale is pruned)."""
-        from symbols.backbones import feature_stride  # imports MXNet: AutoFocus on ONNX Runtime is not exported
+        (TEST.CHIP_HYPERPARAMS[scale_index]; lib/config.py checks them where the next scale is pruned);
+        ``stride`` the network's (default: the backbone table's, which imports MXNet; an ONNX export's comes
+        from its model.json)."""
+        if stride is None:
+            from symbols.backbones import feature_stride
 
+            stride = feature_stride(cfg)
         dilation, threshold, min_size = cfg.TEST.CHIP_HYPERPARAMS[scale_index]
-        return cls(dilation=int(dilation), threshold=float(threshold), min_size=int(min_size),
-                   stride=int(feature_stride(cfg)))
+        return cls(dilation=int(dilation), threshold=float(threshold), min_size=int(min_size), stride=int(stride))
 
 
 def focus_chips(focus_map, region, scale, params):
