@@ -266,3 +266,18 @@ def test_main_test_and_demo_take_the_back_end_as_the_config_key(exported):
                                    "sniper_synthetic_tiny.yml"), "--backend", "onnxruntime", *extra])
         assert config_from_model_arguments(args).TEST.BACKEND == "onnxruntime"
         assert program.parse_args(["--cfg", "c.yml", *extra]).backend is None  # the config's own key then
+
+
+def test_export_tool_writes_the_onnx_folder(exported, tmp_path):
+    from lib.config import dump_config
+
+    cfg, folder = exported
+    config = tmp_path / "tiny.yml"
+    config.write_text(dump_config(cfg))
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "export_model.py"), "--cfg", str(config),
+                             "--model", cfg.TEST.MODEL, "--format", "onnx", "--out", str(tmp_path / "tool")],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sorted(os.listdir(tmp_path / "tool")) == sorted(os.listdir(folder))
+    for name in ("body.onnx", "head.onnx"):
+        assert (tmp_path / "tool" / name).read_bytes() == open(os.path.join(folder, name), "rb").read()
