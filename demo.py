@@ -21,6 +21,7 @@ import sys
 import cv2
 
 from lib.logger import report_user_errors, setup_logging
+from lib.inference.onnx_network import add_backend_argument, with_backend
 from lib.run.folder import add_model_arguments, config_from_model_arguments
 
 logger = logging.getLogger("demo")
@@ -29,11 +30,12 @@ logger = logging.getLogger("demo")
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_arguments(parser)
+    add_backend_argument(parser)
     parser.add_argument("--im_path", required=True, help="image to run on")
     parser.add_argument("--out", default=None,
                         help="PNG to write (default: {output_path}/{name}/demo/IMAGE_detections.png)")
     parser.add_argument("--thresh", type=float, default=0.5, help="draw detections scoring at least this")
-    return parser.parse_args(argv)
+    return with_backend(parser.parse_args(argv))
 
 
 def default_out(cfg, im_path):

@@ -21,12 +21,14 @@ import argparse
 
 from lib.config import ConfigError, dump_config
 from lib.logger import log_config, logged_outcome, report_user_errors, setup_logging
+from lib.inference.onnx_network import add_backend_argument, with_backend
 from lib.run.folder import add_model_arguments, config_from_model_arguments
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_arguments(parser)
+    add_backend_argument(parser)
     parser.add_argument("--images", help="a folder of images, or a text file listing image paths, to test without "
                                          "annotations (results in {run}/results/images_NAME/ or --out)")
     parser.add_argument("--draw", action="store_true", help="with --images: also write each image with its detections")
@@ -34,7 +36,7 @@ def parse_args(argv=None):
                                                             "merged (results folder, vis/)")
     parser.add_argument("--draw-thresh", type=float, default=0.5, help="score of the detections drawn (0.5)")
     parser.add_argument("--out", help="with --images: the output folder")
-    args = parser.parse_args(argv)
+    args = with_backend(parser.parse_args(argv))
     if args.vis and args.images:
         parser.error("--vis draws the detections of the dataset test; with --images use --draw")
     return args

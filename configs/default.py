@@ -219,10 +219,14 @@ DEFAULTS = {
         "STALL_WARN": 60.0,  # as TRAIN.STALL_WARN
         "SCALES": [[1400, 2000], [800, 1280], [480, 512]],
         "VALID_RANGES": [[-1, 90], [32, 180], [75, -1]],
-        # "reference": the proposal rules the reference ran (lib/ops/proposal_layer.py, on the host);
+        # "reference": the proposal rules the reference ran (lib/boxes/proposals.py, on the host);
         # "stock": MXNet's MultiProposal (on the device, but it drops the anchors of each image's last
         # partial feature row and column and pads by repeats).
         "PROPOSAL_LAYER": "reference",
+        # "mxnet": the test network on MXNet; "onnxruntime": its ONNX export (made once per checkpoint, in
+        # onnx/<checkpoint name>/ beside it) on ONNX Runtime's CPU provider, the rest of the test unchanged
+        # (lib/inference/onnx_network.py; Python >= 3.11). main_test.py / demo.py: --backend.
+        "BACKEND": "mxnet",
         "RPN_PRE_NMS_TOP_N": 12000,  # what the reference's operator used (its config said 6000, unread)
         "RPN_POST_NMS_TOP_N": 300,
         "RPN_NMS_THRESH": 0.7,

@@ -97,6 +97,13 @@ def _to_attrdict(value):
     return value
 
 
+def restore(values):
+    """A config saved as plain values (``plain``; an exported model's model.json), frozen as loaded. It is not
+    validated again: it was when it was saved, and validation needs the backbone registry (MXNet), which
+    the ONNX Runtime back end does without."""
+    return _rebuild(values, frozen=True)
+
+
 def freeze(cfg):
     """Make ``cfg`` and every section read-only in place (lists become tuples); returns it."""
     for key, value in cfg.items():
@@ -306,6 +313,7 @@ VARIANT_KEYS = {
     "TRAIN.PROPOSAL_TARGET_RULES": ("reference", "exact"),
     "TEST.PROPOSAL_LAYER": ("reference", "stock"),
     "TEST.VOC_EVAL_RULES": ("reference", "exact"),
+    "TEST.BACKEND": ("mxnet", "onnxruntime"),
 }
 
 

@@ -5,7 +5,7 @@ One builder makes the training, test and RPN-only graphs, so they share every pa
 a run derives (the class count from the dataset, the chips per device from the trainer) comes in as
 arguments; everything else comes from the frozen config.
 Training uses the batch-wide MultiProposalTarget operator of lib/ops; testing uses the reference's
-proposal rules (lib/ops/proposal_layer.py) or MXNet's stock MultiProposal. Output names are part
+proposal rules (lib/boxes/proposals.py as an operator) or MXNet's stock MultiProposal. Output names are part
 of the contract with lib/train (metrics) and lib/inference.
 
 AutoFocus (network.AUTO_FOCUS; Najibi, Singh, Davis, ICCV 2019): the FocusPixel branch reads the same

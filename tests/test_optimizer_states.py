@@ -124,7 +124,7 @@ def test_a_disk_too_full_for_a_checkpoint_names_it_and_keeps_the_previous_one(tm
         monkeypatch.setattr(checkpoint.shutil, "disk_usage", lambda folder: type("usage", (), {"free": 0})())
         raise mx.base.MXNetError("FileStream.Write incomplete")
 
-    monkeypatch.setattr(checkpoint.mx.nd, "save", full_disk_save)
+    monkeypatch.setattr(mx.nd, "save", full_disk_save)
     module = mixed_precision_module([mx.cpu(0)])
     steps(module, 1)
     params, aux = master_params(module)

@@ -231,7 +231,7 @@ class ProjectAsFork:
         self.clip_to_canvas = clip_to_canvas
 
     def __call__(self, cls_prob, bbox_pred, im_info, stride, scales, ratios, post_nms_top_n, seed=0):
-        from lib.ops.proposal_layer import proposals
+        from lib.boxes.proposals import proposals
 
         info = im_info.copy()
         if self.clip_to_canvas:

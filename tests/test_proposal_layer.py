@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from lib.config import load_config
-from lib.ops.proposal_layer import proposals
+from lib.boxes.proposals import proposals
 from symbols import inference_symbol
 
 SCALES, RATIOS = (2, 4, 7, 10, 13, 16, 24), (0.5, 1, 2)
@@ -136,7 +136,7 @@ def introsort_model(scores):
 
 
 def test_anchors_are_ranked_in_std_sort_order_ties_included():
-    from lib.ops._proposal_host import std_sort_descending
+    from lib.boxes._proposal_host import std_sort_descending
 
     rng = np.random.default_rng(5)
     for size, levels in ((10, 3), (40, 4), (300, 7), (2000, 50)):
@@ -160,7 +160,7 @@ def _libm_expf():
 def test_deltas_are_exponentiated_with_the_c_library_s_expf():
     # the reference's `exp(dw)` on a float is the C library's expf, which for a few values in ten thousand
     # is not the correctly rounded exp that float32(exp(double)) gives; the layer follows expf
-    from lib.ops._proposal_host import c_expf
+    from lib.boxes._proposal_host import c_expf
 
     expf = _libm_expf()
     values = np.random.default_rng(7).normal(0, 0.5, 20000).astype(np.float32)
@@ -182,7 +182,7 @@ def test_deltas_are_exponentiated_with_the_c_library_s_expf():
 
 
 def test_nms_overlap_is_float32_as_the_reference_computes_it():
-    from lib.ops._proposal_host import greedy_nms_float32
+    from lib.boxes._proposal_host import greedy_nms_float32
 
     def overlaps(a, b):  # the reference's steps: float32 sizes (+1), intersection, union; double for contrast
         f = np.float32

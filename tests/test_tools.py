@@ -16,6 +16,7 @@ CONFIG_TOOLS = {
     "train_neg_chips.py": [], "benchmark_inference.py": [], "benchmark_iterator.py": [], "benchmark_kvstore.py": [],
     "benchmark_autofocus.py": [], "visualize_focus.py": ["1"], "fit_scales.py": [],
     "proposal_recall.py": ["--proposals", "proposals.npz"], "benchmark_masks.py": [], "compare_deformable_ops.py": [],
+    "compare_backends.py": [], "onnx_gpu_model.py": ["--out", "model"],
 }
 
 

@@ -261,7 +261,7 @@ def test_interrupted_write_leaves_no_checkpoint(tmp_path, monkeypatch):
         open(path, "w").write("partial")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(checkpoint.mx.nd, "save", crash)
+    monkeypatch.setattr(mx.nd, "save", crash)
     with pytest.raises(KeyboardInterrupt):
         checkpoint.save_checkpoint(prefix, 1, None, {"w": mx.nd.ones(2)}, {}, [1] * 4, [0] * 4, states={})
     monkeypatch.undo()

@@ -16,13 +16,15 @@ Otherwise the tool times ``Detector.detect`` (network, decoding, merging) on the
 one test scale (``--single_scale``, an index into TEST.SCALES) and for all of TEST.SCALES, after a warm-up
 pass, as the median of ``--runs`` runs over ``--images`` random images of ``--image_size``. With
 ``--deformable stock compiled`` the SNIPER rows are repeated for each network.CPU_DEFORMABLE_OPS value (the
-same weights), the variants taking turns within every run so that machine load hits them alike. GluonCV's
+same weights), the variants taking turns within every run so that machine load hits them alike; with
+``--backend mxnet onnxruntime`` likewise for MXNet and ONNX Runtime (the ONNX export of the same weights, as
+many threads: OMP_NUM_THREADS for both). GluonCV's
 ``faster_rcnn_resnet101_v1d_coco`` (built with pretrained=False, pretrained_base=False: no download) runs in
 the same process on the first context at the same input sizes, one image per call. Weights are the
 checkpoint's when it exists, else random: speed does not depend on them, except that random weights give
 the most detections to merge. Peak memory is the largest RSS of the process sampled up to the end of each
 row: MXNet keeps freed memory in its pool, so it only grows from row to row (the SNIPER rows run first, and
-the GluonCV rows include SNIPER's pool).
+the GluonCV rows include SNIPER's pool; a back end's own peak needs a run with that ``--backend`` alone).
 """
 import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
 import argparse
@@ -42,6 +44,7 @@ from lib.inference.pipeline import RoidbImages
 from lib.logger import report_user_errors
 from lib.dataset.base import numbered_classes
 from lib.errors import ConfigError
+from lib.run.checkpoint import load_params
 from lib.run.folder import add_model_arguments, checkpoint_classes, config_from_model_arguments, read_model_info
 from lib.scales import ScaleLevel, pyramid
 from symbols import inference_symbol
@@ -71,26 +74,41 @@ def say(message):
     print(f"benchmark_inference: {message}", file=sys.stderr, flush=True)
 
 
-def load_detectors(cfg, num_classes, variants):
-    """({variant: Detector}, weights): one Detector per network.CPU_DEFORMABLE_OPS value in ``variants``
-    (None: the config's) on the same weights, the checkpoint's when it exists, else random."""
-    cfgs = {variant: cfg if variant is None else with_overrides(cfg, {"network.CPU_DEFORMABLE_OPS": variant})
-            for variant in variants}
+def load_detectors(cfg, num_classes, variants, backends=("mxnet",), folder=None):
+    """({(variant, backend): Detector}, weights): one Detector per network.CPU_DEFORMABLE_OPS value in
+    ``variants`` (None: the config's) on MXNet and, with "onnxruntime" in ``backends``, one on ONNX Runtime (the
+    export of the same weights into ``folder``, as many intra-op threads as OMP_NUM_THREADS gives MXNet), on the
+    same weights, the checkpoint's when it exists, else random."""
     path = checkpoint_file(cfg)
+    classes, rpn_only = numbered_classes(num_classes), False
     if os.path.isfile(path):  # the network the checkpoint was trained as: its metadata's classes, RPN-only or not
         info = read_model_info(path)
         rpn_only = bool(info and info.get("rpn_only"))
         classes = None if rpn_only else checkpoint_classes(path, cfg)
-        return {variant: Detector.from_config(c, path, classes, rpn_only=rpn_only) for variant, c in cfgs.items()}, \
-            path
-    module = mx.mod.Module(inference_symbol(cfg, num_classes), data_names=DATA_NAMES, label_names=None,
-                           context=mx.cpu())
-    module.bind([("data", (1, 3, 64, 64)), ("im_info", (1, 3)), ("im_ids", (1,)), ("chip_ids", (1,))],
-                for_training=False)
-    module.init_params(mx.init.Normal(0.01))
-    params = module.get_params()
-    return {variant: Detector.from_params(c, numbered_classes(num_classes), *params) for variant, c in cfgs.items()}, \
-        "random weights"
+        arg_params, aux_params = load_params(path)
+        weights = path
+    else:
+        module = mx.mod.Module(inference_symbol(cfg, num_classes), data_names=DATA_NAMES, label_names=None,
+                               context=mx.cpu())
+        module.bind([("data", (1, 3, 64, 64)), ("im_info", (1, 3)), ("im_ids", (1,)), ("chip_ids", (1,))],
+                    for_training=False)
+        module.init_params(mx.init.Normal(0.01))
+        (arg_params, aux_params), weights = module.get_params(), "random weights"
+    detectors = {}
+    if "mxnet" in backends:
+        for variant in variants:
+            c = cfg if variant is None else with_overrides(cfg, {"network.CPU_DEFORMABLE_OPS": variant})
+            detectors[(variant, "mxnet")] = Detector.from_params(c, classes, arg_params, aux_params, rpn_only=rpn_only,
+                                                                 source=weights)
+    if "onnxruntime" in backends:
+        if rpn_only:
+            raise ConfigError("--backend onnxruntime: RPN-only networks (proposal extraction) run on mxnet")
+        from lib.inference.export import export_onnx_params
+
+        export_onnx_params(cfg, classes, arg_params, aux_params, folder, weights)
+        detectors[(None, "onnxruntime")] = Detector.from_onnx(folder, cfg, classes,
+                                                              threads=int(os.environ.get("OMP_NUM_THREADS", 0)))
+    return detectors, weights
 
 
 class NullForwardDetector(Detector):
@@ -199,6 +217,9 @@ def main(argv=None):
                         help="the host pipeline alone, the network replaced by a no-op")
     parser.add_argument("--workers", type=int, nargs="+", default=None,
                         help="null forward: TEST.NUM_PROCESS values to compare (default: 0 and the config's)")
+    parser.add_argument("--backend", nargs="+", choices=("mxnet", "onnxruntime"), default=["mxnet"],
+                        help="SNIPER rows for each back end (TEST.BACKEND), side by side on the same weights and "
+                             "threads (onnxruntime: the ONNX export, made in a temporary folder)")
     parser.add_argument("--deformable", nargs="+", choices=("stock", "compiled"),
                         help="SNIPER rows for each network.CPU_DEFORMABLE_OPS value, side by side "
                              "(default: the config's only)")
@@ -218,7 +239,9 @@ def main(argv=None):
         print(f"load average while measuring: {os.getloadavg()[0]:.1f}")
         return
     args.images = args.images or 2
-    detectors, weights = load_detectors(cfg, num_classes, args.deformable or [None])
+    export_folder = tempfile.TemporaryDirectory()
+    detectors, weights = load_detectors(cfg, num_classes, args.deformable or [None], args.backend,
+                                        export_folder.name)
     detector = next(iter(detectors.values()))
     rng = np.random.default_rng(0)
     images = [rng.integers(0, 255, (*args.image_size, 3), dtype=np.uint8) for _ in range(args.images)]
@@ -237,10 +260,11 @@ def main(argv=None):
         say(f"{numbers}/{total}: SNIPER {cfg.symbol} {name}, {args.runs} runs of {args.images} images after a "
             f"warm-up ...")
         calls = {variant: lambda d=d: d.detect(images, levels) for variant, d in detectors.items()}
-        for variant, (seconds, peak) in side_by_side(calls, args.runs).items():
+        for (variant, backend), (seconds, peak) in side_by_side(calls, args.runs).items():
             ops = f", {variant} deformable ops" if variant else ""
-            done((f"SNIPER {cfg.symbol}{ops}", name, [level.spec for level in levels], detector.contexts, seconds,
-                  peak))
+            on = f", {backend}" if len(args.backend) > 1 or backend != "mxnet" else ""
+            done((f"SNIPER {cfg.symbol}{ops}{on}", name, [level.spec for level in levels],
+                  detectors[(variant, backend)].contexts, seconds, peak))
     if not args.no_gluoncv:
         for name, levels in runs:
             say(f"row {len(rows) + 1}/{total}: GluonCV faster_rcnn_resnet101_v1d_coco {name} ...")

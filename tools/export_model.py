@@ -1,7 +1,14 @@
-"""Export a trained model as a test graph that stock MXNet 1.9.1 loads without this repository:
+"""Export a trained model as a test graph that stock MXNet 1.9.1 loads without this repository, or as ONNX:
 
     python tools/export_model.py --model RUN_FOLDER|FILE.params --out PREFIX [--set KEY VALUE ...]
     python tools/export_model.py --cfg FILE [--model FILE.params] --out PREFIX [--set ...]   (older checkpoints)
+    python tools/export_model.py --model RUN_FOLDER|FILE.params --format onnx --out DIR
+
+``--format onnx`` writes ``DIR/body.onnx`` (image -> RPN maps and the R-CNN head's features), ``DIR/head.onnx``
+(features and proposals -> class scores and box deltas; opset 19, onnx.checker passes) and ``DIR/model.json``
+(classes, pixel means and channel order, test scales and valid ranges, NMS settings, stride, anchors, the
+whole test config): ``Detector.from_onnx(DIR)`` or ``main_test.py --backend onnxruntime`` run the whole test
+protocol on it with ONNX Runtime and no MXNet (lib/inference/onnx_network.py; README, "Deploy").
 
 writes ``PREFIX-symbol.json`` and ``PREFIX-0000.params`` (load them with
 ``mx.model.load_checkpoint(PREFIX, 0)`` and bind an ``mx.mod.Module`` with data names data, im_info,
@@ -30,7 +37,10 @@ logger = logging.getLogger("export_model")
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_arguments(parser)
-    parser.add_argument("--out", required=True, help="prefix of the exported files, e.g. export/sniper_tiny")
+    parser.add_argument("--out", required=True, help="prefix of the exported files, e.g. export/sniper_tiny (mxnet), "
+                                                     "or the folder of the ONNX export")
+    parser.add_argument("--format", choices=("mxnet", "onnx"), default="mxnet",
+                        help="mxnet: a stock MXNet graph of one scale (default); onnx: two ONNX graphs + model.json")
     return parser.parse_args(argv)
 
 
@@ -39,11 +49,11 @@ def main(argv=None):
     args = parse_args(argv)
     cfg = config_from_model_arguments(args)
     setup_logging()
-    from lib.inference.export import export_test_graph
+    from lib.inference.export import export_onnx, export_test_graph
     from lib.run.checkpoint import CheckpointError
 
     try:
-        paths = export_test_graph(cfg, args.out)
+        paths = export_onnx(cfg, args.out) if args.format == "onnx" else export_test_graph(cfg, args.out)
     except (CheckpointError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
     logger.info("wrote %s", ", ".join(paths))

@@ -23,7 +23,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACK=.whl/pack
-PIECES=.whl/pieces
+PIECES=${PIECES:-.whl/pieces}  # tools/onnx_gpu_prep.sh groups its own pieces with "calls"
 PIECE_MIB=${PIECE_MIB:-60}
 CALL_MIB=${CALL_MIB:-62}
 SITE=${SITE:-/tmp/sniper_site}

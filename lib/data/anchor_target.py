@@ -9,7 +9,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from lib.boxes import base_anchors, bbox_overlaps, encode, grid_anchors, ignore_near_invalid, match, subsample
-from symbols.backbones import feature_stride
 
 
 @dataclass(frozen=True)
@@ -30,6 +29,8 @@ class AnchorTargetParams:
 
     @classmethod
     def from_config(cls, cfg):
+        from symbols.backbones import feature_stride  # imports MXNet; the test pipeline's workers need none
+
         train, network = cfg.TRAIN, cfg.network
         return cls(
             chip_size=int(train.CHIP_SIZE),

@@ -4,10 +4,8 @@ The same ChipWorker runs inside worker processes and, with NUM_PROCESS = 0, in t
 Every random choice of a chip comes from a generator seeded by the task (epoch seed + position), so
 results do not depend on which worker runs it.
 """
-import contextlib
 import time
 
-import cv2
 import numpy as np
 
 from chip_generator.mining import MiningParams
@@ -77,24 +75,6 @@ class ChipWorker:
         self.images = DecodedImageCache(int(cfg.TRAIN.IMAGE_CACHE_MB * (1 << 20)))
         self.focus = focus_params(cfg, rpn_only)
         self.with_masks = with_masks(cfg, rpn_only)
-
-    @staticmethod
-    @contextlib.contextmanager
-    def fork_guard():
-        """Wrap the forking of workers. OpenCV's thread pool does not survive fork: a child touching it
-        waits forever for threads that exist only in the parent. So the parent's pool is shut down
-        (one thread) while forking and restored afterwards."""
-        threads = cv2.getNumThreads()
-        cv2.setNumThreads(1)
-        try:
-            yield
-        finally:
-            cv2.setNumThreads(threads)
-
-    @staticmethod
-    def process_start():
-        """Per-process set-up: one OpenCV thread per worker (the pool is the parallelism)."""
-        cv2.setNumThreads(1)
 
     def __call__(self, task):
         if task[0] == "chip":

@@ -22,6 +22,7 @@ from mxnet.base import _LIB, check_call
 from lib.data.batch_ring import BatchRing
 from lib.data.chip_worker import ChipWorker, batch_fields
 from lib.data.epoch_plan import EpochPlan, mine_epoch
+from lib.data.opencv_threads import fork_guard, process_start
 from lib.data.worker_pool import InlinePool, ProcessPool
 from lib.errors import DataError
 
@@ -331,8 +332,8 @@ class ChipLoader(mx.io.DataIter):
             worker.ring = self._resources.ring = BatchRing(self._fields, self.batch_size, num_slots,
                                                            shared=num_workers > 0)
             if num_workers:
-                with ChipWorker.fork_guard():
-                    self._resources.pool = ProcessPool(worker, num_workers, ChipWorker.process_start, "chip-loader",
+                with fork_guard():
+                    self._resources.pool = ProcessPool(worker, num_workers, process_start, "chip-loader",
                                                        cfg.TRAIN.LOADER_TIMEOUT, "TRAIN.LOADER_TIMEOUT",
                                                        routed=cfg.TRAIN.IMAGE_CACHE_MB > 0,
                                                        warn_after=cfg.TRAIN.STALL_WARN)

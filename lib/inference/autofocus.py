@@ -105,7 +105,7 @@ def run_autofocus(detector, source, num_workers=0, stats=None, on_region=None, c
         if tiling is not None:  # TEST.TILE: every region larger than a tile in tiles (lib.inference.tiling)
             regions = [tile for region in regions
                        for tile in tiling.split(region, level.spec.image_scale(*sizes[region.image]))]
-        chip_params = (FocusChipParams.from_config(cfg, number)
+        chip_params = (FocusChipParams.from_config(cfg, number, getattr(detector.network, "stride", None))
                        if number + 1 < len(levels) and test.DO_PRUNING[number + 1] else None)
         scales = [level.spec.image_scale(*sizes[region.image]) for region in regions]
         level_stats = LevelStats(len(regions), sum(r.extent[0] * r.extent[1] * s * s for r, s in zip(regions, scales)),

@@ -13,27 +13,22 @@ import dataclasses
 import functools
 import logging
 
-import mxnet as mx
 import numpy as np
 
 from lib.boxes import clip_boxes, decode
-from lib.config import images_per_device
-from lib.contexts import fp16_enabled, parse_contexts
+from lib.config import ConfigError, images_per_device
 from lib.drawing import draw_detections
 from lib.inference.autofocus import run_autofocus
 from lib.inference.batching import plan
 from lib.inference.detections import Detections
-from lib.inference.masks import MaskHead
 from lib.inference.merge import merge_candidates, merge_scales, thresholded_levels
 from lib.inference.pipeline import ArrayImages, run_pipeline
 from lib.inference.regions import RegionPlan
 from lib.inference.scale_cache import cached_levels
 from lib.inference.tiling import Tiling, region_plan, run_tiled
-from lib.run.checkpoint import CheckpointError, checkpoint_prefix, load_params, params_path
+from lib.run.checkpoint import checkpoint_prefix, params_path
 from lib.run.folder import load_run
 from lib.scales import pyramid
-from symbols import inference_symbol, use_compiled_deformable
-from symbols.backbones import feature_stride
 
 logger = logging.getLogger(__name__)
 
@@ -68,30 +63,6 @@ def pool_proposals(per_level, num_proposals):
                            for boxes, scores in per_level]).astype(np.float32)
 
 
-def data_shapes(batch, height, width):
-    """The test graph's inputs for ``batch`` images on a (height, width) canvas."""
-    return [mx.io.DataDesc("data", (batch, 3, height, width)), mx.io.DataDesc("im_info", (batch, 3)),
-            mx.io.DataDesc("im_ids", (batch,)), mx.io.DataDesc("chip_ids", (batch,))]
-
-
-def check_params(symbol, arg_params, aux_params, source, stride):
-    """Every parameter of the test network ``symbol`` present with the right shape, or a CheckpointError
-    naming it."""
-    shapes = {d.name: d.shape for d in data_shapes(1, stride, stride)}
-    arg_shapes, _, aux_shapes = symbol.infer_shape(**shapes)
-    needed = dict(zip(symbol.list_arguments(), arg_shapes))
-    needed.update(zip(symbol.list_auxiliary_states(), aux_shapes))
-    given = {**arg_params, **aux_params}
-    missing = [name for name in needed if name not in shapes and name not in given]
-    if missing:
-        raise CheckpointError(f"{source} lacks {len(missing)} parameters of the test network (wrong symbol or "
-                              f"NUM_CLASSES?), e.g. {', '.join(missing[:5])}")
-    for name, shape in needed.items():
-        if name not in shapes and tuple(given[name].shape) != tuple(shape):
-            raise CheckpointError(f"{source}: parameter {name} has shape {tuple(given[name].shape)}, the test "
-                                  f"network of this config needs {tuple(shape)} (symbol, dataset.NUM_CLASSES?)")
-
-
 class Detector:
     """The test (or RPN-only) network of ``cfg`` with trained parameters, on the configured contexts.
 
@@ -99,15 +70,16 @@ class Detector:
     length (the RPN-only network has none). One constructor per source of the parameters:
     ``from_checkpoint(MODEL)`` (a described run), ``from_config(cfg, params, classes)`` (a checkpoint file
     with a config) and ``from_params(cfg, classes, arg_params, aux_params)`` (arrays). The constructor
-    itself takes the bound network ``module``; a stand-in network (tests, benchmarks) is a subclass that
-    passes None and gives ``forward``. The Python API::
+    itself takes the ``network`` (lib.inference.mxnet_network states the interface: an MXNet Module, or
+    an ONNX export on ONNX Runtime, ``from_onnx(DIR)``, which imports no MXNet); a stand-in network (tests,
+    benchmarks) is a subclass that passes None and gives ``forward``. The Python API::
 
         det = Detector.from_checkpoint("output/sniper_synthetic_tiny/SNIPER-0004.params")
         dets = det(image_bgr)                      # Detections: boxes, scores, labels, names (, masks)
         cv2.imwrite("out.png", det.draw(image_bgr, dets))
     """
 
-    def __init__(self, cfg, classes, module=None, contexts=None, rpn_only=False, source="parameters"):
+    def __init__(self, cfg, classes, network=None, contexts=None, rpn_only=False, source="parameters"):
         if classes is None and not rpn_only:
             raise ValueError("a detection network needs its class names (background first): pass the dataset's, "
                              "lib.run.folder.checkpoint_classes(params, cfg), or use Detector.from_checkpoint(MODEL)")
@@ -117,27 +89,42 @@ class Detector:
         self.classes = None if rpn_only else list(classes)
         self.levels = pyramid(cfg.TEST, "TEST")
         self.images_per_device = images_per_device(cfg.TEST, len(self.levels))
-        self.contexts = contexts if contexts is not None else parse_contexts(cfg.gpus)
-        self.fp16 = fp16_enabled(cfg, "TEST", self.contexts)  # the body only: inputs and outputs stay float32
+        self.network = network
+        if contexts is None and network is not None:
+            contexts = network.contexts
+        if contexts is None:
+            from lib.contexts import parse_contexts  # MXNet contexts
+
+            contexts = parse_contexts(cfg.gpus)
+        self.contexts = contexts
+        self.fp16 = False  # the body only: inputs and outputs stay float32
+        if cfg.TEST.fp16 and network is None:  # a network given here is an ONNX export: float32
+            from lib.contexts import fp16_enabled
+
+            self.fp16 = fp16_enabled(cfg, "TEST", self.contexts)
         if rpn_only and cfg.TEST.NUM_PROPOSALS > cfg.TEST.RPN_POST_NMS_TOP_N:
             logger.warning("TEST.NUM_PROPOSALS %d > TEST.RPN_POST_NMS_TOP_N %d: at most %d proposals per scale",
                            cfg.TEST.NUM_PROPOSALS, cfg.TEST.RPN_POST_NMS_TOP_N, cfg.TEST.RPN_POST_NMS_TOP_N)
-        self.module = module
         self.mask_head = None  # lib.inference.masks on the final detections (TRAIN.WITH_MASK networks)
+
+    @property
+    def module(self):
+        """The bound MXNet Module of an MXNet network (None for another back end or a stand-in)."""
+        return getattr(self.network, "module", None)
 
     @classmethod
     def from_params(cls, cfg, classes, arg_params, aux_params, contexts=None, rpn_only=False, source="parameters"):
-        """The network of ``cfg`` for ``classes`` (None for ``rpn_only``) bound with the given parameters;
-        a CheckpointError names a missing or ill-shaped one."""
+        """The network of ``cfg`` for ``classes`` (None for ``rpn_only``) bound with the given parameters on
+        MXNet; a CheckpointError names a missing or ill-shaped one."""
+        from lib.inference.mxnet_network import MxnetNetwork
+
         detector = cls(cfg, classes, contexts=contexts, rpn_only=rpn_only, source=source)
-        symbol = inference_symbol(cfg, None if rpn_only else len(detector.classes), rpn_only=rpn_only,
-                                  compiled_deformable=use_compiled_deformable(cfg, detector.contexts))
-        stride = feature_stride(cfg)
-        check_params(symbol, arg_params, aux_params, source, stride)
-        detector.module = mx.mod.Module(symbol, data_names=DATA_NAMES, label_names=None, context=detector.contexts)
-        detector.module.bind(data_shapes(len(detector.contexts), stride, stride), for_training=False)
-        detector.module.set_params(arg_params, aux_params, allow_missing=False, allow_extra=True)
+        detector.network = MxnetNetwork(cfg, None if rpn_only else len(detector.classes), arg_params, aux_params,
+                                        detector.contexts, rpn_only=rpn_only, source=source)
         if cfg.TRAIN.WITH_MASK and not rpn_only:
+            from lib.inference.masks import MaskHead
+            from symbols import use_compiled_deformable
+
             detector.mask_head = MaskHead(detector, arg_params, aux_params,
                                           use_compiled_deformable(cfg, detector.contexts))
         return detector
@@ -146,10 +133,30 @@ class Detector:
     def from_config(cls, cfg, params, classes, contexts=None, rpn_only=False):
         """Checkpoint file ``params`` with the network of ``cfg`` for ``classes``, which the caller resolves
         (the dataset's, or ``lib.run.folder.checkpoint_classes``); None for an ``rpn_only`` network."""
+        if cfg.TEST.BACKEND == "onnxruntime":
+            from lib.inference.export import exported_onnx
+
+            if rpn_only:
+                raise ConfigError("TEST.BACKEND onnxruntime: RPN-only networks (proposal extraction) run on mxnet")
+            return cls.from_onnx(exported_onnx(cfg, params), cfg, classes)
+        from lib.run.checkpoint import load_params
+
         arg_params, aux_params = load_params(params)
         logger.info("loaded %s", params)
         return cls.from_params(cfg, classes, arg_params, aux_params, contexts=contexts, rpn_only=rpn_only,
                                source=params)
+
+    @classmethod
+    def from_onnx(cls, directory, cfg=None, classes=None, threads=0, providers=("CPUExecutionProvider",)):
+        """An ONNX export folder (tools/export_model.py --format onnx) on ONNX Runtime, without MXNet: the
+        exported config and classes, or ``cfg`` (its TEST section: scales, proposal, merge and tile
+        settings) and ``classes`` with the exported graphs; ``threads`` as ONNX Runtime's intra-op threads
+        (0: its default), ``providers`` its execution providers (e.g. ``("CUDAExecutionProvider",)``)."""
+        from lib.inference.onnx_network import OnnxNetwork
+
+        network = OnnxNetwork(directory, None if cfg is None else cfg.TEST, threads, providers=providers)
+        return cls(network.cfg if cfg is None else cfg, classes or network.description["classes"], network=network,
+                   source=directory)
 
     @classmethod
     def from_checkpoint(cls, model, overrides=(), contexts=None):
@@ -198,11 +205,10 @@ class Detector:
                     self.cfg.network.IMAGE_STRIDE, extraction=self.rpn_only)
 
     def release_buffers(self):
-        """Free the memory the network's last canvases took (bound again at its smallest input; the next
-        run grows it again): the mask pass runs its own graph after the detections."""
-        if self.module is not None and self.module.binded:
-            stride = feature_stride(self.cfg)
-            self.module.bind(data_shapes(len(self.contexts), stride, stride), for_training=False, force_rebind=True)
+        """Free the memory the network's last canvases took: the mask pass runs its own graph after the
+        detections."""
+        if self.network is not None:
+            self.network.release_buffers()
 
     # -- the network, as the pipeline drives it ------------------------------------------------------
     def forward_shape(self, batch):
@@ -212,14 +218,7 @@ class Detector:
 
     def forward(self, data, im_info):
         """Outputs by name (NumPy) of one forward pass on ``data`` (B, 3, h, w) float32, ``im_info`` (B, 3)."""
-        size, _, height, width = data.shape
-        ids = np.arange(size, dtype=np.float32)
-        batch = mx.io.DataBatch(
-            data=[mx.nd.from_numpy(data, zero_copy=True), mx.nd.array(im_info), mx.nd.array(ids),
-                  mx.nd.zeros(size)],
-            provide_data=data_shapes(size, height, width))
-        self.module.forward(batch, is_train=False)
-        return dict(zip(self.module.output_names, (o.asnumpy() for o in self.module.get_outputs())))
+        return self.network.forward(data, im_info)
 
     def image_result(self, outputs, batch_size, slot, scale, resized, size):
         """One image's result at one scale, from its ``slot`` of a forward pass: ``(boxes (R, 4) original

@@ -12,18 +12,22 @@ trained with masks (TRAIN.WITH_MASK) also gets its mask graph (symbols.sniper.ma
 masks of given boxes): ``PREFIX-mask-symbol.json`` + ``PREFIX-mask-0000.params``.
 """
 import hashlib
+import logging
 import os
 
 import mxnet as mx
 
-from lib.atomic import atomic_path, write_json
+from lib.atomic import atomic_path, write_bytes, write_json
 from lib.config import with_overrides
-from lib.inference.detector import DATA_NAMES, check_params, checkpoint_file
+from lib.inference.detector import DATA_NAMES, checkpoint_file
+from lib.inference.mxnet_network import check_params
 from lib.run.folder import checkpoint_classes, read_model_info
 from lib.run.checkpoint import load_params
 from symbols import inference_symbol
 from symbols.backbones import feature_stride
 from symbols.sniper import mask_inference_symbol
+
+logger = logging.getLogger(__name__)
 
 EXPORT_EPOCH = 0
 # The keys the exported graph is built with: stock MXNet operators only.
@@ -111,3 +115,77 @@ def describe(cfg, symbol):
                  "the class-agnostic deltas (stds folded in) to decode on the rois, then divide by the scale",
         "operators": dict(STOCK_OPERATORS),
     }
+
+
+# The keys an ONNX export is built and run with: float32 (ONNX Runtime on the CPU), the MXNet graph's own
+# deformable operators (translated node by node), and the reference's proposal rules, which the runtime
+# applies in NumPy between the two graphs.
+ONNX_EXPORT_KEYS = {"TEST.fp16": False, "network.CPU_DEFORMABLE_OPS": "stock", "TEST.PROPOSAL_LAYER": "stock"}
+ONNX_RUN_KEYS = {"TEST.fp16": False, "TEST.PROPOSAL_LAYER": "reference"}
+ONNX_FILES = {"body": "body.onnx", "head": "head.onnx", "description": "model.json"}
+
+
+def exported_onnx(cfg, params):
+    """The ONNX export folder of checkpoint ``params`` (``onnx/<its name>/`` beside it), exported now when
+    it is missing or older than the checkpoint (TEST.BACKEND onnxruntime)."""
+    directory = os.path.join(os.path.dirname(os.path.abspath(params)), "onnx",
+                             os.path.splitext(os.path.basename(params))[0])
+    description = os.path.join(directory, ONNX_FILES["description"])
+    if not (os.path.isfile(description) and os.path.getmtime(description) >= os.path.getmtime(params)):
+        logger.info("exporting %s to ONNX in %s", params, directory)
+        export_onnx(cfg, directory, params)
+    return directory
+
+
+def export_onnx(cfg, directory, params=None):
+    """Write the ONNX export (lib/inference/onnx_export.py) of checkpoint ``params`` (default ``TEST.MODEL``,
+    or epoch ``TEST.TEST_EPOCH`` of the run of ``cfg``) into ``directory``: body.onnx, head.onnx and
+    model.json. Networks the export does not cover (RPN-only, masks) are refused in one line. Returns the
+    paths."""
+    from lib.inference.onnx_export import ExportError
+
+    params = params or checkpoint_file(cfg)
+    arg_params, aux_params = load_params(params)
+    info = read_model_info(params) or {}
+    if info.get("rpn_only", cfg.TRAIN.ONLY_PROPOSAL):
+        raise ExportError(f"{params}: an RPN-only network is not exported to ONNX (detection networks are)")
+    return export_onnx_params(cfg, checkpoint_classes(params, cfg), arg_params, aux_params, directory, params,
+                              info.get("category_ids"))
+
+
+def export_onnx_params(cfg, classes, arg_params, aux_params, directory, source="parameters", category_ids=None):
+    """``export_onnx`` of parameter arrays (MXNet NDArrays) of the detection network of ``cfg`` for ``classes``."""
+    from lib.config import plain
+    from lib.inference.onnx_export import FORMAT_VERSION, OPSET, ExportError, export_graphs
+
+    if cfg.TRAIN.WITH_MASK:
+        raise ExportError(f"{source}: the mask head (TRAIN.WITH_MASK) is not exported to ONNX yet; the box "
+                          f"detector alone is not exported either, to keep masks from disappearing silently")
+    graph_cfg = with_overrides(cfg, ONNX_EXPORT_KEYS)
+    symbol = inference_symbol(graph_cfg, len(classes), compiled_deformable=False)
+    check_params(symbol, arg_params, aux_params, source, feature_stride(cfg))
+    arrays = {name: value.asnumpy() for name, value in {**arg_params, **aux_params}.items()}
+    body, head = export_graphs(symbol.tojson(), arrays)
+    os.makedirs(directory, exist_ok=True)
+    paths = {key: os.path.join(directory, name) for key, name in ONNX_FILES.items()}
+    for key, model in (("body", body), ("head", head)):
+        write_bytes(model.SerializeToString(), paths[key])
+    network = cfg.network
+    description = {
+        "format": "sniper-onnx", "version": FORMAT_VERSION, "opset": OPSET, "source": source, "symbol": cfg.symbol,
+        "classes": list(classes), "category_ids": category_ids, "stride": feature_stride(cfg),
+        "graphs": {key: ONNX_FILES[key] for key in ("body", "head")},
+        "anchors": {"scales": list(network.ANCHOR_SCALES), "ratios": list(network.ANCHOR_RATIOS)},
+        "inputs": {"data": "float32 (B, 3, H, W): each image resized by a test scale, minus PIXEL_MEANS (BGR), "
+                           "channels in CHANNEL_ORDER, top-left on a canvas shared by the batch",
+                   "rois": "float32 (B, R, 4): per image its proposals (the reference's rules, "
+                           "lib/boxes/proposals.py), x1, y1, x2, y2 in scaled pixels"},
+        "outputs": {"body": list(body.graph.output[i].name for i in range(len(body.graph.output))),
+                    "head": ["cls_prob (B * R, classes)", "bbox_pred (B * R, 4): class-agnostic deltas, stds "
+                                                          "folded in, decoded on the rois with stds 1"]},
+        "PIXEL_MEANS": list(network.PIXEL_MEANS), "CHANNEL_ORDER": network.CHANNEL_ORDER,
+        "TEST.SCALES": plain(cfg.TEST.SCALES), "TEST.VALID_RANGES": plain(cfg.TEST.VALID_RANGES),
+        "config": plain(with_overrides(cfg, ONNX_RUN_KEYS)),
+    }
+    write_json(description, paths["description"])
+    return tuple(paths.values())

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from symbols.backbones import feature_stride
 
 BORDER_MARGIN = 10.0  # original pixels: a detection edge this close to an inner chip edge was cut by it
 BORDER_TOLERANCE = 0.5  # a chip edge within half a pixel of the image border is on it
@@ -41,12 +40,17 @@ class FocusChipParams:
     stride: int
 
     @classmethod
-    def from_config(cls, cfg, scale_index):
+    def from_config(cls, cfg, scale_index, stride=None):
         """The parameters that turn the maps of TEST scale ``scale_index`` into the chips of the next one
-        (TEST.CHIP_HYPERPARAMS[scale_index]; lib/config.py checks them where the next scale is pruned)."""
+        (TEST.CHIP_HYPERPARAMS[scale_index]; lib/config.py checks them where the next scale is pruned);
+        ``stride`` the network's (default: the backbone table's, which imports MXNet; an ONNX export's comes
+        from its model.json)."""
+        if stride is None:
+            from symbols.backbones import feature_stride
+
+            stride = feature_stride(cfg)
         dilation, threshold, min_size = cfg.TEST.CHIP_HYPERPARAMS[scale_index]
-        return cls(dilation=int(dilation), threshold=float(threshold), min_size=int(min_size),
-                   stride=int(feature_stride(cfg)))
+        return cls(dilation=int(dilation), threshold=float(threshold), min_size=int(min_size), stride=int(stride))
 
 
 def focus_chips(focus_map, region, scale, params):

@@ -11,15 +11,15 @@ seconds spent in the network, for progress bars that count the work and for imag
 """
 import contextlib
 import gc
+import sys
 import time
 from collections import OrderedDict, deque
 
 import cv2
-import mxnet as mx
 import numpy as np
 
 from lib.data.batch_ring import BatchRing, Field
-from lib.data.chip_worker import ChipWorker
+from lib.data.opencv_threads import fork_guard, process_start
 from lib.data.pixels import network_pixels
 from lib.data.worker_pool import InlinePool, ProcessPool
 from lib.dataset.image_io import read_roidb_image
@@ -178,10 +178,13 @@ def settled_engine():
     MXNet's fork handler stops the engine, which waits for that thread, while the forking thread holds the
     GIL. Freeing a Python operator's state (the test proposal layer) or a zero-copy NDArray queues such
     work; so garbage is collected, the engine drained (waitall releases the GIL) and the collector kept off
-    until the workers exist."""
+    until the workers exist. A process that never imported MXNet (the ONNX Runtime back end) has no engine
+    to drain."""
     enabled = gc.isenabled()
     gc.collect()
-    mx.nd.waitall()
+    mxnet = sys.modules.get("mxnet")
+    if mxnet is not None:
+        mxnet.nd.waitall()
     gc.disable()
     try:
         yield
@@ -226,8 +229,8 @@ def run_pipeline(network, source, batches, num_levels, combine, pixel_means, cha
     pool = None
     try:
         if num_workers:
-            with settled_engine(), ChipWorker.fork_guard():
-                pool = ProcessPool(worker, num_workers, ChipWorker.process_start, "test-pipeline", timeout,
+            with settled_engine(), fork_guard():
+                pool = ProcessPool(worker, num_workers, process_start, "test-pipeline", timeout,
                                    "TEST.LOADER_TIMEOUT", warn_after=warn_after)
         else:
             pool = InlinePool(worker)

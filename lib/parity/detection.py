@@ -19,7 +19,7 @@ import cv2
 import numpy as np
 
 from lib.config import load_config
-from lib.ops.proposal_layer import proposals
+from lib.boxes.proposals import proposals
 from lib.inference.batching import plan_level
 from lib.inference.pipeline import prepare_image
 from lib.parity.chip_targets import random_scene_image, reference_config

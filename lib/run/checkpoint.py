@@ -23,13 +23,11 @@ import os
 import re
 import shutil
 
-import mxnet as mx
 import numpy as np
 
 from lib.atomic import atomic_path, write_json
 from lib.errors import UserError, reason
 from lib.paths import shown_path
-from lib.run.optimizer_states import read_optimizer_states
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +65,8 @@ def progress_path(prefix, epoch):
 
 def _scale_regressor(arg_params, stds, means, forward):
     """De-normalise (forward=True) or normalise the box regressor in a copy of ``arg_params``."""
+    import mxnet as mx  # here, not at the top: reading run folders (the ONNX back end) needs no MXNet
+
     if BBOX_PRED_WEIGHT not in arg_params:
         return dict(arg_params)
     stds = np.asarray(stds, dtype=np.float32)
@@ -88,6 +88,8 @@ def _scale_regressor(arg_params, stds, means, forward):
 def save_ndarrays(path, arrays):
     """``mx.nd.save(path, arrays)`` atomically. A full disk is an OSError naming the file and the bytes
     its arrays need (checked first; MXNet's own error on a failed write does not say why)."""
+    import mxnet as mx  # here, not at the top: reading run folders (the ONNX back end) needs no MXNet
+
     size = sum(value.size * np.dtype(value.dtype).itemsize for value in arrays.values())
     with atomic_path(path, size=size) as tmp:
         try:
@@ -148,6 +150,8 @@ def load_params(path, with_training_values=False, plain_names=True):
     (its ``load_param(process=True)`` swaps them), reads as this project's: the ``_test`` value under
     ``arg:``, the training one under ``train:``.
     """
+    import mxnet as mx  # here, not at the top: reading run folders (the ONNX back end) needs no MXNet
+
     if not os.path.isfile(path):
         raise FileNotFoundError(f"checkpoint not found: {path}{_what_exists(path)}")
     try:
@@ -253,6 +257,8 @@ def last_readable_epoch(prefix):
 
 def _unreadable_files(prefix, epoch):
     """``'path (reason)'`` for each file of ``epoch`` that cannot be read back."""
+    from lib.run.optimizer_states import read_optimizer_states  # imports MXNet
+
     problems = []
     for path, read in ((params_path(prefix, epoch), load_params), (states_path(prefix, epoch), read_optimizer_states),
                        (progress_path(prefix, epoch), lambda _: load_progress(prefix, epoch))):

@@ -1,8 +1,8 @@
 # distutils: language = c++
-# distutils: include_dirs = lib/ops/src
+# distutils: include_dirs = lib/boxes/src
 # cython: language_level=3, boundscheck=False, wraparound=False
 """The test proposal layer's host arithmetic as the reference's operator computed it
-(lib/ops/src/proposal_host.h): ranking in std::sort's order, the C library's expf, float32 greedy NMS."""
+(lib/boxes/src/proposal_host.h): ranking in std::sort's order, the C library's expf, float32 greedy NMS."""
 import numpy as np
 
 from libc.stdint cimport int64_t

@@ -1,0 +1,396 @@
+"""ONNX export of a trained test network: two graphs and a description that lib/inference/onnx_network.py
+(NumPy, OpenCV and ONNX Runtime only) runs the whole test protocol with.
+
+The test graph is cut at its proposal layer, which stays NumPy (the reference's rules,
+lib/boxes/proposals.py), so the exported detections are those of ``TEST.PROPOSAL_LAYER: reference``:
+
+- ``body.onnx``: ``data`` (B, 3, H, W) -> ``rpn_cls_prob`` (B, 2A, h, w), ``rpn_bbox_pred`` (B, 4A, h, w),
+  ``features`` (B, C, h, w) (the R-CNN head's reduced features) and, with network.AUTO_FOCUS, ``scale_prob``
+  (B, 2, h, w);
+- ``head.onnx``: ``features`` and ``rois`` (B, R, 4) (each image's proposals, scaled pixels) ->
+  ``cls_prob`` (B * R, K) and ``bbox_pred`` (B * R, 4) (class-agnostic deltas, the stds folded in);
+- ``model.json``: classes, pixel means and channel order, the TEST section (scales, valid ranges, NMS and
+  caps), the anchors and the stride (``describe``).
+
+Every MXNet operator of the graph is translated node by node (``TRANSLATORS``) at opset ``OPSET``; one
+without a translator, or a setting the translation does not cover, is refused in one line naming it
+(``ExportError``). The deformable convolution becomes ONNX ``DeformConv``, with its offsets moved at the
+border so that ONNX's sampling (bilinear with zero padding) gives MXNet's (a point outside [0, H) x [0, W)
+is 0, one in the last row or column takes that row or column): ``_mxnet_border_offsets``. The deformable
+PS-ROI pooling (group_size 1 only: deformable RoI pooling) becomes a Gather of every bin's sample points'
+bilinear neighbours and a weighted MatMul (the operator's validity mask and mean: ``_deformable_roi_pool``),
+the sampling rules of lib/ops.
+"""
+import ast
+import json
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from lib.errors import UserError
+
+OPSET = 19  # DeformConv's first opset
+FORMAT_VERSION = 1
+BODY_OUTPUTS = ("rpn_cls_prob", "rpn_bbox_pred", "features")
+HEAD_OUTPUTS = ("cls_prob", "bbox_pred")
+
+
+class ExportError(UserError, ValueError):
+    """A network or setting the ONNX export does not cover (one line naming it)."""
+
+
+def _attr(value):
+    """An MXNet attribute string as a Python value ("(3, 3)" -> (3, 3), "True" -> True, "relu" -> "relu")."""
+    try:
+        return ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return {"true": True, "false": False}.get(value.lower(), value)
+
+
+def _pair(attrs, key, default):
+    value = attrs.get(key, default)
+    return list(value) if isinstance(value, (tuple, list)) else [value, value]
+
+
+class GraphBuilder:
+    """ONNX nodes and initializers of one graph, translated from MXNet symbol JSON nodes."""
+
+    def __init__(self, params):
+        self.params = params  # name -> NumPy array (arguments and auxiliary states)
+        self.nodes, self.initializers, self.names = [], [], set()
+        self.count = 0
+
+    def fresh(self, hint):
+        self.count += 1
+        return f"{hint}__{self.count}"
+
+    def const(self, value, dtype=np.float32, hint="const"):
+        name = self.fresh(hint)
+        self.initializers.append(numpy_helper.from_array(np.asarray(value, dtype), name))
+        return name
+
+    def param(self, name, value=None):
+        """The initializer of parameter ``name`` (its stored value, or ``value``)."""
+        if name not in self.names:
+            array = self.params.get(name) if value is None else value
+            if array is None:
+                raise ExportError(f"the checkpoint lacks parameter {name} of the exported graph")
+            self.initializers.append(numpy_helper.from_array(np.asarray(array, np.float32), name))
+            self.names.add(name)
+        return name
+
+    def op(self, op_type, inputs, hint=None, outputs=1, **attrs):
+        """Add one node; its output name (or names, ``outputs`` > 1)."""
+        names = [self.fresh(hint or op_type) for _ in range(outputs)]
+        self.nodes.append(helper.make_node(op_type, list(inputs), names, **attrs))
+        return names[0] if outputs == 1 else names
+
+    def model(self, inputs, outputs, name):
+        used = {name for node in self.nodes for name in node.input}
+        initializers = [tensor for tensor in self.initializers if tensor.name in used]
+        graph = helper.make_graph(self.nodes, name, inputs, outputs, initializers)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                                  producer_name="SNIPER lib/inference/onnx_export.py")
+        model.ir_version = 9
+        onnx.checker.check_model(model, full_check=True)
+        return model
+
+
+# -- translators: (builder, node name, input names, attributes) -> output names ---------------------
+
+def _convolution(g, name, inputs, attrs):
+    kernel = list(attrs["kernel"])
+    conv = dict(kernel_shape=kernel, strides=_pair(attrs, "stride", 1), dilations=_pair(attrs, "dilate", 1),
+                pads=_pair(attrs, "pad", 0) * 2, group=int(attrs.get("num_group", 1)))
+    return [g.op("Conv", inputs, name, **conv)]
+
+
+def _batch_norm(g, name, inputs, attrs):
+    if int(attrs.get("axis", 1)) != 1:
+        raise ExportError(f"{name}: BatchNorm over axis {attrs['axis']} (only channels, axis 1, is exported)")
+    data, gamma, beta, mean, var = inputs
+    if attrs.get("fix_gamma", True):  # MXNet then scales by 1 whatever gamma holds
+        gamma = g.param(f"{gamma}__ones", np.ones_like(g.params[gamma]))
+    return [g.op("BatchNormalization", [data, gamma, beta, mean, var], name, epsilon=float(attrs.get("eps", 1e-3)))]
+
+
+ACTIVATIONS = {"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh", "softrelu": "Softplus"}
+
+
+def _activation(g, name, inputs, attrs):
+    kind = attrs["act_type"]
+    if kind not in ACTIVATIONS:
+        raise ExportError(f"{name}: activation {kind!r} is not exported (supported: {', '.join(ACTIVATIONS)})")
+    return [g.op(ACTIVATIONS[kind], inputs, name)]
+
+
+def _clip(g, name, inputs, attrs):
+    return [g.op("Clip", [inputs[0], g.const(float(attrs["a_min"])), g.const(float(attrs["a_max"]))], name)]
+
+
+def _pooling(g, name, inputs, attrs):
+    kind = attrs.get("pool_type", "max")
+    if attrs.get("global_pool", False):
+        return [g.op({"max": "GlobalMaxPool", "avg": "GlobalAveragePool"}[kind], inputs, name)]
+    if kind != "max" or attrs.get("pooling_convention", "valid") != "valid":
+        raise ExportError(f"{name}: Pooling {kind} / {attrs.get('pooling_convention')} is not exported "
+                          f"(max pooling with the 'valid' convention is)")
+    return [g.op("MaxPool", inputs, name, kernel_shape=list(attrs["kernel"]), strides=_pair(attrs, "stride", 1),
+                 pads=_pair(attrs, "pad", 0) * 2)]
+
+
+def _reshape(g, name, inputs, attrs):
+    shape = list(attrs["shape"])
+    if any(v < -1 for v in shape) or attrs.get("reverse", False):
+        raise ExportError(f"{name}: Reshape {tuple(shape)} uses MXNet's special codes below -1 (not exported)")
+    return [g.op("Reshape", [inputs[0], g.const(shape, np.int64)], name)]
+
+
+def _softmax_activation(g, name, inputs, attrs):
+    return [g.op("Softmax", inputs, name, axis=1 if attrs.get("mode", "instance") == "channel" else -1)]
+
+
+def _softmax(g, name, inputs, attrs):
+    return [g.op("Softmax", inputs, name, axis=int(attrs.get("axis", -1)))]
+
+
+def _fully_connected(g, name, inputs, attrs):
+    if not attrs.get("flatten", True):
+        raise ExportError(f"{name}: FullyConnected with flatten=False is not exported")
+    flat = g.op("Flatten", inputs[:1], f"{name}_flatten", axis=1)
+    bias = [] if attrs.get("no_bias", False) else inputs[2:3]
+    return [g.op("Gemm", [flat, inputs[1]] + bias, name, transB=1)]
+
+
+def _cast(g, name, inputs, attrs):
+    if attrs["dtype"] != "float32":
+        raise ExportError(f"{name}: a {attrs['dtype']} graph (TEST.fp16) is not exported; export float32 "
+                          f"(the export sets TEST.fp16 false)")
+    return [inputs[0]]
+
+
+def _deformable_convolution(g, name, inputs, attrs):
+    data, offset, weight = inputs[:3]
+    bias = [] if attrs.get("no_bias", False) else inputs[3:4]
+    kernel = list(attrs["kernel"])
+    strides, dilations, pads = _pair(attrs, "stride", 1), _pair(attrs, "dilate", 1), _pair(attrs, "pad", 0)
+    groups = int(attrs.get("num_deformable_group", 1))
+    offset = _mxnet_border_offsets(g, name, data, offset, kernel, strides, dilations, pads, groups)
+    return [g.op("DeformConv", [data, weight, offset] + bias, name, kernel_shape=kernel, strides=strides,
+                 dilations=dilations, pads=pads * 2, group=int(attrs.get("num_group", 1)), offset_group=groups)]
+
+
+def _mxnet_border_offsets(g, name, data, offset, kernel, strides, dilations, pads, groups):
+    """``offset`` moved so that ONNX DeformConv samples as MXNet's DeformableConvolution: a sampling
+    position h in (-1, 0) (MXNet: 0, ONNX: part of row 0) goes to -1 (0 in both), one in [H - 1, H) (MXNet:
+    row H - 1, ONNX: part of it) to H - 1; the same for w. Other offsets pass unchanged (bit for bit)."""
+    kh, kw = kernel
+    # (B, G * kh * kw * 2, Ho, Wo) -> (B, G, kh, kw, 2, Ho, Wo)
+    out_shape = g.op("Shape", [offset], f"{name}_offset_shape")
+    split_shape = g.op("Concat", [g.op("Shape", [offset], end=1), g.const([groups, kh, kw, 2], np.int64),
+                                  g.op("Shape", [offset], start=2)], axis=0)
+    split = g.op("Reshape", [offset, split_shape], f"{name}_offset_split")
+    in_shape = g.op("Shape", [data], f"{name}_data_shape")
+    coords = []
+    for axis, (k, stride, dilate, pad) in enumerate(zip(kernel, strides, dilations, pads)):
+        size = g.op("Cast", [g.op("Gather", [in_shape, g.const(2 + axis, np.int64)])], to=TensorProto.FLOAT)
+        count = g.op("Gather", [out_shape, g.const(2 + axis, np.int64)])
+        cells = g.op("Cast", [g.op("Range", [g.const(0, np.int64), count, g.const(1, np.int64)])],
+                     to=TensorProto.FLOAT)
+        # base position of tap t at output cell y: y * stride - pad + t * dilate, shaped to broadcast
+        grid = g.op("Sub", [g.op("Mul", [cells, g.const(float(stride))]), g.const(float(pad))])
+        taps = np.arange(k, dtype=np.float32) * dilate
+        shape = [1, 1, k, 1, 1, 1, 1] if axis == 0 else [1, 1, 1, k, 1, 1, 1]
+        grid_shape = [1, 1, 1, 1, 1, -1, 1] if axis == 0 else [1, 1, 1, 1, 1, 1, -1]
+        base = g.op("Add", [g.op("Reshape", [grid, g.const(grid_shape, np.int64)]), g.const(taps.reshape(shape))])
+        delta = g.op("Gather", [split, g.const(axis, np.int64)], axis=4)  # (B, G, kh, kw, Ho, Wo)
+        base = g.op("Squeeze", [base, g.const([4], np.int64)])
+        position = g.op("Add", [base, delta])
+        last = g.op("Sub", [size, g.const(1.0)])
+        before = g.op("And", [g.op("Greater", [position, g.const(-1.0)]), g.op("Less", [position, g.const(0.0)])])
+        on_last = g.op("And", [g.op("GreaterOrEqual", [position, last]), g.op("Less", [position, size])])
+        moved = g.op("Where", [on_last, g.op("Sub", [last, base]), delta])
+        moved = g.op("Where", [before, g.op("Sub", [g.const(-1.0), base]), moved])
+        coords.append(g.op("Unsqueeze", [moved, g.const([4], np.int64)]))
+    joined = g.op("Concat", coords, f"{name}_offset_joined", axis=4)
+    return g.op("Reshape", [joined, out_shape], f"{name}_offset_mxnet")
+
+
+def _deformable_psroi_pooling(g, name, inputs, attrs):
+    if int(attrs.get("group_size", 1)) != 1:
+        raise ExportError(f"{name}: DeformablePSROIPooling with group_size {attrs['group_size']} (position-"
+                          f"sensitive pooling) is not exported; group_size 1 (deformable RoI pooling) is")
+    pooled, part = int(attrs["pooled_size"]), int(attrs.get("part_size", 0) or attrs["pooled_size"])
+    if part != pooled:
+        raise ExportError(f"{name}: DeformablePSROIPooling with part_size {part} != pooled_size {pooled}")
+    trans = None if attrs.get("no_trans", False) else inputs[2]
+    return [_deformable_roi_pool(g, name, inputs[0], g.rois, trans, pooled, int(attrs.get("sample_per_part", 1)),
+                                 float(attrs["spatial_scale"]), float(attrs.get("trans_std", 0.0)))]
+
+
+def _deformable_roi_pool(g, name, data, rois, trans, pooled, samples, spatial_scale, trans_std):
+    """lib/ops' deformable RoI pooling (group_size 1) of ``data`` (B, C, H, W) over ``rois`` (B, R, 4) ->
+    (B * R, C, pooled, pooled): per roi the rounded corners span ``round(x1) * scale - 0.5 .. (round(x2) + 1)
+    * scale - 0.5`` (at least 0.1), bin (ph, pw) starts at ``pw * bin_w + start_w + trans_x * roi_w`` and takes
+    ``samples`` x ``samples`` points ``iw * bin_w / samples`` apart; a point more than half a cell outside
+    the map is dropped, the others clamped onto it and sampled bilinearly (floor and ceil neighbours, as the
+    operator); the bin is their mean (0 with none). Per bin, the four neighbours of each of its points are
+    gathered as rows of the channels-last map and one small product with their bilinear weights times the
+    point's share of the bin sums them (ONNX Runtime's GridSample, the first form, took several times as long
+    on the ResNet-101 head, as did elementwise weighting)."""
+    P, S = pooled, samples
+    shape = g.op("Shape", [data], f"{name}_shape")
+    # rounded corners (the coordinates are >= 0: round half away from zero = floor(x + 0.5))
+    corners = g.op("Floor", [g.op("Add", [rois, g.const(0.5)])])
+    per_roi_bins = g.op("Concat", [g.op("Shape", [rois], start=0, end=2), g.const([P, 1, P, 1], np.int64)], axis=0)
+    sampled = []
+    for is_x, column in ((True, 0), (False, 1)):  # x: roi columns 0 and 2, the map's width; y: 1, 3, height
+        size = g.op("Cast", [g.op("Gather", [shape, g.const(3 - column, np.int64)])], to=TensorProto.FLOAT)
+        lo = g.op("Gather", [corners, g.const(column, np.int64)], axis=2)  # (B, R)
+        hi = g.op("Gather", [corners, g.const(column + 2, np.int64)], axis=2)
+        start = g.op("Sub", [g.op("Mul", [lo, g.const(spatial_scale)]), g.const(0.5)])
+        end = g.op("Sub", [g.op("Mul", [g.op("Add", [hi, g.const(1.0)]), g.const(spatial_scale)]), g.const(0.5)])
+        extent = g.op("Max", [g.op("Sub", [end, start]), g.const(0.1)])
+        bin_size = g.op("Div", [extent, g.const(float(P))])
+        sub_bin = g.op("Div", [bin_size, g.const(float(S))])
+        # to (B, R, P_h, S_h, P_w, S_w): x varies with (pw, iw), y with (ph, ih)
+        expand = g.const([0, 0, 1, 1, 1, 1], np.int64)
+        start, extent, bin_size, sub_bin = (g.op("Reshape", [t, expand]) for t in (start, extent, bin_size, sub_bin))
+        bins = np.arange(P, dtype=np.float32).reshape([1, 1, 1, 1, P, 1] if is_x else [1, 1, P, 1, 1, 1])
+        steps = np.arange(S, dtype=np.float32).reshape([1, 1, 1, 1, 1, S] if is_x else [1, 1, 1, S, 1, 1])
+        point = g.op("Add", [g.op("Mul", [g.const(bins), bin_size]), start])
+        if trans is not None:  # trans (B * R, 2, P, P): channel 0 moves x, 1 moves y, in roi extents
+            moved = g.op("Gather", [trans, g.const(column, np.int64)], axis=1)  # (B * R, P, P)
+            moved = g.op("Mul", [moved, g.const(trans_std)])
+            moved = g.op("Reshape", [moved, per_roi_bins])  # (B, R, P, 1, P, 1)
+            point = g.op("Add", [point, g.op("Mul", [moved, extent])])
+        point = g.op("Add", [point, g.op("Mul", [g.const(steps), sub_bin])])
+        valid = g.op("And", [g.op("GreaterOrEqual", [point, g.const(-0.5)]),
+                             g.op("LessOrEqual", [point, g.op("Sub", [size, g.const(0.5)])])])
+        clamped = g.op("Min", [g.op("Max", [point, g.const(0.0)]), g.op("Sub", [size, g.const(1.0)])])
+        low = g.op("Floor", [clamped])
+        sampled.append((low, g.op("Ceil", [clamped]), g.op("Sub", [clamped, low]), valid, size))
+    (x_low, x_high, x_frac, x_valid, width), (y_low, y_high, y_frac, y_valid, height) = sampled
+    # each sample's share of its bin: 1 / (the bin's valid samples), 0 when dropped
+    mask = g.op("Cast", [g.op("And", [x_valid, y_valid])], to=TensorProto.FLOAT)  # (B, R, P, S, P, S)
+    count = g.op("ReduceSum", [mask, g.const([3, 5], np.int64)], keepdims=1)
+    share = g.op("Div", [mask, g.op("Max", [count, g.const(1.0)])])
+    # the map as rows (B * H * W, C); a point's row is b * H * W + y * W + x
+    channels = g.op("Shape", [data], start=1, end=2)
+    rows = g.op("Reshape", [g.op("Transpose", [data], perm=[0, 2, 3, 1]),
+                            g.op("Concat", [g.const([-1], np.int64), channels], axis=0)])
+    batch = g.op("Gather", [shape, g.const(0, np.int64)])
+    first = g.op("Mul", [g.op("Cast", [g.op("Range", [g.const(0, np.int64), batch, g.const(1, np.int64)])],
+                              to=TensorProto.FLOAT), g.op("Mul", [height, width])])
+    first = g.op("Reshape", [first, g.const([-1, 1, 1, 1, 1, 1], np.int64)])
+    x_rest, y_rest = (g.op("Sub", [g.const(1.0), frac]) for frac in (x_frac, y_frac))
+    indices, weights = [], []
+    for y, x, y_weight, x_weight in ((y_low, x_low, y_rest, x_rest), (y_high, x_low, y_frac, x_rest),
+                                     (y_low, x_high, y_rest, x_frac), (y_high, x_high, y_frac, x_frac)):
+        index = g.op("Add", [g.op("Add", [g.op("Mul", [y, width]), x]), first])  # (B, R, P, S, P, S)
+        indices.append(g.op("Unsqueeze", [g.op("Cast", [index], to=TensorProto.INT64), g.const([6], np.int64)]))
+        weight = g.op("Mul", [g.op("Mul", [y_weight, x_weight]), share])
+        weights.append(g.op("Unsqueeze", [weight, g.const([6], np.int64)]))
+    # per bin its S * S * 4 (point, neighbour) pairs: (B, R, P_h, P_w, K) after moving the sample axes last
+    by_bin = [0, 1, 2, 4, 3, 5, 6]
+    pairs = g.const([0, 0, P, P, 4 * S * S], np.int64)
+    index = g.op("Reshape", [g.op("Transpose", [g.op("Concat", indices, axis=6)], perm=by_bin), pairs])
+    weight = g.op("Reshape", [g.op("Transpose", [g.op("Concat", weights, axis=6)], perm=by_bin), pairs])
+    values = g.op("Gather", [rows, index], axis=0)  # (B, R, P, P, K, C)
+    pooled = g.op("MatMul", [g.op("Unsqueeze", [weight, g.const([4], np.int64)]), values])  # (B, R, P, P, 1, C)
+    pooled = g.op("Transpose", [g.op("Squeeze", [pooled, g.const([4], np.int64)])], perm=[0, 1, 4, 2, 3])
+    flat = g.op("Concat", [g.const([-1], np.int64), g.op("Shape", [pooled], start=2)], axis=0)
+    return g.op("Reshape", [pooled, flat], f"{name}_pooled")
+
+
+def _concat(g, name, inputs, attrs):
+    return [g.op("Concat", inputs, name, axis=int(attrs.get("dim", 1)))]
+
+
+def _add(g, name, inputs, attrs):
+    return [g.op("Add", inputs, name)]
+
+
+TRANSLATORS = {
+    "Convolution": _convolution, "BatchNorm": _batch_norm, "Activation": _activation, "clip": _clip,
+    "Pooling": _pooling, "elemwise_add": _add, "_Plus": _add, "Concat": _concat, "Reshape": _reshape,
+    "SoftmaxActivation": _softmax_activation, "softmax": _softmax, "FullyConnected": _fully_connected,
+    "Cast": _cast, "_contrib_DeformableConvolution": _deformable_convolution,
+    "_contrib_DeformablePSROIPooling": _deformable_psroi_pooling,
+}
+PROPOSAL_OPS = ("_contrib_MultiProposal", "_contrib_Proposal", "Custom")
+POOLING_OP = "_contrib_DeformablePSROIPooling"
+
+
+def _entry(item):
+    return (item[0], item[1])
+
+
+def translate_graph(nodes, params, outputs, inputs, name, rois=None):
+    """The ONNX model computing ``outputs`` ({name: ((node id, output index), rank)}) of the MXNet JSON
+    ``nodes`` from ``inputs`` ({(node id, output index): (input name, shape)}), parameters from ``params``."""
+    needed, stack = set(), [entry for entry, _ in outputs.values()]
+    while stack:
+        node_id = stack.pop()[0]
+        if node_id in needed:
+            continue
+        needed.add(node_id)
+        stack += [_entry(i) for i in nodes[node_id]["inputs"] if _entry(i) not in inputs]
+    g = GraphBuilder(params)
+    g.rois = rois
+    names = {entry: input_name for entry, (input_name, _) in inputs.items()}
+    for node_id in sorted(needed):
+        node = nodes[node_id]
+        if node["op"] == "null":
+            if (node_id, 0) not in names:
+                names[(node_id, 0)] = g.param(node["name"])
+            continue
+        translator = TRANSLATORS.get(node["op"])
+        if translator is None:
+            raise ExportError(f"operator {node['op']} (node {node['name']}) has no ONNX translation (supported: "
+                              f"{', '.join(sorted(TRANSLATORS))})")
+        attrs = {key: _attr(value) for key, value in node.get("attrs", {}).items()}
+        results = translator(g, node["name"], [names[_entry(i)] for i in node["inputs"]], attrs)
+        names.update({(node_id, index): result for index, result in enumerate(results)})
+    for output_name, (entry, _) in outputs.items():
+        g.nodes.append(helper.make_node("Identity", [names[entry]], [output_name]))
+    graph_inputs = [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, shape)
+                    for input_name, shape in inputs.values()]
+    graph_outputs = [helper.make_tensor_value_info(output_name, TensorProto.FLOAT, [None] * rank)
+                     for output_name, (_, rank) in outputs.items()]
+    return g.model(graph_inputs, graph_outputs, name)
+
+
+def graph_cut(nodes):
+    """Where the exported graphs cut the MXNet test graph's JSON ``nodes``: ``(body outputs {name: (node id,
+    output index)}, features entry, rois entry)``; an ExportError for a graph without the detection head."""
+    by_name = {node["name"]: index for index, node in enumerate(nodes)}
+    proposal = [i for i, node in enumerate(nodes) if node["op"] in PROPOSAL_OPS]
+    pooling = [i for i, node in enumerate(nodes) if node["op"] == POOLING_OP]
+    if len(proposal) != 1 or not pooling or "cls_prob" not in by_name or "bbox_pred" not in by_name:
+        raise ExportError("the ONNX export takes the test graph of a detection network (one proposal layer, a "
+                          "deformable R-CNN head with cls_prob and bbox_pred); RPN-only networks are not exported")
+    rpn_cls, rpn_bbox = (_entry(i) for i in nodes[proposal[0]]["inputs"][:2])
+    features = _entry(nodes[pooling[0]]["inputs"][0])
+    body = dict(zip(BODY_OUTPUTS, (rpn_cls, rpn_bbox, features)))
+    if "scale_prob" in by_name:
+        body["scale_prob"] = (by_name["scale_prob"], 0)
+    return body, features, (proposal[0], 0)
+
+
+def export_graphs(symbol_json, params):
+    """``(body, head)`` ONNX models of the MXNet test graph ``symbol_json`` (symbols.inference_symbol, float32,
+    a detection network) with ``params`` ({name: NumPy array}, arguments and auxiliary states)."""
+    nodes = json.loads(symbol_json)["nodes"]
+    by_name = {node["name"]: index for index, node in enumerate(nodes)}
+    body_entries, features, rois = graph_cut(nodes)
+    body_outputs = {name: (entry, 4) for name, entry in body_entries.items()}
+    data = (by_name["data"], 0)
+    body = translate_graph(nodes, params, body_outputs, {data: ("data", ["batch", 3, "height", "width"])},
+                           "sniper_body")
+    head_inputs = {features: ("features", ["batch", "channels", "feature_height", "feature_width"]),
+                   rois: ("rois", ["batch", "rois", 4])}
+    head_outputs = {name: ((by_name[name], 0), 2) for name in HEAD_OUTPUTS}
+    head = translate_graph(nodes, params, head_outputs, head_inputs, "sniper_head", rois="rois")
+    return body, head

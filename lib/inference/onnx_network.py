@@ -1,0 +1,123 @@
+"""The exported test network (lib/inference/export.py ``export_onnx``) on ONNX Runtime, behind the
+Detector's network seam (lib/inference/mxnet_network.py states it): the strategies, the pipeline, the
+proposal rules and the merge are the project's own code, shared with the MXNet back end; MXNet is never
+imported (tests/test_onnx.py checks it in a child process).
+
+A forward pass runs ``body.onnx`` on the canvas batch, the reference's proposal rules in NumPy
+(lib/boxes/proposals.py) on its RPN maps, and ``head.onnx`` on the proposals, and returns the MXNet test
+graph's outputs by name (``rois_output``, ``cls_prob_reshape_output``, ``bbox_pred_reshape_output`` and,
+with AutoFocus, ``scale_prob_output``), which the Detector reads as it reads MXNet's.
+
+ONNX Runtime 1.31 (the first releases with DeformConv on the CPU are after 1.24) needs Python >= 3.11: an
+older interpreter gets a one-line refusal of this back end, nothing else changes for it.
+"""
+import json
+import os
+import sys
+
+import numpy as np
+
+from lib.boxes.proposals import proposals
+from lib.config import restore
+from lib.errors import UserError
+
+BACKENDS = ("mxnet", "onnxruntime")
+MIN_PYTHON = (3, 11)
+DESCRIPTION = "model.json"
+
+
+class BackendError(UserError, RuntimeError):
+    """The ONNX Runtime back end cannot run here (interpreter, package) or on this export."""
+
+
+def add_backend_argument(parser):
+    """``--backend mxnet|onnxruntime`` of main_test.py and demo.py: TEST.BACKEND for this run."""
+    parser.add_argument("--backend", choices=BACKENDS, default=None,
+                        help="the test network's back end (TEST.BACKEND): onnxruntime runs the checkpoint's ONNX "
+                             "export (made once, in onnx/ beside the checkpoint) on ONNX Runtime's CPU provider")
+
+
+def with_backend(args):
+    """``args`` with ``--backend`` appended to its ``--set`` words (the config key TEST.BACKEND)."""
+    if args.backend:
+        args.set = list(args.set or []) + ["TEST.BACKEND", args.backend]
+    return args
+
+
+def import_onnxruntime():
+    """The onnxruntime module, or a one-line BackendError saying what is missing."""
+    if sys.version_info < MIN_PYTHON:
+        raise BackendError(f"the onnxruntime back end needs Python >= {'.'.join(map(str, MIN_PYTHON))} (ONNX Runtime "
+                           f"1.31.1, the first with DeformConv), this is {sys.version.split()[0]}; use the mxnet one")
+    try:
+        import onnxruntime
+    except ImportError:
+        raise BackendError("the onnxruntime back end needs the onnxruntime package (pinned in requirements.txt: "
+                           "pip install -r requirements.txt -c constraints.txt)") from None
+    return onnxruntime
+
+
+def read_description(directory):
+    """The model.json of an ONNX export folder, or a one-line error naming what is missing or wrong."""
+    path = os.path.join(directory, DESCRIPTION)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path} not found: export the model first (python tools/export_model.py --model "
+                                f"RUN --format onnx --out {directory})")
+    try:
+        with open(path) as f:
+            description = json.load(f)
+    except (OSError, ValueError) as err:
+        raise BackendError(f"{path} cannot be read: {err}") from None
+    if description.get("format") != "sniper-onnx":
+        raise BackendError(f"{path} does not describe a SNIPER ONNX export (format {description.get('format')!r})")
+    return description
+
+
+class OnnxNetwork:
+    """The two graphs of an ONNX export folder in ONNX Runtime sessions (``providers``: ONNX Runtime's execution
+    providers, by default the CPU's; ``threads``: intra-op threads, 0 = ONNX Runtime's default);
+    ``test_cfg`` (a config's TEST section) gives the proposal rules' settings (default: the exported
+    config's)."""
+
+    contexts = ("onnxruntime-cpu",)  # one device: a forward pass takes the whole batch
+
+    def __init__(self, directory, test_cfg=None, threads=0, optimization="all", providers=("CPUExecutionProvider",)):
+        ort = import_onnxruntime()
+        self.description = read_description(directory)
+        self.cfg = restore(self.description["config"])
+        self.test = test_cfg if test_cfg is not None else self.cfg.TEST
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = int(threads)
+        options.graph_optimization_level = {
+            "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL, "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[optimization]
+        self.sessions = {}
+        for key, name in self.description["graphs"].items():
+            path = os.path.join(directory, name)
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"{path} not found (the export folder {directory} is incomplete)")
+            self.sessions[key] = ort.InferenceSession(path, options, providers=list(providers))
+        self.stride = int(self.description["stride"])
+        self.anchors = self.description["anchors"]
+
+    def forward(self, data, im_info):
+        """Outputs by name (NumPy) of one forward pass on ``data`` (B, 3, h, w) float32, ``im_info`` (B, 3), as
+        the MXNet test graph names them."""
+        body = dict(zip((o.name for o in self.sessions["body"].get_outputs()),
+                        self.sessions["body"].run(None, {"data": np.ascontiguousarray(data, np.float32)})))
+        test = self.test
+        rois, _ = proposals(body["rpn_cls_prob"], body["rpn_bbox_pred"], np.asarray(im_info, np.float32),
+                            self.stride, tuple(self.anchors["scales"]), tuple(self.anchors["ratios"]),
+                            test.RPN_PRE_NMS_TOP_N, test.RPN_POST_NMS_TOP_N, test.RPN_NMS_THRESH, test.RPN_MIN_SIZE)
+        size, per_image = data.shape[0], test.RPN_POST_NMS_TOP_N
+        cls_prob, bbox_pred = self.sessions["head"].run(
+            None, {"features": body["features"], "rois": rois[:, 1:].reshape(size, per_image, 4)})
+        outputs = {"rois_output": rois, "cls_prob_reshape_output": cls_prob.reshape(size, per_image, -1),
+                   "bbox_pred_reshape_output": bbox_pred.reshape(size, per_image, 4)}
+        if "scale_prob" in body:
+            outputs["scale_prob_output"] = body["scale_prob"]
+        return outputs
+
+    def release_buffers(self):
+        """Nothing to free: ONNX Runtime sizes its buffers per run."""
