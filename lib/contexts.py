@@ -1,7 +1,6 @@
 """Device list from the config: ``gpus: "0,1"`` for GPUs, ``""`` or ``"cpu:N"`` for N CPU contexts; and
-whether a float16 network (``TRAIN.fp16``, ``TEST.fp16``) may run on them."""
-import mxnet as mx
-
+whether a float16 network (``TRAIN.fp16``, ``TEST.fp16``) may run on them. MXNet is imported only where a
+context is made: the run record (lib/run/folder.py) counts devices for the ONNX Runtime back end too, without it."""
 from lib.errors import ConfigError, MachineError
 
 NO_CPU_FP16 = "MXNet 1.9 cannot run a float16 network on the CPU"
@@ -14,6 +13,8 @@ class MissingGPUError(MachineError, ValueError):
 def parse_contexts(spec):
     """Return the list of mx.Context named by ``spec`` (a clear ValueError for anything else, including
     GPU ids that this MXNet does not see: ``mx.context.num_gpus()``)."""
+    import mxnet as mx
+
     spec = str(spec).strip()
     if spec in ("", "cpu"):
         return [mx.cpu(0)]

@@ -155,6 +155,51 @@ def test_serve_answers_what_the_python_api_finds_on_the_same_image(run_folder):
     assert process.returncode == 130 and "Traceback" not in err, err[-3000:]
 
 
+def test_serve_runs_an_onnx_export_without_mxnet_and_answers_as_its_detector(run_folder, tmp_path):
+    """``--model ONNX_FOLDER``: the export of the run, served in a process where MXNet cannot be imported,
+    answers what ``Detector.from_onnx`` of that folder finds, and names its back end."""
+    folder, images = run_folder
+    export = tmp_path / "onnx"
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "export_model.py"), "--model", folder,
+                             "--format", "onnx", "--out", str(export), "--set", "TEST.SCORE_THRESH", "0"],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    no_mxnet = f"""
+import runpy, sys
+class NoMxnet:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "mxnet":
+            raise ImportError("mxnet is not importable here")
+sys.meta_path.insert(0, NoMxnet())
+sys.argv = ["serve.py", "--model", {str(export)!r}, "--port", "0"]
+sys.path.insert(0, {os.path.join(ROOT, "tools")!r})  # as when run as a script: _bootstrap beside it
+runpy.run_path({os.path.join(ROOT, "tools", "serve.py")!r}, run_name="__main__")
+"""
+    process = subprocess.Popen([sys.executable, "-c", no_mxnet], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, cwd=str(tmp_path), env={**os.environ, "PYTHONPATH": ROOT})
+    try:
+        line = process.stdout.readline()
+        assert " on http://127.0.0.1:" in line, line + process.stderr.read()[-3000:]
+        port = int(line.split("http://127.0.0.1:")[1].split("/")[0])
+
+        class Address:
+            server_address = ("127.0.0.1", port)
+        detector = Detector.from_onnx(str(export))
+        data = open(os.path.join(images, "a.png"), "rb").read()
+        expected = detector(cv2.imread(os.path.join(images, "a.png")))
+        assert len(expected) > 0
+        status, answer, _ = detect(Address, data, "image/png")
+        assert status == 200, answer
+        assert_same_detections(answer, expected)
+        status, model, _ = request(Address, "GET", "/model")
+        assert status == 200 and model["backend"] == "onnxruntime"
+        assert [(c["name"], c["category_id"]) for c in model["classes"]] == [("cat4", 4), ("cat9", 9)]
+    finally:
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    assert "Traceback" not in err, err[-3000:]
+
+
 def test_serve_refuses_to_listen_beyond_the_loopback_without_a_token():
     check_bind("127.0.0.1", None)
     check_bind("::1", None)

@@ -172,7 +172,8 @@ def export_onnx_params(cfg, classes, arg_params, aux_params, directory, source="
         write_bytes(model.SerializeToString(), paths[key])
     network = cfg.network
     description = {
-        "format": "sniper-onnx", "version": FORMAT_VERSION, "opset": OPSET, "source": source, "symbol": cfg.symbol,
+        "format": "sniper-onnx", "version": FORMAT_VERSION, "opset": OPSET, "symbol": cfg.symbol,
+        "source": checkpoint_identity(cfg, source) if os.path.isfile(str(source)) else source,
         "classes": list(classes), "category_ids": category_ids, "stride": feature_stride(cfg),
         "graphs": {key: ONNX_FILES[key] for key in ("body", "head")},
         "anchors": {"scales": list(network.ANCHOR_SCALES), "ratios": list(network.ANCHOR_RATIOS)},

@@ -244,17 +244,24 @@ class DetectionService:
         return {"status": "ok", "capacity": self.capacity, **stats}
 
 
-def build_service(cfg, queue_size=4):
-    """The DetectionService of the config's checkpoint (``TEST.MODEL``, which ``--model`` sets) on MXNet: the
-    one place that builds the served Detector (another back end, e.g. an exported ONNX folder as ``--model``,
-    is one more branch here)."""
+def build_service(cfg, queue_size=4, onnx_folder=None):
+    """The DetectionService of the config's checkpoint (``TEST.MODEL``, which ``--model`` sets) on its back end
+    (``TEST.BACKEND``), or of an ONNX export folder (tools/export_model.py --format onnx) on ONNX Runtime, which
+    needs no MXNet: the one place that builds the served Detector."""
     from lib.inference import Detector
-    from lib.inference.detector import checkpoint_file
-    from lib.run.folder import checkpoint_category_ids, checkpoint_classes
 
-    params = checkpoint_file(cfg)
-    detector = Detector.from_config(cfg, params, checkpoint_classes(params, cfg))
-    if not cfg.TEST.TILE:
+    if onnx_folder:
+        detector = Detector.from_onnx(onnx_folder)
+        category_ids = detector.network.description.get("category_ids") or list(range(len(detector.classes)))
+        backend = "onnxruntime"
+    else:
+        from lib.inference.detector import checkpoint_file
+        from lib.run.folder import checkpoint_category_ids, checkpoint_classes
+
+        params = checkpoint_file(cfg)
+        detector = Detector.from_config(cfg, params, checkpoint_classes(params, cfg))
+        category_ids, backend = checkpoint_category_ids(params, len(detector.classes)), cfg.TEST.BACKEND
+    if not detector.cfg.TEST.TILE:
         logger.warning("TEST.TILE is not set: images are tested whole (memory grows with the image) and images "
                        "over %d px are refused; --set TEST.TILE \"[1536, 336]\" tiles them", LARGE_IMAGE_PIXELS)
-    return DetectionService(detector, checkpoint_category_ids(params, len(detector.classes)), "mxnet", queue_size)
+    return DetectionService(detector, category_ids, backend, queue_size)
