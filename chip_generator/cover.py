@@ -121,7 +121,7 @@ def generate(boxes, width, height, chip_size, stride, rng=None, windows="referen
 
     `rng` (a seed or np.random.Generator) shuffles the candidates so ties break randomly; a fixed
     seed gives the same chips. ``order``, a permutation of the ``candidate_windows`` positions, replaces
-    the shuffle (lib.parity replays the reference's ``rand()`` shuffle with it). Boxes with
+    the shuffle (dev.parity replays the reference's ``rand()`` shuffle with it). Boxes with
     w, h <= chip_size - stride inside the image always fit.
     """
     boxes, width, height, chip_size, stride = validate_inputs(boxes, width, height, chip_size, stride)

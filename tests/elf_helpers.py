@@ -1,5 +1,5 @@
 """Hand-built ELF files with CUDA fat binaries in their ``.nv_fatbin`` section, for the tests of
-lib/cuda_kernels.py and of the GPU build's object checker."""
+dev/cuda_kernels.py and of the GPU build's object checker."""
 import struct
 
 ENTRY_HEADER = 64

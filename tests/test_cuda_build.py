@@ -195,7 +195,7 @@ def test_progress_filter_passes_ninja_output_through(tmp_path):
 
 def test_object_checker_wants_sm_90_machine_code(tmp_path):
     from elf_helpers import elf_with_sections, fat_binary
-    from lib.cuda_kernels import KIND_PTX, KIND_SASS
+    from dev.cuda_kernels import KIND_PTX, KIND_SASS
 
     good = tmp_path / "convolution.cu.o"
     good.write_bytes(elf_with_sections([(".nv_fatbin", fat_binary([(KIND_SASS, 90, b"\1" * 8),

@@ -1,10 +1,10 @@
-"""lib/cuda_kernels.py: the GPU architectures in a binary's .nv_fatbin section, read from hand-built ELF
+"""dev/cuda_kernels.py: the GPU architectures in a binary's .nv_fatbin section, read from hand-built ELF
 files, and which GPUs can run what (machine code within a major architecture, PTX at or below it)."""
 import pytest
 
 from elf_helpers import elf_with_sections, fat_binary
 
-from lib.cuda_kernels import KIND_PTX, KIND_SASS, architectures, fatbin_entries, runnable_code
+from dev.cuda_kernels import KIND_PTX, KIND_SASS, architectures, fatbin_entries, runnable_code
 from lib.ops import LIBRARY_PATH
 
 

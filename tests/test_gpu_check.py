@@ -1,4 +1,4 @@
-"""tools/gpu_check.py (lib/gpu_check): the --cpu-smoke run of the GPU check's code path, its --help, and how it
+"""tools/gpu_check.py (dev/gpu_check): the --cpu-smoke run of the GPU check's code path, its --help, and how it
 judges results (a Hopper GPU with a CUDA 11 wheel, fp16 against fp32, a run that fails)."""
 import json
 import os
@@ -10,7 +10,7 @@ import time
 import pytest
 
 from lib.bootstrap import ROOT
-from lib.gpu_check import report as gpu_report, runs
+from dev.gpu_check import report as gpu_report, runs
 
 SCRIPT = os.path.join(ROOT, "tools", "gpu_check.py")
 
@@ -51,7 +51,7 @@ def test_help_says_how_to_prepare_a_machine_without_network():
 
 def environment(compute_capability, sass, ptx=()):
     """An environment report as the environment run writes it, for one GPU."""
-    from lib.cuda_kernels import runnable_code
+    from dev.cuda_kernels import runnable_code
 
     archs = {"sass": list(sass), "ptx": list(ptx)}
     return {"python": "3.12.3", "numpy": "2.5.2", "mxnet": "1.9.1", "mxnet_gpus": 1, "libmxnet": "libmxnet.so",

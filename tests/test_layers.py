@@ -1,8 +1,8 @@
 """Imports point down: the layer order of the project's modules, enforced by reading every module's imports.
 
-Each module belongs to one unit: a package of lib/ (``lib.run``), a module directly in lib/ (``lib.config``),
-a top-level package (``symbols``, ``chip_generator``, ``configs``) or the programs (``main_train.py``,
-``main_test.py``, ``demo.py``, ``setup.py``, ``tools/``). ``LAYERS`` lists the units from the top down; a
+Each module belongs to one unit: a package of lib/ or dev/ (``lib.run``, ``dev.parity``), a module directly
+in one of them (``lib.config``), a top-level package (``symbols``, ``chip_generator``, ``configs``) or the
+programs (``main_train.py``, ``main_test.py``, ``demo.py``, ``setup.py``, ``tools/``, dev/'s scripts). ``LAYERS`` lists the units from the top down; a
 module imports (at module level or inside a function alike) only its own unit and units of lower layers,
 and the units of one layer do not import each other. A new module of lib/ needs its place here.
 """
@@ -18,8 +18,8 @@ from lib.bootstrap import ROOT
 # below it take a loaded config as a value and never import it.
 LAYERS = (
     ("programs",),
-    ("lib.parity", "lib.gpu_check", "lib.pipeline", "lib.commit_comparison"),
-    ("lib.scales_fit",),
+    ("dev.parity", "dev.gpu_check", "lib.pipeline", "dev.commit_comparison"),
+    ("lib.scales_fit", "dev.oracles"),
     ("lib.train", "lib.pixel_budget", "lib.gluoncv_resnet", "lib.downloads", "lib.serving"),
     ("lib.inference", "lib.start_checks"),
     ("lib.run", "lib.data"),
@@ -27,10 +27,11 @@ LAYERS = (
     ("symbols", "lib.dataset"),
     ("lib.ops", "lib.evaluation", "chip_generator"),
     ("lib.scales", "lib.boxes", "lib.logger", "lib.drawing", "lib.contexts"),
-    ("lib.errors", "lib.atomic", "lib.bootstrap", "lib.paths", "lib.benchmarking", "lib.cuda_kernels",
-     "lib.distributed", "configs", "lib"),
+    ("lib.errors", "lib.atomic", "lib.bootstrap", "lib.paths", "lib.benchmarking", "dev.cuda_kernels",
+     "lib.distributed", "configs", "lib", "dev"),
 )
-PACKAGES = ("lib", "symbols", "chip_generator", "configs")
+PACKAGES = ("lib", "dev", "symbols", "chip_generator", "configs")
+DEV_PROGRAMS = ("dev.compare_commits", "dev.parity_compare", "dev.parity_proposal_target")  # dev/'s scripts
 PROGRAMS = ("main_train", "main_test", "demo", "setup", "tools", "_bootstrap")  # _bootstrap: tools/_bootstrap.py
 RANK = {unit: rank for rank, layer in enumerate(LAYERS) for unit in layer}
 
@@ -61,8 +62,10 @@ def project_modules():
 def unit_of(module):
     """The unit of a dotted module name; None for a module outside the project (numpy, mxnet, ...)."""
     parts = module.split(".")
-    if parts[0] == "lib" and len(parts) > 1:
-        return "lib." + parts[1]
+    if module in DEV_PROGRAMS:
+        return "programs"
+    if parts[0] in ("lib", "dev") and len(parts) > 1:
+        return ".".join(parts[:2])
     if parts[0] in PACKAGES:
         return parts[0]
     return "programs" if parts[0] in PROGRAMS else None
@@ -113,6 +116,20 @@ def test_every_import_points_down_the_layers():
     for module, path in modules.items():
         with open(path) as f:
             wrong += upward_imports(module, os.path.relpath(path, ROOT), f.read(), modules)
+    assert wrong == []
+
+
+def test_the_product_never_imports_its_checking_machinery():
+    """lib/, symbols/ and chip_generator/ are the product: what checks it (dev/) may use them, never the reverse."""
+    modules = project_modules()
+    wrong = []
+    for module, path in modules.items():
+        if module.split(".")[0] in ("lib", "symbols", "chip_generator", "configs"):
+            with open(path) as f:
+                source = f.read()
+            wrong += [f"{os.path.relpath(path, ROOT)}:{line}: {target}"
+                      for target, line in imported_modules(source, module, path.endswith("__init__.py"), modules)
+                      if target.split(".")[0] == "dev"]
     assert wrong == []
 
 

@@ -1,4 +1,4 @@
-"""The compiled mask operators (MultiProposalTargetMask, MaskRcnnTarget) against lib/ops/reference_mask.py
+"""The compiled mask operators (MultiProposalTargetMask, MaskRcnnTarget) against dev/oracles/mask_target.py
 (a Python transcription of the reference fork's GPU kernels) on random chips, against pycocotools (COCO's
 own rasteriser), and on hand-worked cases; and the reference's own mask-symbol calls built on them."""
 import functools
@@ -9,7 +9,7 @@ import pycocotools.mask as coco_mask
 import pytest
 
 import lib.ops
-from lib.ops import reference_mask
+from dev.oracles import mask_target
 
 FORK_DEFAULTS = dict(rpn_pre_nms_top_n=6000, rpn_post_nms_top_n=300, threshold=0.7, feature_stride=16,
                      scales=(2, 4, 7, 10, 13, 16, 24), ratios=(0.5, 1, 2), max_gts=100, max_masks=50)
@@ -145,7 +145,7 @@ def test_random_chips_match_transcription_with_score_ties():
     rng = np.random.default_rng(0)
     inputs = random_chips(rng, [[0, 272], [16, 200], [-1, 120], [40, -1]], score_levels=16)
     outputs = run_proposal_op(inputs, batch_size=4)
-    expected = reference_mask.multi_proposal_target_mask(*inputs, **FORK_DEFAULTS)
+    expected = mask_target.multi_proposal_target_mask(*inputs, **FORK_DEFAULTS)
     assert_proposal_outputs_equal(outputs, expected)
     labels, mask_ids = outputs[1][:, 0], outputs[5][:, 0]
     assert (labels > 0).sum() > 4 * 10  # positives beyond the appended gts
@@ -153,9 +153,9 @@ def test_random_chips_match_transcription_with_score_ties():
     # Not vacuous: ordering equal scores another way (Python's stable sort) changes chip 0's rois.
     def stable_sort(items, less):
         items.sort(key=functools.cmp_to_key(lambda i, j: -1 if less(i, j) else int(less(j, i))))
-    boxes, scores, areas = reference_mask.fork_proposals(inputs[0][0], inputs[1][0], inputs[2][0], inputs[4][0],
+    boxes, scores, areas = mask_target.fork_proposals(inputs[0][0], inputs[1][0], inputs[2][0], inputs[4][0],
                                                          16, FORK_DEFAULTS["ratios"], FORK_DEFAULTS["scales"])
-    kept = reference_mask.fork_nms(boxes, scores, areas, 6000, 300, 0.7, sort=stable_sort)
+    kept = mask_target.fork_nms(boxes, scores, areas, 6000, 300, 0.7, sort=stable_sort)
     assert not np.array_equal(outputs[0][:len(kept), 1:], boxes[kept])
 
 
@@ -164,7 +164,7 @@ def test_fine_scores_and_other_attributes_match_transcription():
     inputs = random_chips(rng, [[0, 272], [-1, -1], [24, 180]], num_gts=30)
     attrs = dict(rpn_pre_nms_top_n=2000, rpn_post_nms_top_n=120, threshold=0.5, max_masks=20)
     outputs = run_proposal_op(inputs, **attrs)
-    assert_proposal_outputs_equal(outputs, reference_mask.multi_proposal_target_mask(*inputs, **{**FORK_DEFAULTS,
+    assert_proposal_outputs_equal(outputs, mask_target.multi_proposal_target_mask(*inputs, **{**FORK_DEFAULTS,
                                                                                                  **attrs}))
     assert (outputs[5] >= 0).sum() == 60  # more positives than the cap: every mask slot taken
 
@@ -174,7 +174,7 @@ def test_libstdcxx_sort_transcription_sorts_and_keeps_ties_deterministic():
     for n in (5, 17, 300, 5000):
         keys = rng.integers(0, 7, n).tolist()
         items = list(range(n))
-        reference_mask.libstdcxx_sort(items, lambda i, j: keys[i] > keys[j])
+        mask_target.libstdcxx_sort(items, lambda i, j: keys[i] > keys[j])
         assert sorted(items) == list(range(n))
         assert all(keys[a] >= keys[b] for a, b in zip(items, items[1:]))
 
@@ -260,8 +260,8 @@ def test_rasterisation_matches_pycocotools():
         if trial % 4 == 0:
             xy[2:4] = xy[0:2]
         expected = coco_mask.decode(coco_mask.frPyObjects([xy.tolist()], 28, 28))[:, :, 0]
-        counts = reference_mask.coco_rle_from_polygon(xy.tolist(), 28, 28)
-        np.testing.assert_array_equal(reference_mask.decode_rle(counts, 28, 28).T, expected)
+        counts = mask_target.coco_rle_from_polygon(xy.tolist(), 28, 28)
+        np.testing.assert_array_equal(mask_target.decode_rle(counts, 28, 28).T, expected)
 
 
 def test_square_polygon_rasterises_to_known_cells():
@@ -299,7 +299,7 @@ def test_segments_union_degenerate_rois_and_malformed_rows():
     np.testing.assert_array_equal(classes[2], np.full((14, 14), 9))
     np.testing.assert_array_equal(targets[3], np.full((14, 14), -1))
     np.testing.assert_array_equal(classes[3], np.zeros((14, 14)))
-    expected_all = reference_mask.mask_rcnn_target(rois, polys, ids, mask_size=14)
+    expected_all = mask_target.mask_rcnn_target(rois, polys, ids, mask_size=14)
     for got, want in zip((targets, classes), expected_all):
         np.testing.assert_array_equal(got, want)
 
@@ -319,7 +319,7 @@ def test_random_polygons_match_transcription():
     rois = np.hstack([np.arange(batch * 50)[:, None] % batch, corners, corners + sizes]).astype(np.float32)
     ids = rng.integers(-1, 12, (batch * 50, 1)).astype(np.float32)
     outputs = run_mask_op(rois, polys, ids, batch_size=batch)
-    expected = reference_mask.mask_rcnn_target(rois, polys, ids)
+    expected = mask_target.mask_rcnn_target(rois, polys, ids)
     for got, want in zip(outputs, expected):
         np.testing.assert_array_equal(got, want)
     assert (outputs[0] == 1).sum() > 1000 and (outputs[0] == 0).sum() > 1000 and (outputs[0] == -1).sum() > 0

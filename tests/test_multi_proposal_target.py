@@ -10,7 +10,7 @@ import pytest
 import lib.ops
 from lib.boxes import base_anchors, grid_anchors
 from lib.config import load_config
-from lib.ops.reference import multi_proposal_target
+from dev.oracles.proposal_target import multi_proposal_target
 from symbols.backbones import feature_stride
 
 
@@ -116,7 +116,7 @@ def test_random_batch_matches_reference(rules):
 @pytest.mark.parametrize("rules", RULES)
 def test_score_ties_match_reference(rules):
     """Coarse scores: thousands of exact ties, broken by anchor index (exact) or by the reference NMS
-    kernel's positional rule, which lib/ops/reference.py runs slot by slot and the operator emulates."""
+    kernel's positional rule, which dev/oracles/proposal_target.py runs slot by slot and the operator emulates."""
     rng = np.random.default_rng(1)
     inputs = random_inputs(rng, [[-1, -1], [16, 200], [0, 512]], score_levels=8)
     # NMS at 0.3 empties the best score levels early, so later levels' ties involve elements that

@@ -1,4 +1,4 @@
-"""The parity harness (lib/parity): its own logic without the reference; the comparisons themselves against a
+"""The parity harness (dev/parity): its own logic without the reference; the comparisons themselves against a
 checkout of the reference given by SNIPER_REFERENCE_DIR (skipped when unset)."""
 import os
 import shutil
@@ -10,11 +10,11 @@ import pytest
 
 from chip_generator.cover import candidate_windows, generate
 from lib.config import load_config
-from lib.parity.compare import _unshuffled_project_cover, compare_chips, replay_order
-from lib.parity.harness import run
-from lib.parity.reference import ReferenceCheckout
-from lib.parity.shim import load_python2_module, py2_round, stub_module
-from lib.parity.tables import format_table
+from dev.parity.compare import _unshuffled_project_cover, compare_chips, replay_order
+from dev.parity.harness import run
+from dev.parity.reference import ReferenceCheckout
+from dev.parity.shim import load_python2_module, py2_round, stub_module
+from dev.parity.tables import format_table
 
 PYTHON2 = '''
 import cPickle
@@ -167,7 +167,7 @@ def test_against_the_reference_chips_mining_targets_merge_coco_boxes_results_and
                         ("parameter shapes identical (shared names)", 343), ("auxiliary state names identical", 202),
                         ("auxiliary state shapes identical (shared names)", 202)):
         assert lines[name] == [f"100.0% ({count} / {count})"] * 2 + ["-"], name
-    from lib.parity.mask_network import SIGNATURE_ROWS
+    from dev.parity.mask_network import SIGNATURE_ROWS
 
     assert lines[SIGNATURE_ROWS[4]] == ["100.0% (351 / 351)", "97.7% (343 / 351)",
                                         "fp16 off: mask_conv_3x3 (8) (docs: fp16 casts of the mask branch)"]
@@ -189,7 +189,7 @@ def _relative(cell):
 # ---- the test side: the fork's proposal operator on shared canvases -------------------------------------
 
 def test_a_result_is_compared_on_the_kept_boxes_the_fork_pads_with_random_ones():
-    from lib.parity.detection import compare_result
+    from dev.parity.detection import compare_result
 
     kept = np.array([[0, 1, 2, 30, 40], [0, 5, 5, 9, 9]], np.float32)
     project_rois, project_scores = kept[[0, 1, 0, 1]], np.array([0.9, 0.5, 0.9, 0.5], np.float32)
@@ -205,7 +205,7 @@ def test_a_result_is_compared_on_the_kept_boxes_the_fork_pads_with_random_ones()
 
 
 def test_random_batches_share_a_canvas_filled_by_their_first_image_and_flat_beyond_each_image():
-    from lib.parity.detection import STRIDE, random_canvas_batch
+    from dev.parity.detection import STRIDE, random_canvas_batch
 
     rng = np.random.default_rng(4)
     for _ in range(5):
@@ -247,7 +247,7 @@ class ProjectAsFork:
 
 
 def test_the_proposal_comparison_finds_a_layer_that_clips_to_the_canvas_on_the_smaller_images():
-    from lib.parity.detection import compare_test_proposals
+    from dev.parity.detection import compare_test_proposals
 
     rows = dict((row[0], row[1]) for row in compare_test_proposals(ProjectAsFork(), 3, seed=2))
     compared = [value for name, value in rows.items() if name.startswith(("results identical", "the same"))]
@@ -303,7 +303,7 @@ MXNET_REGISTER_OP_PROPERTY(MultiProposal, MultiProposalProp)
 
 
 def test_the_fork_s_operator_source_compiles_against_the_stand_ins_and_is_called_with_its_inputs(tmp_path):
-    from lib.parity.fork import PROPOSAL_SOURCE, ForkCheckout
+    from dev.parity.fork import PROPOSAL_SOURCE, ForkCheckout
 
     with pytest.raises(FileNotFoundError, match=f"--fork {tmp_path}: not a checkout of the reference's MXNet fork"):
         ForkCheckout(str(tmp_path))
@@ -324,8 +324,8 @@ def test_the_fork_s_operator_source_compiles_against_the_stand_ins_and_is_called
 
 @pytest.mark.skipif(not FORK, reason="SNIPER_FORK_DIR (a checkout of the reference's MXNet fork) is not set")
 def test_against_the_fork_the_test_proposal_layer_is_bit_identical_on_shared_canvases(tmp_path):
-    from lib.parity.detection import compare_test_proposals
-    from lib.parity.fork import ForkCheckout
+    from dev.parity.detection import compare_test_proposals
+    from dev.parity.fork import ForkCheckout
 
     rows = dict(compare_test_proposals(ForkCheckout(FORK).multi_proposal(str(tmp_path)), 6, seed=1))
     assert rows["results identical, kept boxes and scores bit for bit: first image of a batch (fills the canvas)"] \
@@ -336,7 +336,7 @@ def test_against_the_fork_the_test_proposal_layer_is_bit_identical_on_shared_can
 # ---- the training side: chip inputs and RPN targets --------------------------------------------------------
 
 def test_target_tally_counts_anchors_positives_arrays_and_pixels():
-    from lib.parity.chip_targets import TargetTally
+    from dev.parity.chip_targets import TargetTally
 
     labels = np.array([1, 0, -1, 0], np.float32)
     pixels = np.zeros((3, 2, 2), np.float32)
@@ -388,7 +388,7 @@ class RecordingWorkers:
 
 
 def test_the_reference_chip_gets_the_arguments_its_iterator_builds():
-    from lib.parity.chip_targets import reference_anchor_worker, reference_chip_inputs, reference_config
+    from dev.parity.chip_targets import reference_anchor_worker, reference_chip_inputs, reference_config
 
     cfg = load_config(None, [("TRAIN.SCALES", "[3.0, 1.667, 512.0]"),
                              ("TRAIN.VALID_RANGES", "[[-1, 80], [32, 150], [120, -1]]")])
@@ -425,7 +425,7 @@ def test_the_project_chip_is_written_by_the_loader_s_worker_into_one_slot(tmp_pa
     from lib.data.anchor_target import AnchorTargeter, AnchorTargetParams
     from lib.data.chip_worker import ChipWorker, batch_fields
     from lib.data.epoch_plan import ChipRef
-    from lib.parity.chip_targets import OneSlotRing, project_chip_inputs, project_config
+    from dev.parity.chip_targets import OneSlotRing, project_chip_inputs, project_config
 
     cfg = project_config((3.0, 1.667, 512.0), ((-1, 80), (32, 150), (120, -1)), 56)
     image = np.full((100, 120, 3), 100, np.uint8)
@@ -464,7 +464,7 @@ class FakeTestIterator:
 
 
 def test_reference_batches_follow_its_wrapper_s_split_into_contiguous_parts():
-    from lib.parity.detection import reference_batches
+    from dev.parity.detection import reference_batches
 
     roidb = [{"width": w} for w in (10, 11, 12, 13, 14)]
     FakeTestIterator.parts = []
@@ -478,7 +478,7 @@ def test_scale_batches_are_compared_on_the_images_each_batch_gives_and_their_can
 
     from lib.inference.batching import plan_level
     from lib.inference.pipeline import prepare_image
-    from lib.parity.detection import compare_scale_batches
+    from dev.parity.detection import compare_scale_batches
     from lib.scales import pyramid
 
     cfg = load_config(None, [("TEST.SCALES", "[[100, 160]]"), ("TEST.VALID_RANGES", "[[-1, -1]]"),
@@ -514,7 +514,7 @@ def test_scale_batches_are_compared_on_the_images_each_batch_gives_and_their_can
 # ---- the proposal target: the fork's GPU operator's outputs against the project's ---------------------------
 
 def test_random_target_chips_are_what_the_loader_hands_the_operator():
-    from lib.parity.proposal_target import random_target_inputs
+    from dev.parity.proposal_target import random_target_inputs
 
     inputs = random_target_inputs(np.random.default_rng(2), 12)
     cls_prob, gt_boxes, im_info, valid_ranges = (inputs[k] for k in ("cls_prob", "gt_boxes", "im_info",
@@ -538,7 +538,7 @@ def test_random_target_chips_are_what_the_loader_hands_the_operator():
 
 
 def test_the_proposal_target_comparison_counts_per_chip_and_slot():
-    from lib.parity.proposal_target import compare_proposal_targets
+    from dev.parity.proposal_target import compare_proposal_targets
 
     rng = np.random.default_rng(0)
     theirs = {"rois": rng.uniform(0, 500, (600, 5)).astype(np.float32),
@@ -563,10 +563,9 @@ def test_the_proposal_target_comparison_counts_per_chip_and_slot():
 def test_the_proposal_target_tool_writes_inputs_and_compares_outputs(tmp_path, capsys):
     import runpy
 
-    from lib.parity.proposal_target import project_targets
+    from dev.parity.proposal_target import project_targets
 
-    tool = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools", "parity",
-                        "proposal_target.py")
+    tool = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dev", "parity_proposal_target.py")
     inputs_file, outputs_file = str(tmp_path / "inputs.npz"), str(tmp_path / "fork.npz")
     module = runpy.run_path(tool, run_name="parity_tool")
     module["main"](["inputs", "--out", inputs_file, "--chips", "3", "--seed", "5"])
@@ -582,7 +581,7 @@ def test_the_proposal_target_tool_writes_inputs_and_compares_outputs(tmp_path, c
 
 @pytest.mark.skipif(not FORK or not shutil.which("nvcc"), reason="SNIPER_FORK_DIR and nvcc are needed")
 def test_the_fork_s_gpu_proposal_target_compiles_against_the_stand_ins(tmp_path):
-    from lib.parity.fork import ForkCheckout
+    from dev.parity.fork import ForkCheckout
 
     operator = ForkCheckout(FORK).multi_proposal_target(str(tmp_path))  # running it needs a CUDA GPU
     assert hasattr(operator._lib, "harness_multi_proposal_target")
@@ -591,7 +590,7 @@ def test_the_fork_s_gpu_proposal_target_compiles_against_the_stand_ins(tmp_path)
 # ---- the mask network: the reference's own mask training graph against the project's ------------------------
 
 def test_parameters_are_grouped_into_their_layer_families():
-    from lib.parity.mask_network import grouped, layer_group
+    from dev.parity.mask_network import grouped, layer_group
 
     assert [layer_group(name) for name in ("mask_conv_3x3_2_weight", "fc_new_1_bias", "stage4_unit3_offset_weight",
                                            "bn_data_gamma", "stage1_unit1_bn1_moving_var", "conv_new_1_weight",
@@ -618,7 +617,7 @@ def _signature_pair():
 
 
 def test_signatures_count_names_shapes_and_types_and_name_what_differs():
-    from lib.parity.mask_network import SIGNATURE_ROWS, signature_cells
+    from dev.parity.mask_network import SIGNATURE_ROWS, signature_cells
 
     project, reference = _signature_pair()
     cells, differing = signature_cells(project, reference, {"x": (2, 3, 8, 8)})
@@ -637,7 +636,7 @@ def test_signatures_count_names_shapes_and_types_and_name_what_differs():
 
 
 def test_differences_are_absolute_and_relative_to_the_reference_s_largest_magnitude():
-    from lib.parity.mask_network import difference
+    from dev.parity.mask_network import difference
 
     assert difference(np.array([1, 2, 4], np.float32), np.array([[1, 2, 3]], np.float32)) == (False, 1.0, 1 / 3)
     assert difference(np.zeros(3), np.zeros((3, 1))) == (True, 0.0, 0.0)
@@ -661,7 +660,7 @@ def _loss_graph(grad_scale, reshaped=False):
 
 
 def test_a_doubled_loss_gives_every_gradient_half_the_reference_s_at_equal_outputs():
-    from lib.parity.mask_network import gradient_rows, output_rows, random_parameters, signature, training_step
+    from dev.parity.mask_network import gradient_rows, output_rows, random_parameters, signature, training_step
 
     rng = np.random.default_rng(5)
     inputs = {"data": rng.normal(0, 1, (4, 5)).astype(np.float32), "label": np.array([0, 2, 1, 2], np.float32)}
@@ -693,7 +692,7 @@ def test_a_doubled_loss_gives_every_gradient_half_the_reference_s_at_equal_outpu
 def test_float32_mxnet_turns_only_the_casts_to_float16_into_casts_to_float32():
     import mxnet as mx
 
-    from lib.parity.reference import float32_mxnet
+    from dev.parity.reference import float32_mxnet
 
     shim = float32_mxnet()
     x = mx.sym.var("x")
@@ -709,7 +708,7 @@ def test_random_mask_chips_are_the_loader_s_arrays_and_the_mask_target_reads_the
     import mxnet as mx
 
     import lib.ops  # noqa: F401  (MaskRcnnTarget)
-    from lib.parity.mask_network import input_shapes, project_mask_config, random_mask_chips
+    from dev.parity.mask_network import input_shapes, project_mask_config, random_mask_chips
 
     shapes = input_shapes(project_mask_config(2, 128, False))
     assert shapes["gt_masks"] == (2, 100, 500) and shapes["label"] == (2, 21 * 8 * 8)
@@ -740,7 +739,7 @@ def test_the_compare_tool_refuses_a_mask_chip_size_in_one_line(tmp_path, capsys)
 
     (tmp_path / "lib" / "chips").mkdir(parents=True)
     (tmp_path / "lib" / "chips" / "cchips.cpp").write_text("")  # a reference checkout as far as the tool looks
-    tool = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools", "parity", "compare.py")
+    tool = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dev", "parity_compare.py")
     main = runpy.run_path(tool, run_name="parity_tool")["main"]
     for arguments, message in (
             (["--mask-chip-size", "200"], "--mask-chips 2 --mask-chip-size 200: config key TRAIN.CHIP_SIZE = 200: "
@@ -765,8 +764,8 @@ def _git_checkout(path, marker):
 
 
 def test_checkouts_other_than_the_pinned_commits_are_refused_or_warned_about(tmp_path):
-    from lib.parity.fork import PROPOSAL_SOURCE, ForkCheckout
-    from lib.parity.reference import FORK_COMMIT, REFERENCE_COMMIT, check_pinned, provenance_table
+    from dev.parity.fork import PROPOSAL_SOURCE, ForkCheckout
+    from dev.parity.reference import FORK_COMMIT, REFERENCE_COMMIT, check_pinned, provenance_table
 
     commit = _git_checkout(tmp_path / "reference", "lib/chips/cchips.cpp")
     reference = ReferenceCheckout(str(tmp_path / "reference"))
@@ -802,12 +801,12 @@ def test_checkouts_other_than_the_pinned_commits_are_refused_or_warned_about(tmp
 def test_the_compare_tool_refuses_another_commit_in_one_line(tmp_path, capsys):
     import runpy
 
-    from lib.parity.reference import MASK_SYMBOL
+    from dev.parity.reference import MASK_SYMBOL
 
     (tmp_path / MASK_SYMBOL).parent.mkdir(parents=True)
     (tmp_path / MASK_SYMBOL).write_text("")
     commit = _git_checkout(tmp_path, "lib/chips/cchips.cpp")
-    tool = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools", "parity", "compare.py")
+    tool = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dev", "parity_compare.py")
     with pytest.raises(SystemExit):
         runpy.run_path(tool, run_name="parity_tool")["main"](["--reference", str(tmp_path)])
     assert f"commit {commit[:12]} is not the pinned 66d7d5bff7f2" in capsys.readouterr().err.strip().splitlines()[-1]

@@ -1,5 +1,5 @@
 """Times the compiled MultiProposalTarget operator in both rule sets against its NumPy reference
-(lib/ops/reference.py).
+(dev/oracles/proposal_target.py).
 
 One training batch: 16 chips of 512x512, 21 anchors on a 32x32 stride-16 feature map, up to 100 gt
 rows per chip (about 20 real) and the three training valid ranges in the loader's encoding (0 / 512
@@ -30,7 +30,7 @@ from lib.benchmarking import markdown_table, measure
 from lib.boxes import base_anchors, bbox_overlaps, encode, grid_anchors
 from lib.config import load_config
 from lib.logger import report_user_errors
-from lib.ops.reference import multi_proposal_target
+from dev.oracles.proposal_target import multi_proposal_target
 from symbols.backbones import feature_stride
 
 PUBLISHED = load_config(None)

@@ -32,8 +32,8 @@ import os
 import sys
 
 from lib.bootstrap import ROOT
-from lib.gpu_check.report import check_plan
-from lib.gpu_check.runs import PLANS, SECTIONS, run_child
+from dev.gpu_check.report import check_plan
+from dev.gpu_check.runs import PLANS, SECTIONS, run_child
 
 PREPARE = """
 Preparing a GPU machine without network (docs/gpu.md has the plan and the measured sizes):

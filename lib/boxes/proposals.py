@@ -16,7 +16,7 @@ same name in ways that change the proposals:
   which of two overlapping equal boxes NMS keeps;
 - its host arithmetic: exp of the float32 deltas is the C library's ``expf``, and NMS compares a float32
   overlap with the threshold (lib/boxes/src/proposal_host.h); the outputs are bit-identical to the fork's
-  operator compiled from its source (``tools/parity/compare.py --fork``).
+  operator compiled from its source (``dev/parity_compare.py --fork``).
 
 Each image of a batch is treated on its own: every anchor of the shared canvas's feature map, boxes
 clipped to the image's own ``im_info`` extent, its own ranking and NMS; a smaller image's canvas padding

@@ -59,13 +59,13 @@ proposals (at most R - g), the g in-range real gts in row order (at most R), the
 ``encode(roi, gt) / bbox_stds`` (lib.boxes), 0 on non-positives. With ``rpn_pre_nms_top_n=6000`` this is
 the project's earlier operator.
 
-lib/ops/reference.py states both in NumPy; docs/reference_differences.md lists what differs.
+dev/oracles/proposal_target.py states both in NumPy; docs/reference_differences.md lists what differs.
 
 The two operators of the reference's mask training (``symbols/faster/resnet_mx_101_e2e_mask.py``)
 follow the fork's GPU forwards (``multi_proposal_target_mask.cu``, ``mask_rcnn_target.cu``; its CPU
 forwards are empty, so the GPU code is what trained), with the fork's attribute names and defaults
 (every one optional), outputs and shapes; their inputs go by position or by the fork's names
-(``cls_prob=...``: the Python fronts here map them). lib/ops/reference_mask.py transcribes both.
+(``cls_prob=...``: the Python fronts here map them). dev/oracles/mask_target.py transcribes both.
 
 ``MultiProposalTargetMask(cls_prob, bbox_pred, im_info, gt_boxes, valid_ranges, rpn_pre_nms_top_n=6000,
 rpn_post_nms_top_n=300, threshold=0.7, max_gts=100, max_masks=50, scales=(2, 4, 7, 10, 13, 16, 24),

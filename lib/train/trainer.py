@@ -218,7 +218,7 @@ def _interruption_said(prefix, progress):
 
 
 def bind_module(cfg, symbol, loader, contexts):
-    """The training Module of ``symbol`` on ``contexts``, bound to ``loader``'s shapes (lib/gpu_check
+    """The training Module of ``symbol`` on ``contexts``, bound to ``loader``'s shapes (dev/gpu_check
     binds its runs with it too, so they train the trainer's module)."""
     # The compiled proposal-target operator has a host kernel only: on GPUs it runs on the CPU. Device i
     # gets cpu(i): its own CPU worker thread (the engine runs one per CPU device id), so the devices'

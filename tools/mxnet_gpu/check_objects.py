@@ -1,4 +1,4 @@
-"""Check that CUDA objects or libraries carry sm_90 machine code (lib/cuda_kernels.py reads them offline).
+"""Check that CUDA objects or libraries carry sm_90 machine code (dev/cuda_kernels.py reads them offline).
 
     python tools/mxnet_gpu/check_objects.py FILE...
 
@@ -10,7 +10,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-from lib.cuda_kernels import KIND_SASS, architectures, fat_binaries, fatbin_section  # noqa: E402
+from dev.cuda_kernels import KIND_SASS, architectures, fat_binaries, fatbin_section  # noqa: E402
 
 ARCH = 90
 

@@ -6,7 +6,7 @@
 // agree to the last bit wherever the C library and NumPy agree on exp/log.
 // "reference" (the published SNIPER's GPU operator): areas without the +1 while intersections keep
 // it, float32 products and quotients, comparisons against double thresholds, and the regression
-// target's gt centre at x1 + 0.5 * w; lib/ops/reference.py states the same arithmetic in NumPy.
+// target's gt centre at x1 + 0.5 * w; dev/oracles/proposal_target.py states the same arithmetic in NumPy.
 #ifndef SNIPER_OPS_BOX_MATH_H_
 #define SNIPER_OPS_BOX_MATH_H_
 

@@ -84,7 +84,7 @@ void ChipMaskProposalTargets(const MaskProposalParams& params, const std::vector
   }
 
   // The host's std::sort of the element indices by descending score: the same call on the same sequence
-  // gives the fork's order, ties included (libstdc++'s introsort; lib/ops/reference_mask.py transcribes it).
+  // gives the fork's order, ties included (libstdc++'s introsort; dev/oracles/mask_target.py transcribes it).
   // The scores travel with the indices: the comparisons, hence the moves, are the fork's.
   std::vector<ScoredIndex>& order = work->order;
   order.resize(count);

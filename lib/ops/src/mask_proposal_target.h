@@ -1,7 +1,7 @@
 // MultiProposalTargetMask's computation, free of MXNet types: the reference fork's GPU operator
 // (multi_proposal_target_mask.cu, the code the published mask training ran; its CPU forward is empty)
 // per chip, then the batch-wide choice of the mask rois. lib/ops/__init__.py states the semantics,
-// lib/ops/reference_mask.py transcribes the same kernels in NumPy.
+// dev/oracles/mask_target.py transcribes the same kernels in NumPy.
 #ifndef SNIPER_OPS_MASK_PROPOSAL_TARGET_H_
 #define SNIPER_OPS_MASK_PROPOSAL_TARGET_H_
 

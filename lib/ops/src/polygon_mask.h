@@ -1,6 +1,6 @@
 // MaskRcnnTarget's computation, free of MXNet types: the reference fork's mask_rcnn_target.cu (its CPU
 // forward is empty), which rasterises a gt's polygons with the COCO API's rleFrPoly onto the roi's
-// mask_size x mask_size grid. lib/ops/reference_mask.py transcribes the same steps in Python.
+// mask_size x mask_size grid. dev/oracles/mask_target.py transcribes the same steps in Python.
 #ifndef SNIPER_OPS_POLYGON_MASK_H_
 #define SNIPER_OPS_POLYGON_MASK_H_
 

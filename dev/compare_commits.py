@@ -1,19 +1,21 @@
-"""Train and test two commits side by side and compare them exactly (lib/commit_comparison.py).
+"""Train and test two commits side by side and compare them exactly (dev/commit_comparison.py).
 
-    python tools/compare_commits.py COMMIT_A COMMIT_B [--work DIR]
+    python dev/compare_commits.py COMMIT_A COMMIT_B [--work DIR]
 
 Both train the tiny synthetic config for one short epoch on a few generated images and test it; the
 losses of every batch, the checkpoint's parameters and the test detections must be identical for a
 change that should not alter behaviour (exit status 1 otherwise). Worktrees, data and runs go to
 ``--work`` (default ``output/compare_commits``); remove its worktrees with ``git worktree remove``.
 """
-import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
 import argparse
 import json
 import os
 import sys
 
-from lib.commit_comparison import compare_commits
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))  # _bootstrap
+import _bootstrap  # noqa: F401,E402  (repository root on sys.path, the project's virtualenv)
+
+from dev.commit_comparison import compare_commits  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

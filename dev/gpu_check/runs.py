@@ -1,6 +1,6 @@
 """What each child process of the GPU check does (``tools/gpu_check.py --section NAME``): the plans, and one
 function per run returning a JSON-ready dict. Heavy imports happen inside the runs, so that a run that
-cannot start (no MXNet, a CUDA library missing) fails in its own process, which lib.gpu_check.report
+cannot start (no MXNet, a CUDA library missing) fails in its own process, which dev.gpu_check.report
 turns into a failed check.
 """
 import ctypes
@@ -136,7 +136,7 @@ def section_environment(plan, workdir):
     they are reported also when the import fails (a CUDA library missing, say)."""
     import numpy as np
 
-    from lib.cuda_kernels import architectures, runnable_code
+    from dev.cuda_kernels import architectures, runnable_code
 
     library = os.path.join(importlib.util.find_spec("mxnet").submodule_search_locations[0], "libmxnet.so")
     archs = architectures(library)

@@ -1,9 +1,9 @@
 """The fork's MultiProposalTarget (on a CUDA GPU) against the project's, in three steps
-(lib/parity/proposal_target.py):
+(dev/parity/proposal_target.py):
 
-    python tools/parity/proposal_target.py inputs --out inputs.npz [--chips 128] [--seed 0]
-    python tools/parity/proposal_target.py fork --fork DIR --inputs inputs.npz --out fork.npz [--any-commit]  # GPU
-    python tools/parity/proposal_target.py compare --inputs inputs.npz --fork-outputs fork.npz
+    python dev/parity_proposal_target.py inputs --out inputs.npz [--chips 128] [--seed 0]
+    python dev/parity_proposal_target.py fork --fork DIR --inputs inputs.npz --out fork.npz [--any-commit]  # GPU
+    python dev/parity_proposal_target.py compare --inputs inputs.npz --fork-outputs fork.npz
 
 DIR is a checkout (or bare clone) of the reference's MXNet fork, mahyarnajibi/SNIPER-mxnet, at its pinned commit
 (another is refused unless --any-commit, then a warning; the step prints which commit it compiled).
@@ -13,17 +13,17 @@ import os
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tools/, for _bootstrap
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))  # _bootstrap
 import _bootstrap  # noqa: F401,E402  (repository root on sys.path, the project's virtualenv)
 
 import numpy as np  # noqa: E402
 
 from lib.config import load_config  # noqa: E402
-from lib.parity.fork import TARGET_INPUTS, TARGET_OUTPUTS, ForkCheckout, run_fork_targets  # noqa: E402
-from lib.parity.proposal_target import (STRIDE, compare_proposal_targets, project_targets,  # noqa: E402
+from dev.parity.fork import TARGET_INPUTS, TARGET_OUTPUTS, ForkCheckout, run_fork_targets  # noqa: E402
+from dev.parity.proposal_target import (STRIDE, compare_proposal_targets, project_targets,  # noqa: E402
                                         random_target_inputs)
-from lib.parity.reference import check_pinned  # noqa: E402
-from lib.parity.tables import format_table  # noqa: E402
+from dev.parity.reference import check_pinned  # noqa: E402
+from dev.parity.tables import format_table  # noqa: E402
 from lib.logger import report_user_errors  # noqa: E402
 
 

@@ -2,8 +2,8 @@
 the published training ran) against the project's (``TRAIN.PROPOSAL_TARGET_RULES: reference``) on random chips.
 
 The fork's operator needs a CUDA GPU and nvcc, the project's MXNet: so the inputs are written to a file here,
-the fork's outputs computed from it on a GPU machine (``lib.parity.fork.ForkProposalTarget``), and compared
-here (``tools/parity/proposal_target.py``). Chips are 512 px training chips as the loader makes them: 32 x 32
+the fork's outputs computed from it on a GPU machine (``dev.parity.fork.ForkProposalTarget``), and compared
+here (``dev/parity_proposal_target.py``). Chips are 512 px training chips as the loader makes them: 32 x 32
 RPN maps of the COCO anchors, scores (half of the chips rounded to 1/64: many ties) and deltas, the
 valid range of one of the three training scales in chip pixels with open ends 0 and 512, ``im_info`` (512,
 512, s) or at the coarsest scale the scaled image (smaller than the chip, the maps flat beyond it as a
@@ -12,7 +12,7 @@ network's over the zero padding), 1-30 whole-pixel gts of at least 10 px, the -1
 import numpy as np
 
 from lib.config import load_config
-from lib.parity.fork import TARGET_INPUTS, TARGET_OUTPUTS
+from dev.parity.fork import TARGET_INPUTS, TARGET_OUTPUTS
 from lib.benchmarking import percent
 
 CHIP, STRIDE = 512, 16

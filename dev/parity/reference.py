@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from lib.parity.shim import load_python2_module, overlay_module, stub_module
+from dev.parity.shim import load_python2_module, overlay_module, stub_module
 
 # The wrapper around the reference's lib/chips/cchips.cpp: its cgenerate shuffles the candidate windows with
 # random_shuffle(ids.begin(), ids.end()) while its candidate list ``chips`` is in scope; the macro below

@@ -1,27 +1,27 @@
-"""Run the parity harness against a checkout of the reference and print its tables (lib/parity).
+"""Run the parity harness against a checkout of the reference and print its tables (dev/parity).
 
-    python tools/parity/compare.py --reference DIR [--fork DIR] [--cases 200] [--images 100] [--scenes 20]
+    python dev/parity_compare.py --reference DIR [--fork DIR] [--cases 200] [--images 100] [--scenes 20]
                                    [--test-images 16] [--batches 100] [--mask-chips 2] [--mask-chip-size 192]
                                    [--seed 0] [--any-commit]
 
 --reference is a checkout of mahyarnajibi/SNIPER (or a bare clone: its HEAD is read); --fork one of its MXNet
 fork mahyarnajibi/SNIPER-mxnet (default: the reference's SNIPER-mxnet submodule when it is checked out; without
 one the fork's tables are left out). g++ compiles their C++. Checkouts at other commits than the pinned ones
-(lib/parity/reference.py: those docs/reference_differences.md was measured on), or with modified files, are
+(dev/parity/reference.py: those docs/reference_differences.md was measured on), or with modified files, are
 refused unless --any-commit (then a warning); the first table says which commits were read.
 """
 import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tools/, for _bootstrap
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))  # _bootstrap
 import _bootstrap  # noqa: F401,E402  (repository root on sys.path, the project's virtualenv)
 
 from lib.errors import ConfigError  # noqa: E402
-from lib.parity.harness import run  # noqa: E402
-from lib.parity.fork import PROPOSAL_SOURCE, ForkCheckout  # noqa: E402
-from lib.parity.mask_network import MIN_CHIP_SIZE, project_mask_config  # noqa: E402
-from lib.parity.reference import MASK_SYMBOL, ReferenceCheckout, check_pinned  # noqa: E402
+from dev.parity.harness import run  # noqa: E402
+from dev.parity.fork import PROPOSAL_SOURCE, ForkCheckout  # noqa: E402
+from dev.parity.mask_network import MIN_CHIP_SIZE, project_mask_config  # noqa: E402
+from dev.parity.reference import MASK_SYMBOL, ReferenceCheckout, check_pinned  # noqa: E402
 
 
 def main(argv=None):

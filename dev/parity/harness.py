@@ -2,20 +2,20 @@
 import os
 import tempfile
 
-from lib.parity.chip_targets import TARGET_VARIANTS, compare_chip_targets
-from lib.parity.compare import (MINING_RANGES, MINING_SCALES, MINING_VARIANTS, _unshuffled_project_cover,
+from dev.parity.chip_targets import TARGET_VARIANTS, compare_chip_targets
+from dev.parity.compare import (MINING_RANGES, MINING_SCALES, MINING_VARIANTS, _unshuffled_project_cover,
                                 compare_chips, compare_coco_boxes, compare_merge, compare_mining, compare_results,
                                 random_mining_scene)
-from lib.parity.detection import compare_test_batches, compare_test_proposals
-from lib.parity.mask_network import compare_mask_network
-from lib.parity.reference import provenance_table
-from lib.parity.tables import format_table
+from dev.parity.detection import compare_test_batches, compare_test_proposals
+from dev.parity.mask_network import compare_mask_network
+from dev.parity.reference import provenance_table
+from dev.parity.tables import format_table
 
 
 def run(reference, cases=200, images=100, seed=0, workdir=None, fork=None, batches=100, scenes=20, test_images=16,
         mask_chips=2, mask_chip_size=192):
-    """Every comparison against ``reference`` (a lib.parity.reference.ReferenceCheckout) and, given ``fork``
-    (a lib.parity.fork.ForkCheckout), its operators on ``batches`` random batches; the tables. The mask
+    """Every comparison against ``reference`` (a dev.parity.reference.ReferenceCheckout) and, given ``fork``
+    (a dev.parity.fork.ForkCheckout), its operators on ``batches`` random batches; the tables. The mask
     network's run on ``mask_chips`` chips of ``mask_chip_size`` px (0 chips: left out). The first table says
     which commits were read."""
     with tempfile.TemporaryDirectory(prefix="sniper_parity_") as scratch:

@@ -22,7 +22,7 @@ from lib.config import load_config
 from lib.boxes.proposals import proposals
 from lib.inference.batching import plan_level
 from lib.inference.pipeline import prepare_image
-from lib.parity.chip_targets import random_scene_image, reference_config
+from dev.parity.chip_targets import random_scene_image, reference_config
 from lib.benchmarking import percent
 from lib.scales import pyramid
 

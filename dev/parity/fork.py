@@ -14,7 +14,7 @@ import subprocess
 
 import numpy as np
 
-from lib.parity.reference import FORK_COMMIT, Checkout, compile_shared_library
+from dev.parity.reference import FORK_COMMIT, Checkout, compile_shared_library
 
 PROPOSAL_SOURCE = "src/operator/multi_proposal.cc"
 TARGET_SOURCE = "src/operator/multi_proposal_target.cu"

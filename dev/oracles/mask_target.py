@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from lib.ops.reference import inflated_overlaps, reference_targets
+from dev.oracles.proposal_target import inflated_overlaps, reference_targets
 
 F32 = np.float32
 DROPPED = -1.0  # the fork's score of a filtered or suppressed box
