@@ -34,14 +34,20 @@ OPERATOR_GROUPS = {
     "multi_sgd_mom_update": "optimizer, gradient sum", "KVStoreReduce": "optimizer, gradient sum",
     "CopyCPU2CPU": "copies, waits", "WaitForVar": "copies, waits",
 }
+SKIPPED_SECTIONS = ("MXNET_C_API", "Device Storage")
 
 
 def operator_times(table):
-    """``{operator: total ms}`` from MXNet's aggregate table (``mx.profiler.dumps``)."""
+    """``{operator: total ms}`` from MXNet's aggregate table (``mx.profiler.dumps``): the operator sections,
+    not the C API calls (which wait on the operators) or the memory section."""
     times = {}
-    for line in table.splitlines():
+    lines = table.splitlines()
+    section = None
+    for line, underline in zip(lines, lines[1:] + [""]):
+        if underline.startswith("====="):
+            section = line.strip()
         words = line.split()
-        if len(words) >= 6 and words[-5].isdigit():
+        if section not in SKIPPED_SECTIONS and len(words) >= 6 and words[-5].isdigit():
             try:
                 total = float(words[-4])
             except ValueError:
@@ -85,7 +91,7 @@ def main():
     cfg = config_from_arguments(args)
     setup_logging()
     os.makedirs(args.out, exist_ok=True)
-    mx.profiler.set_config(profile_symbolic=True, profile_imperative=True, aggregate_stats=True,
+    mx.profiler.set_config(profile_symbolic=True, profile_imperative=True, profile_api=False, aggregate_stats=True,
                            filename=os.path.join(args.out, f"{args.part}_trace.json"))
     profile = cProfile.Profile()
     start, wall = os.times(), time.time()
