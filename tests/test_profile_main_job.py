@@ -28,6 +28,7 @@ Convolution                           792       200.0000           0.3430       
 _backward_CompiledDeformablePSROIPooling  72  100.0000           8.7000         472.0480         119.5272
 sniper_test_proposal::WaitForVar              31          60.0000           0.0050          15.3020           1.2166
 multi_sgd_mom_update                 1134        40.0000           0.0030          56.5810           0.1775
+[_sg_mkldnn_conv,Pooling,BatchNorm,Activation]  15  1000.0000  243.2310  5980.4048  66.6667
 """
 
 
@@ -35,10 +36,12 @@ def test_the_operator_table_is_read_and_grouped():
     times = operator_times(TABLE)
     assert times == {"_backward_Convolution": 600.0, "Convolution": 200.0,
                      "_backward_CompiledDeformablePSROIPooling": 100.0, "sniper_test_proposal::WaitForVar": 60.0,
-                     "multi_sgd_mom_update": 40.0}
-    assert grouped(times) == [("convolution (backward)", pytest.approx(0.6)), ("convolution", pytest.approx(0.2)),
-                              ("PS-ROI pooling (backward)", pytest.approx(0.1)), ("other", pytest.approx(0.06)),
-                              ("optimizer, gradient sum", pytest.approx(0.04))]
+                     "multi_sgd_mom_update": 40.0, "[_sg_mkldnn_conv,Pooling,BatchNorm,Activation]": 1000.0}
+    assert grouped(times) == [("fused subgraph (test network)", pytest.approx(0.5)),
+                              ("convolution (backward)", pytest.approx(0.3)), ("convolution", pytest.approx(0.1)),
+                              ("PS-ROI pooling (backward)", pytest.approx(0.05)),
+                              ("test proposal layer (host, Python custom operator)", pytest.approx(0.03)),
+                              ("optimizer, gradient sum", pytest.approx(0.02))]
 
 
 def test_a_tiny_training_run_is_profiled(synthetic_dataset, tiny_config, tmp_path):

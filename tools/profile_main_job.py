@@ -21,6 +21,7 @@ import mxnet as mx
 
 from lib.config import add_config_arguments, config_from_arguments
 from lib.logger import report_user_errors, setup_logging
+from lib.ops.proposal_layer import OP_TYPE as TEST_PROPOSAL_OP
 
 # operator name -> group, by the name without MXNet's "_backward_" prefix; the rest is "other"
 OPERATOR_GROUPS = {
@@ -61,8 +62,13 @@ def grouped(times):
     """``[(group, share)]`` of the operators' total time, largest first."""
     groups = {}
     for name, total in times.items():
-        group = OPERATOR_GROUPS.get(name.removeprefix("_backward_"), "other")
-        if name.startswith("_backward_") and group not in ("other",):
+        if name.startswith("["):  # a test graph's oneDNN subgraph, named by the operators fused in it
+            group = "fused subgraph (test network)"
+        elif name.startswith(f"{TEST_PROPOSAL_OP}::"):  # a custom operator's domain: its Python, its waits
+            group = "test proposal layer (host, Python custom operator)"
+        else:
+            group = OPERATOR_GROUPS.get(name.removeprefix("_backward_"), "other")
+        if name.startswith("_backward_") and group != "other":
             group += " (backward)"
         groups[group] = groups.get(group, 0.0) + total
     whole = sum(groups.values()) or 1.0
