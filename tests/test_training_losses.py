@@ -12,7 +12,7 @@ later iterations also test the updates. After 2 updates a last-digit difference 
 which proposals the R-CNN head samples: RCNNL1Loss then moves by up to 13% (so it is pinned at iterations
 1-2 only) and the accuracies by a few samples. Measured against these bounds: another seed or the
 reference's initialisation fail at iteration 1, lr x1.1 at iteration 3; ten times the weight decay and a
-ulp-sized change (float32 vs double pixel means) stay under the spread: ``tools/compare_commits.py``
+ulp-sized change (float32 vs double pixel means) stay under the spread: ``dev/compare_commits.py``
 compares two commits exactly, batch for batch, on one machine."""
 import json
 import os

@@ -74,7 +74,7 @@ def compile_shared_library(sources_dir, source, library, what):
 
 # The commits docs/reference_differences.md was measured against: the reference's master (2021-08-21) and the
 # fork's commit its SNIPER-mxnet submodule pins. Another commit may compute otherwise: the harness says which
-# commit it read and refuses others unless told (tools/parity).
+# commit it read and refuses others unless told (dev/parity_compare.py, dev/parity_proposal_target.py).
 REFERENCE_COMMIT = "66d7d5bff7f2e1e45e7e299c570e43e8698311aa"
 FORK_COMMIT = "00ab7a26553c45703c4a6e76e2fc7f2b6e581565"
 
