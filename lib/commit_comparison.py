@@ -40,13 +40,13 @@ def checkout(repo, commit, folder):
     return folder
 
 
-def train_and_test(tree, work, overrides=SMALL_RUN):
-    """Train and test the small run of ``CONFIG`` in ``tree``, data and outputs under ``work`` (emptied
-    first); returns the run folder."""
+def train_and_test(tree, work, overrides=SMALL_RUN, data=None):
+    """Train and test the small run of ``CONFIG`` in ``tree``, outputs under ``work`` (emptied first), data
+    under ``data`` (default: ``work``/data, generated); returns the run folder."""
     shutil.rmtree(work, ignore_errors=True)
-    settings = {**overrides, "output_path": os.path.join(work, "output"),
-                "dataset.root_path": os.path.join(work, "data"),
-                "dataset.dataset_path": os.path.join(work, "data", "synthetic")}
+    data = data or os.path.join(work, "data")
+    settings = {**overrides, "output_path": os.path.join(work, "output"), "dataset.root_path": data,
+                "dataset.dataset_path": os.path.join(data, "synthetic")}
     words = [f"{key}={value}" for key, value in settings.items()]
     env = dict(os.environ, PYTHONPATH=tree)
     subprocess.run(["nice", os.path.join(tree, ".venv", "bin", "python"), "main_train.py", "--cfg", CONFIG, "--eval",
