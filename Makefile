@@ -21,8 +21,8 @@ NUMPY2_PYTHONS := 3.12 3.13
 SUPPORTED_PYTHONS := $(NUMPY1_PYTHONS) $(NUMPY2_PYTHONS)
 # The newest supported interpreter on the PATH that runs (a pyenv shim of a version not selected fails).
 PYTHON_CANDIDATES := $(addprefix python,$(shell echo $(SUPPORTED_PYTHONS) | tr ' ' '\n' | sort -rV)) python3
-NEWEST_PYTHON = $(firstword $(foreach p,$(PYTHON_CANDIDATES),$(shell $(p) -c 'import sys; \
-	sys.exit("%d.%d" % sys.version_info[:2] not in "$(SUPPORTED_PYTHONS)".split())' >/dev/null 2>&1 && echo $(p))))
+NEWEST_PYTHON = $(shell for p in $(PYTHON_CANDIDATES); do $$p -c 'import sys; sys.exit("%d.%d" % \
+	sys.version_info[:2] not in "$(SUPPORTED_PYTHONS)".split())' >/dev/null 2>&1 && { echo $$p; break; }; done)
 ifeq ($(origin PYTHON),undefined)
 PYTHON = $(eval PYTHON := $(NEWEST_PYTHON))$(PYTHON)
 endif
@@ -107,18 +107,18 @@ help:
 # An existing venv keeps its Python (`make` says which); a PYTHON of another version given on the command line
 # or in the environment, an interpreter that does not run or one not supported is refused in one line.
 python-check:
-	@venv=$$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null); \
-	if [ -n "$$venv" ]; then \
-	  $(if $(filter file,$(origin PYTHON)),true,[ "$(call PYTHON_VERSION_OF,$(PYTHON))" = "$$venv" ]) || { echo \
+ifneq ($(wildcard $(PY)),)
+	@venv=$$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
+	$(if $(filter file,$(origin PYTHON)),true,[ "$(call PYTHON_VERSION_OF,$(PYTHON))" = "$$venv" ]) || { echo \
 	"error: $(VENV) was made by Python $$venv, PYTHON=$(PYTHON) is \
 	$(or $(call PYTHON_VERSION_OF,$(PYTHON)),not a running Python): remove it first (rm -rf $(VENV)) or run make \
-	PYTHON=python$$venv" >&2; exit 1; }; \
-	else \
-	  version="$(call PYTHON_VERSION_OF,$(PYTHON))"; case " $(SUPPORTED_PYTHONS) " in *" $$version "*) ;; \
-	  *) echo "error: $(if $(PYTHON),$(PYTHON) $${version:+is Python $$version}$${version:-does not run},no Python \
+	PYTHON=python$$venv" >&2; exit 1; }
+else
+	@version="$(call PYTHON_VERSION_OF,$(PYTHON))"; case " $(SUPPORTED_PYTHONS) " in *" $$version "*) ;; \
+	*) echo "error: $(if $(PYTHON),$(PYTHON) $${version:+is Python $$version}$${version:-does not run},no Python \
 	$(firstword $(SUPPORTED_PYTHONS))-$(lastword $(SUPPORTED_PYTHONS)) on the PATH); this project needs Python \
-	$(firstword $(SUPPORTED_PYTHONS))-$(lastword $(SUPPORTED_PYTHONS)): install $(INSTALL_PYTHON)" >&2; exit 1;; esac; \
-	fi
+	$(firstword $(SUPPORTED_PYTHONS))-$(lastword $(SUPPORTED_PYTHONS)): install $(INSTALL_PYTHON)" >&2; exit 1;; esac
+endif
 
 venv: $(STAMP)
 $(STAMP): | python-check
