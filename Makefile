@@ -20,7 +20,7 @@ NUMPY1_PYTHONS := 3.8 3.9 3.10 3.11
 NUMPY2_PYTHONS := 3.12 3.13
 SUPPORTED_PYTHONS := $(NUMPY1_PYTHONS) $(NUMPY2_PYTHONS)
 # The newest supported interpreter on the PATH that runs (a pyenv shim of a version not selected fails).
-PYTHON_CANDIDATES := $(addprefix python,$(shell echo $(SUPPORTED_PYTHONS) | tr ' ' '\n' | sort -rV)) python3
+PYTHON_CANDIDATES = $(addprefix python,$(shell echo $(SUPPORTED_PYTHONS) | tr ' ' '\n' | sort -rV)) python3
 NEWEST_PYTHON = $(shell for p in $(PYTHON_CANDIDATES); do $$p -c 'import sys; sys.exit("%d.%d" % \
 	sys.version_info[:2] not in "$(SUPPORTED_PYTHONS)".split())' >/dev/null 2>&1 && { echo $$p; break; }; done)
 ifeq ($(origin PYTHON),undefined)
@@ -114,8 +114,9 @@ ifneq ($(wildcard $(PY)),)
 	$(or $(call PYTHON_VERSION_OF,$(PYTHON)),not a running Python): remove it first (rm -rf $(VENV)) or run make \
 	PYTHON=python$$venv" >&2; exit 1; }
 else
-	@version="$(call PYTHON_VERSION_OF,$(PYTHON))"; case " $(SUPPORTED_PYTHONS) " in *" $$version "*) ;; \
-	*) echo "error: $(if $(PYTHON),$(PYTHON) $${version:+is Python $$version}$${version:-does not run},no Python \
+	@version="$(call PYTHON_VERSION_OF,$(PYTHON))"; what="is Python $$version"; [ -n "$$version" ] || \
+	what="does not run"; case " $(SUPPORTED_PYTHONS) " in *" $$version "*) ;; \
+	*) echo "error: $(if $(PYTHON),$(PYTHON) $$what,no Python \
 	$(firstword $(SUPPORTED_PYTHONS))-$(lastword $(SUPPORTED_PYTHONS)) on the PATH); this project needs Python \
 	$(firstword $(SUPPORTED_PYTHONS))-$(lastword $(SUPPORTED_PYTHONS)): install $(INSTALL_PYTHON)" >&2; exit 1;; esac
 endif
