@@ -7,8 +7,8 @@ Each checkout's ``.venv/bin/python`` runs this script with ``--dump`` in a proce
 ``PYTHONPATH``. A dump writes under ``WORK/a`` or ``WORK/b``: the synthetic dataset that lane generates, the
 chips of the first training epoch and the first loader batches (built by two loader worker processes), then
 trains and tests the small run of lib/commit_comparison.py (one short epoch of the tiny default, a metrics
-record per batch) and tests lane A's checkpoint once more, so that the test path is compared on the same
-weights. Lane B works on lane A's dataset, so that every later quantity has the same inputs. The records are
+record per batch); lane A tests its checkpoint and lane B tests that same checkpoint, so that the test path
+is compared on the same weights. Lane B works on lane A's dataset, so that every later quantity has the same inputs. The records are
 compared with each quantity's tolerance (``TOLERANCES``, where the reasons are); a table is printed, and the
 exit status is 1 when one is exceeded.
 """
@@ -84,7 +84,8 @@ def dump(out, data, test_model):
                         negative=[c.negative for c in chips],
                         valid_boxes=np.array([json.dumps(list(c.valid_boxes)) for c in chips]))
 
-    run = train_and_test(ROOT, os.path.join(out, "train"), data=data)
+    # lane A tests its checkpoint; lane B tests that one too (below), not its own (the weights may differ)
+    run = train_and_test(ROOT, os.path.join(out, "train"), data=data, test=not test_model)
     with open(os.path.join(out, "versions.json"), "w") as f:
         json.dump({**versions, "run": run}, f)
     np.savez_compressed(os.path.join(out, "weights.npz"), **checkpoint_arrays(run, 1))
