@@ -27,15 +27,18 @@ DATASET = {"train": 10, "val": 4, "seed": 3}  # lib.commit_comparison.SMALL_RUN'
 LOADER_BATCHES = 3
 LOADER_WORKERS = 2
 # Largest difference accepted per quantity, absolute (in the quantity's unit) or relative to its largest value.
-# Every input, the chip miner, the loader's crops and targets are integer or float arithmetic in NumPy and OpenCV
-# whose NEP 50 promotion the project fixes with explicit dtypes: they must agree exactly. Training and testing run
-# in the same libmxnet.so on the same inputs: the losses, weights and detections may differ only through a NumPy
-# float rounding in the project's Python parts (the proposal target, the box decoding and NMS); a float32 rounding
-# step is 6e-8 relative, and one short epoch of SGD amplifies it at most by a few orders of magnitude, hence 1e-4.
+# Exact everywhere but one: the data, the chip miner, the loader's crops and targets are NumPy and OpenCV
+# arithmetic with explicit dtypes, training and testing run in the same libmxnet.so on the same inputs, and the
+# project's NumPy parts of them (proposal target, box decoding, NMS) must not move with NumPy 2's promotion rules
+# (NEP 50): the weights after an epoch and every detection are bit-identical. The logged losses are metrics: each
+# is a NumPy float32 sum over a batch's anchors or rois (lib/train/metrics.py), which NumPy 2's vectorised
+# reduction adds up in another order; that moves the last bits of a sum of ~10^5 float32 values by a few
+# roundings (6e-8 relative each; 7e-8 measured, on RPNL1Loss only). 1e-6 admits that and nothing a changed
+# computation would give.
 TOLERANCES = {
-    "dataset images (pixel values)": 0, "dataset annotations": 0, "chips of epoch 0": 0,
-    "loader batches": 0, "training losses (relative)": 1e-4, "checkpoint weights (relative)": 1e-4,
-    "detections of lane A's checkpoint (boxes, px)": 1e-2, "detections of lane A's checkpoint (scores)": 1e-4,
+    "dataset images (pixel values)": 0, "dataset annotations": 0, "chips of epoch 0": 0, "loader batches": 0,
+    "training losses (relative)": 1e-6, "checkpoint weights (relative)": 0,
+    "detections of lane A's checkpoint (boxes, px)": 0, "detections of lane A's checkpoint (scores)": 0,
 }
 
 
