@@ -22,6 +22,8 @@ import sys
 
 import numpy as np
 
+from lib.logger import report_user_errors
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATASET = {"train": 10, "val": 4, "seed": 3}  # lib.commit_comparison.SMALL_RUN's images, the tiny default's seed
 LOADER_BATCHES = 3
@@ -192,6 +194,7 @@ def run_lane(checkout, out, data, test_model=None):
     subprocess.run(["nice", *command], cwd=checkout, env=env, check=True)
 
 
+@report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkouts", nargs="*", metavar="CHECKOUT", help="two checkouts, each with its .venv made")
@@ -204,6 +207,9 @@ def main(argv=None):
         return dump(os.path.abspath(args.dump), os.path.abspath(args.data), args.test_model)
     if len(args.checkouts) != 2:
         parser.error("give two checkouts (CHECKOUT_A CHECKOUT_B), each with a .venv made by make")
+    for checkout in args.checkouts:
+        if not os.path.isfile(os.path.join(checkout, ".venv", "bin", "python")):
+            parser.error(f"{checkout} has no .venv: run make there first (make PYTHON=python3.11, or python3.13)")
     work = os.path.abspath(args.work)
     lane_a, lane_b = os.path.join(work, "a"), os.path.join(work, "b")
     data = os.path.join(lane_a, "data")
