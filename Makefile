@@ -111,8 +111,8 @@ ifneq ($(wildcard $(PY)),)
 	@venv=$$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
 	$(if $(filter file,$(origin PYTHON)),true,[ "$(call PYTHON_VERSION_OF,$(PYTHON))" = "$$venv" ]) || { echo \
 	"error: $(VENV) was made by Python $$venv, PYTHON=$(PYTHON) is \
-	$(or $(call PYTHON_VERSION_OF,$(PYTHON)),not a running Python): remove it first (rm -rf $(VENV)) or run make \
-	PYTHON=python$$venv" >&2; exit 1; }
+	$(if $(call PYTHON_VERSION_OF,$(PYTHON)),Python $(call PYTHON_VERSION_OF,$(PYTHON)),not a running Python): \
+	remove it first (rm -rf $(VENV)) or run make PYTHON=python$$venv" >&2; exit 1; }
 else
 	@version="$(call PYTHON_VERSION_OF,$(PYTHON))"; what="is Python $$version"; [ -n "$$version" ] || \
 	what="does not run"; case " $(SUPPORTED_PYTHONS) " in *" $$version "*) ;; \

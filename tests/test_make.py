@@ -47,7 +47,7 @@ def test_an_explicit_python_of_another_version_than_the_venv_is_refused(tmp_path
     result = make(f"PYTHON={other}", "python-check")
     assert result.returncode != 0
     error = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert error == [f"error: .venv was made by Python {VERSION}, PYTHON={other} is 9.9: remove it first "
+    assert error == [f"error: .venv was made by Python {VERSION}, PYTHON={other} is Python 9.9: remove it first "
                      f"(rm -rf .venv) or run make PYTHON=python{VERSION}"]
     assert make(f"PYTHON={sys.executable}", "python-check").returncode == 0  # the venv's own version
 
