@@ -1,5 +1,6 @@
-# One entry point for set-up, build, tests and the main job.
+# One entry point for set-up, build, tests and the main job (`make help` prints this list).
 #   make            virtualenv + pinned packages + compiled extensions (idempotent, fast when done)
+#   make PYTHON=python3.11   the same with that interpreter (default: the newest supported one on the PATH)
 #   make test       the test suite (make test-all: with the slow end-to-end tests too)
 #   make train      the main job: synthetic data -> train tiny SNIPER on CPU -> COCO AP table; again over an
 #                   earlier run: make train TRAIN_ARGS=--resume (continue it) or TRAIN_ARGS=--overwrite (start over)
@@ -9,9 +10,25 @@
 #   make mxnet-gpu MXNET_SRC=DIR   MXNet 1.9.1 built from source with sm_90 (Hopper) code, CUDA 13 + cuDNN 9
 #                                  (hours; resumable), then: make MXNET=mxnet-local-gpu
 #   make mxnet-gpu-smoke MXNET_SRC=DIR   only SNIPER's CUDA units of that build, each checked for sm_90 code
-# The newest supported interpreter on the PATH: the pins (numpy 1.23 for MXNet 1.9.1) exist for 3.8-3.11.
-PYTHON ?= $(shell for v in 3.11 3.10 3.9 3.8; do command -v python$$v && break; done || command -v python3)
-SUPPORTED_PYTHONS := 3.8 3.9 3.10 3.11
+#   make ops-cuda-check   the operator library's GPU variant compiled against CUDA 11.7 and 13.0 from pip
+#   make clean      compiled parts (keeps the venv and the MXNet GPU build); make distclean: everything made
+#   make help       this list
+# Two lanes of pinned packages: Python 3.8-3.11 with NumPy 1.23 (constraints.txt) and Python 3.12-3.13 with
+# NumPy 2 (constraints-numpy2.txt; MXNet 1.9.1 imports under it through tools/numpy2_compat, which the venv
+# gets as a start-up hook). The venv remembers its Python: a later `make` keeps it.
+NUMPY1_PYTHONS := 3.8 3.9 3.10 3.11
+NUMPY2_PYTHONS := 3.12 3.13
+SUPPORTED_PYTHONS := $(NUMPY1_PYTHONS) $(NUMPY2_PYTHONS)
+# The newest supported interpreter on the PATH that runs (a pyenv shim of a version not selected fails).
+PYTHON_CANDIDATES = $(addprefix python,$(shell echo $(SUPPORTED_PYTHONS) | tr ' ' '\n' | sort -rV)) python3
+NEWEST_PYTHON = $(shell for p in $(PYTHON_CANDIDATES); do $$p -c 'import sys; sys.exit("%d.%d" % \
+	sys.version_info[:2] not in "$(SUPPORTED_PYTHONS)".split())' >/dev/null 2>&1 && { echo $$p; break; }; done)
+ifeq ($(origin PYTHON),undefined)
+PYTHON = $(eval PYTHON := $(NEWEST_PYTHON))$(PYTHON)
+endif
+PYTHON_VERSION_OF = $(shell $(1) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+INSTALL_PYTHON := one with pyenv (pyenv install 3.13), uv (uv python install 3.13) or the system's packages \
+	(Ubuntu 24.04: apt install python3.12-venv; Debian 13: apt install python3.13-venv), then: make PYTHON=python3.13
 VENV := .venv
 MXNET_VARIANTS := mxnet mxnet-cu110 mxnet-cu111 mxnet-cu112 mxnet-cu113 mxnet-cu114 mxnet-cu115 mxnet-cu116 mxnet-cu117 \
 	mxnet-local-gpu
@@ -27,6 +44,8 @@ MXNET ?= $(shell cat $(VENV)/.mxnet-variant 2>/dev/null || echo mxnet)
 MXNET_VERSION := 1.9.1
 GLUONCV_VERSION := 0.10.5.post0
 PY := $(VENV)/bin/python
+SITE_PACKAGES = $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+NUMPY2_COMPAT := tools/numpy2_compat/sniper_numpy2_compat.py
 STAMP := $(VENV)/.installed-$(MXNET)-$(MXNET_VERSION)
 OPS_LIB := lib/ops/libsniper_ops.so
 OPS_SRC := $(wildcard lib/ops/src/*.cc lib/ops/src/*.h)
@@ -76,31 +95,59 @@ define build_ops
 		$(filter %.cc,$(OPS_SRC)) $(MXINC)/src/lib_api.cc -o $(1) $(3)
 endef
 
-.PHONY: all venv build extensions test test-all train clean distclean ops-cuda-check mxnet-gpu mxnet-gpu-smoke
+.PHONY: all help python-check venv build extensions test test-all train clean distclean ops-cuda-check mxnet-gpu \
+	mxnet-gpu-smoke
 all: build
+	@echo "ready ($(VENV): Python $(call PYTHON_VERSION_OF,$(PY)), MXNet $(MXNET)); next: make test, make train \
+	(the main job), make help (every target)"
+
+help:
+	@sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' Makefile
+
+# An existing venv keeps its Python (`make` says which); a PYTHON of another version given on the command line
+# or in the environment, an interpreter that does not run or one not supported is refused in one line.
+python-check:
+ifneq ($(wildcard $(PY)),)
+	@venv=$$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
+	$(if $(filter file,$(origin PYTHON)),true,[ "$(call PYTHON_VERSION_OF,$(PYTHON))" = "$$venv" ]) || { echo \
+	"error: $(VENV) was made by Python $$venv, PYTHON=$(PYTHON) is \
+	$(if $(call PYTHON_VERSION_OF,$(PYTHON)),Python $(call PYTHON_VERSION_OF,$(PYTHON)),not a running Python): \
+	remove it first (rm -rf $(VENV)) or run make PYTHON=python$$venv" >&2; exit 1; }
+else
+	@version="$(call PYTHON_VERSION_OF,$(PYTHON))"; what="is Python $$version"; [ -n "$$version" ] || \
+	what="does not run"; case " $(SUPPORTED_PYTHONS) " in *" $$version "*) ;; \
+	*) echo "error: $(if $(PYTHON),$(PYTHON) $$what,no Python \
+	$(firstword $(SUPPORTED_PYTHONS))-$(lastword $(SUPPORTED_PYTHONS)) on the PATH); this project needs Python \
+	$(firstword $(SUPPORTED_PYTHONS))-$(lastword $(SUPPORTED_PYTHONS)): install $(INSTALL_PYTHON)" >&2; exit 1;; esac
+endif
 
 venv: $(STAMP)
-$(STAMP): requirements.txt constraints.txt $(if $(filter mxnet-local-gpu,$(MXNET)),$(wildcard $(MXNET_GPU_LIB)) $(MXNET_GPU_VERSIONS))
+$(STAMP): | python-check
+$(STAMP): requirements.txt constraints.txt constraints-numpy2.txt $(NUMPY2_COMPAT) $(if $(filter mxnet-local-gpu,$(MXNET)),$(wildcard $(MXNET_GPU_LIB)) $(MXNET_GPU_VERSIONS))
 	@case " $(MXNET_VARIANTS) " in *" $(MXNET) "*) ;; *) echo "error: MXNET=$(MXNET) is not one of: \
 	$(MXNET_VARIANTS) (the MXNet $(MXNET_VERSION) wheels on PyPI, and mxnet-local-gpu: make mxnet-gpu)" >&2; exit 1;; esac
 	@[ "$(MXNET)" != mxnet-local-gpu ] || [ -f $(MXNET_GPU_LIB) ] || { echo "error: MXNET=mxnet-local-gpu needs \
 	$(MXNET_GPU_LIB): build it with make mxnet-gpu MXNET_SRC=DIR (README, GPU section)" >&2; exit 1; }
-	@version=$$($(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null); \
-	case " $(SUPPORTED_PYTHONS) " in *" $$version "*) ;; *) echo "error: $(PYTHON) is Python $${version:-?}; this \
-	project needs Python 3.8-3.11 (MXNet 1.9.1 needs numpy 1.23, which has no release for 3.12+). Install one and \
-	run: make PYTHON=python3.11" >&2; exit 1;; esac
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade "pip<25"
 	# one MXNet build per venv: remove the others (they share the `mxnet` package folder)
 	$(PY) -m pip uninstall -y -q $(filter-out $(MXNET_PIP) mxnet-local-gpu,$(MXNET_VARIANTS)) 2>/dev/null || true
 	# mxnet-local-gpu's package is the CPU wheel's with another libmxnet.so: reinstall it after that variant
 	[ "$$(cat $(VENV)/.mxnet-variant 2>/dev/null)" != mxnet-local-gpu ] || $(PY) -m pip uninstall -y -q mxnet
-	$(PY) -m pip install -q -c constraints.txt "$(MXNET_PIP)==$(MXNET_VERSION)" -r requirements.txt
+	# MXNet without its dependencies: its metadata asks for numpy<2, which the NumPy 2 lane replaces (pip check
+	# reports that there); its real ones (numpy, requests, graphviz) are in requirements.txt
+	$(PY) -m pip install -q --no-deps "$(MXNET_PIP)==$(MXNET_VERSION)"
+	$(PY) -m pip install -q -c $$($(PY) -c 'import sys; print("constraints-numpy2.txt" if "%d.%d" % \
+	sys.version_info[:2] in "$(NUMPY2_PYTHONS)".split() else "constraints.txt")') -r requirements.txt
 	$(if $(filter mxnet-local-gpu,$(MXNET)),$(PY) -m pip install -q --no-deps $(sort $(CUDA13_RUNTIME_WHEELS) \
 	$(CUDA13_CHECK_PACKAGES)) && \
 	cp $(MXNET_GPU_LIB) "$$($(PY) -c 'import mxnet.libinfo as i,os;print(os.path.dirname(i.__file__))')/libmxnet.so")
 	# gluoncv asks for the non-headless opencv-python; its real dependencies are in requirements.txt
 	$(PY) -m pip install -q --no-deps gluoncv==$(GLUONCV_VERSION)
+	# start-up hooks of every interpreter of the venv: MXNet under NumPy 2, and the checkout on sys.path (the
+	# Python API and tools from any folder, no PYTHONPATH)
+	$(PY) $(NUMPY2_COMPAT) $(SITE_PACKAGES)
+	echo "$(CURDIR)" > $(SITE_PACKAGES)/sniper_checkout.pth
 	rm -f $(VENV)/.installed-* && echo $(MXNET) > $(VENV)/.mxnet-variant && touch $@
 
 build: extensions $(OPS_LIB)

@@ -40,17 +40,17 @@ def checkout(repo, commit, folder):
     return folder
 
 
-def train_and_test(tree, work, overrides=SMALL_RUN):
-    """Train and test the small run of ``CONFIG`` in ``tree``, data and outputs under ``work`` (emptied
-    first); returns the run folder."""
+def train_and_test(tree, work, overrides=SMALL_RUN, data=None, test=True):
+    """Train (and with ``test`` test) the small run of ``CONFIG`` in ``tree``, outputs under ``work`` (emptied
+    first), data under ``data`` (default: ``work``/data, generated); returns the run folder."""
     shutil.rmtree(work, ignore_errors=True)
-    settings = {**overrides, "output_path": os.path.join(work, "output"),
-                "dataset.root_path": os.path.join(work, "data"),
-                "dataset.dataset_path": os.path.join(work, "data", "synthetic")}
+    data = data or os.path.join(work, "data")
+    settings = {**overrides, "output_path": os.path.join(work, "output"), "dataset.root_path": data,
+                "dataset.dataset_path": os.path.join(data, "synthetic")}
     words = [f"{key}={value}" for key, value in settings.items()]
     env = dict(os.environ, PYTHONPATH=tree)
-    subprocess.run(["nice", os.path.join(tree, ".venv", "bin", "python"), "main_train.py", "--cfg", CONFIG, "--eval",
-                    "--set", *words], cwd=tree, env=env, check=True)
+    subprocess.run(["nice", os.path.join(tree, ".venv", "bin", "python"), "main_train.py", "--cfg", CONFIG,
+                    *(["--eval"] if test else []), "--set", *words], cwd=tree, env=env, check=True)
     return os.path.join(work, "output", RUN_NAME)
 
 

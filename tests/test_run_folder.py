@@ -223,7 +223,9 @@ def test_detections_sort_by_score_and_name_their_labels():
 
 # -- the stock test graph -------------------------------------------------------------------------------------
 STOCK_LOADER = """
-import importlib.util, sys
+import importlib.util, os, sys
+# a Python without this repository: the venv has the checkout (argv[1]) on sys.path, take it off
+sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.curdir) != os.path.realpath(sys.argv[1])]
 import mxnet as mx, numpy as np
 assert importlib.util.find_spec("lib") is None and importlib.util.find_spec("symbols") is None
 inputs = np.load("inputs.npz")
@@ -266,7 +268,7 @@ def test_exported_graph_runs_on_stock_mxnet_as_the_in_repo_network(trained, tmp_
     im_info = np.array([[90, 120, 1]], np.float32)
     np.savez(tmp_path / "inputs.npz", data=data, im_info=im_info)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    result = run(["-c", STOCK_LOADER], cwd=tmp_path, env=env)
+    result = run(["-c", STOCK_LOADER, ROOT], cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().splitlines()[-1] == "[]"  # nothing of the repository was imported
     exported = np.load(tmp_path / "outputs.npz")
@@ -383,8 +385,9 @@ def test_the_inference_benchmark_takes_the_network_of_the_trained_run(trained):
 
 
 def test_the_readme_python_api_snippet_runs_as_written(trained, tmp_path):
-    """README's snippet, verbatim, in a directory laid out as after ``make train`` (the trained run, its
-    data and the demo picture linked in), with the interpreter README names (.venv/bin/python: this test's own)."""
+    """README's snippet, verbatim, in a directory laid out as after ``make train`` (the trained run, its data
+    and the demo picture linked in), outside the repository, with the interpreter README names (.venv/bin/python:
+    this test's own) and no PYTHONPATH."""
     work, folder, _ = trained
     with open(os.path.join(ROOT, "README.md")) as f:
         readme = f.read()
@@ -394,6 +397,7 @@ def test_the_readme_python_api_snippet_runs_as_written(trained, tmp_path):
         os.makedirs(tmp_path / os.path.dirname(link), exist_ok=True)
         os.symlink(target, tmp_path / link)
     assert os.path.realpath(sys.prefix) == os.path.realpath(os.path.join(ROOT, ".venv"))  # README's interpreter
-    result = run(["-c", snippet], cwd=tmp_path, env={**os.environ, "PYTHONPATH": ROOT})
+    # no PYTHONPATH: the venv finds the checkout itself (make puts it on the venv's sys.path)
+    result = run(["-c", snippet], cwd=tmp_path, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     assert result.returncode == 0, result.stderr[-3000:]
     assert "detections:" in result.stdout and os.path.getsize(tmp_path / "output" / "api_detections.png") > 0

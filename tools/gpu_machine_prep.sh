@@ -12,10 +12,12 @@
 #       prints the pieces grouped into device calls of at most CALL_MIB (62) MiB each: one call per line.
 #   there:  tools/gpu_machine_prep.sh install
 #       reassembles and verifies the tarball, unpacks it into $SITE (default /tmp/sniper_site), puts the GPU
-#       operator library in place and builds the Cython extensions for that Python.
+#       operator library in place, installs the NumPy 2 compatibility layer into that Python's user site-packages
+#       (tools/numpy2_compat: every process of that Python gets it, no PYTHONPATH) and builds the Cython
+#       extensions for that Python.
 #   there:  tools/gpu_machine_prep.sh check [gpu_check.py options]
-#       runs tools/gpu_check.py with the numpy 2 shim, the package, and the CUDA 13 libraries of the Python's
-#       nvidia/ packages on LD_LIBRARY_PATH.
+#       runs tools/gpu_check.py with the package and the CUDA 13 libraries of the Python's nvidia/ packages on
+#       PYTHONPATH and LD_LIBRARY_PATH.
 #   there:  tools/gpu_machine_prep.sh device
 #       the last device call's command: install, then check under CHECK_SECONDS (480: with the install, within
 #       one device call's 600 s), report to $OUT.
@@ -82,6 +84,10 @@ install() {
   "$PYTHON" -c 'import sys, tarfile; tarfile.open(sys.argv[1], "r:xz").extractall(sys.argv[2], filter="data")' \
     "$PACK/$TARBALL" "$SITE"
   cp "$SITE/$OPS_LIBRARY" lib/ops/libsniper_ops.so  # the GPU variant: CPU and GPU forward
+  local user_site
+  user_site=$("$PYTHON" -m site --user-site)
+  mkdir -p "$user_site"
+  "$PYTHON" tools/numpy2_compat/sniper_numpy2_compat.py "$user_site"  # MXNet 1.9.1 under the image's NumPy 2
   echo "installed into $SITE in $((SECONDS - start)) s"
   start=$SECONDS
   environment
@@ -89,8 +95,8 @@ install() {
   echo "built the extensions in $((SECONDS - start)) s"
 }
 
-environment() {  # the package, the CUDA 13 libraries it links, the numpy 2 shim
-  export PYTHONPATH="$PWD/tools/numpy2_compat:$SITE${PYTHONPATH:+:$PYTHONPATH}"
+environment() {  # the package and the CUDA 13 libraries it links
+  export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
   local libs
   # pip's CUDA 13 wheels (torch's on the GPU image) keep them in nvidia/cu13/lib and nvidia/cudnn/lib
   libs=$("$PYTHON" -c 'import os, nvidia; print(":".join(d for b in nvidia.__path__ for d in

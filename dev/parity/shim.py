@@ -6,15 +6,21 @@ import types
 import warnings
 from decimal import ROUND_HALF_UP, Decimal
 
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", (DeprecationWarning, PendingDeprecationWarning))
-    from lib2to3.refactor import RefactoringTool, get_fixers_from_package
+# Python 3.13 removed lib2to3; fissix (requirements.txt, from 3.13 on) is the same package, maintained outside.
+if sys.version_info >= (3, 13):
+    from fissix.refactor import RefactoringTool, get_fixers_from_package
+    FIXERS = "fissix.fixes"
+else:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", (DeprecationWarning, PendingDeprecationWarning))
+        from lib2to3.refactor import RefactoringTool, get_fixers_from_package
+    FIXERS = "lib2to3.fixes"
 
 
 def convert_source(text, name="<reference>"):
     """Python 2 source -> Python 3 source with lib2to3's standard fixers (print statements, xrange,
     cPickle, dict views, integer division stays ``/``: code that relies on it must be checked by hand)."""
-    tool = RefactoringTool(get_fixers_from_package("lib2to3.fixes"))
+    tool = RefactoringTool(get_fixers_from_package(FIXERS))
     if not text.endswith("\n"):
         text += "\n"
     return str(tool.refactor_string(text, name))
