@@ -147,7 +147,8 @@ $(STAMP): requirements.txt constraints.txt constraints-numpy2.txt $(NUMPY2_COMPA
 	# start-up hooks of every interpreter of the venv: MXNet under NumPy 2, and the checkout on sys.path (the
 	# Python API and tools from any folder, no PYTHONPATH)
 	$(PY) $(NUMPY2_COMPAT) $(SITE_PACKAGES)
-	echo "$(CURDIR)" > $(SITE_PACKAGES)/sniper_checkout.pth
+	# (a venv linked in from another checkout, as dev/compare_commits.py's worktrees have, keeps naming that one)
+	[ -L $(VENV) ] || echo "$(CURDIR)" > $(SITE_PACKAGES)/sniper_checkout.pth
 	rm -f $(VENV)/.installed-* && echo $(MXNET) > $(VENV)/.mxnet-variant && touch $@
 
 build: extensions $(OPS_LIB)

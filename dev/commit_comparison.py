@@ -28,7 +28,8 @@ TIMING_FIELDS = ("chips_per_s", "seconds")
 
 def checkout(repo, commit, folder):
     """A detached worktree of ``commit`` at ``folder`` (made, or moved to the commit) with ``repo``'s ``.venv``
-    linked and ``make`` run."""
+    linked and ``make`` run for the compiled parts only: the venv is ``repo``'s, so its install step (pinned
+    packages, start-up hooks naming ``repo`` as the checkout) is left as ``repo`` made it."""
     if os.path.isdir(folder):
         subprocess.run(["git", "-C", folder, "checkout", "-q", "--detach", commit], check=True)
     else:
@@ -36,7 +37,8 @@ def checkout(repo, commit, folder):
     venv = os.path.join(folder, ".venv")
     if not os.path.exists(venv):
         os.symlink(os.path.realpath(os.path.join(repo, ".venv")), venv)
-    subprocess.run(["nice", "make", "-s", "build"], cwd=folder, check=True)
+    stamps = [f"--old-file=.venv/{name}" for name in os.listdir(venv) if name.startswith(".installed-")]
+    subprocess.run(["nice", "make", "-s", *stamps, "build"], cwd=folder, check=True)
     return folder
 
 

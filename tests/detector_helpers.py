@@ -2,7 +2,8 @@
 conftest's ``tiny`` fixture, the tiny network with random parameters (``random_tiny_params``), an oracle
 network that returns each image's gt boxes (``OracleDetector``) and a translation-equivariant stand-in
 network (``ComponentNetwork``, ``stand_in_detector``) with its black images of white squares (``blob_image``,
-``BLOB_IMAGES``)."""
+``BLOB_IMAGES``); ``WITHOUT_MXNET``, the first lines of a child process's script in which MXNet cannot
+be imported (the ONNX Runtime back end must never need it)."""
 import json
 import os
 
@@ -14,6 +15,15 @@ from lib.config import load_config
 from lib.inference.detector import DATA_NAMES, Detector
 from lib.dataset.base import numbered_classes
 from symbols import inference_symbol
+
+# A child process's script starts with these lines to make importing mxnet fail there.
+WITHOUT_MXNET = """import sys
+class NoMxnet:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "mxnet":
+            raise ImportError("mxnet is not importable here")
+sys.meta_path.insert(0, NoMxnet())
+"""
 
 NUM_CLASSES = 3  # background and the two categories of the tiny datasets below
 CATEGORY_IDS = [0, 4, 9]  # COCO ids of contiguous labels 1, 2

@@ -14,6 +14,7 @@ import pytest
 onnx = pytest.importorskip("onnx", reason="onnx and onnxruntime are pinned for Python >= 3.11 (requirements.txt)")
 ort = pytest.importorskip("onnxruntime", reason="onnx and onnxruntime are pinned for Python >= 3.11")
 
+from detector_helpers import WITHOUT_MXNET  # noqa: E402
 from lib.boxes import bbox_overlaps  # noqa: E402  (the imports below need onnx)
 from lib.config import with_overrides  # noqa: E402
 from lib.inference import onnx_network  # noqa: E402
@@ -164,13 +165,7 @@ def detections_without_mxnet(folder, images, tmp_path):
     """The detections of ``images`` by the ONNX export ``folder`` in a child process in which importing mxnet
     fails (two pipeline workers included), checked to have loaded no MXNet module."""
     np.savez(tmp_path / "images.npz", *images)
-    script = f"""
-import sys
-class NoMxnet:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] == "mxnet":
-            raise ImportError("mxnet is not importable here")
-sys.meta_path.insert(0, NoMxnet())
+    script = WITHOUT_MXNET + f"""
 import numpy as np
 from lib.inference import Detector
 from lib.inference.pipeline import ArrayImages
