@@ -31,7 +31,8 @@ LAYERS = (
      "lib.distributed", "configs", "lib", "dev"),
 )
 PACKAGES = ("lib", "dev", "symbols", "chip_generator", "configs")
-DEV_PROGRAMS = ("dev.compare_commits", "dev.parity_compare", "dev.parity_proposal_target")  # dev/'s scripts
+DEV_PROGRAMS = ("dev.compare_commits", "dev.config_snapshot", "dev.parity_compare",  # dev/'s scripts
+                "dev.parity_proposal_target")
 PROGRAMS = ("main_train", "main_test", "demo", "setup", "tools", "_bootstrap")  # _bootstrap: tools/_bootstrap.py
 RANK = {unit: rank for rank, layer in enumerate(LAYERS) for unit in layer}
 

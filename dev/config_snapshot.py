@@ -1,0 +1,34 @@
+"""Write the effective values of every shipped config (configs/faster/*.yml) as JSON, for
+tests/test_config.py's check that rewriting the configs (``_BASE_`` inheritance) changed no value.
+
+    python dev/config_snapshot.py tests/data/shipped_config_snapshot.json
+
+Run once, at the commit before a rewrite of the shipped configs; the test compares every key with it.
+"""
+import argparse
+import glob
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))  # _bootstrap
+import _bootstrap  # noqa: F401,E402  (repository root on sys.path, the project's virtualenv)
+
+from lib.config import flat_config, load_config  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("output", help="the JSON file to write: {config file name: {dotted.key: value}}")
+    args = parser.parse_args(argv)
+    snapshot = {os.path.basename(path): flat_config(load_config(path))
+                for path in sorted(glob.glob(os.path.join(ROOT, "configs", "faster", "*.yml")))}
+    with open(args.output, "w") as f:
+        json.dump(snapshot, f, indent=1, sort_keys=True)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
