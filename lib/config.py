@@ -24,6 +24,8 @@ RENAMED_KEYS = {"TRAIN.scale": "TRAIN.fp16_loss_scale"}
 # older run folder) when its value is the record's.
 DERIVED_KEYS = {"network.RPN_FEAT_STRIDE": "the backbone's stride (symbols/backbones.py, after `symbol`)",
                 "network.RCNN_FEAT_STRIDE": "the backbone's stride (symbols/backbones.py, after `symbol`)"}
+# The key of a YAML config naming the file it builds on (Detectron2's); a written config is always flat.
+BASE_KEY = "_BASE_"
 _KEY_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
 
 
@@ -230,32 +232,68 @@ def apply_overrides(cfg, overrides):
 
 
 def load_config(path=None, overrides=()):
-    """Build the frozen configuration: defaults, then the YAML file at ``path``, then ``overrides``
-    (``[(dotted.key, value), ...]`` or a ``{dotted.key: value}`` dict; Python values or command-line text)."""
+    """Build the frozen configuration: defaults, then the YAML file at ``path`` (its ``_BASE_`` chain first),
+    then ``overrides`` (``[(dotted.key, value), ...]`` or a ``{dotted.key: value}`` dict; Python values or
+    command-line text)."""
     overrides = list(overrides.items() if isinstance(overrides, dict) else overrides)
     cfg = copy.deepcopy(DEFAULTS)
-    name = "default"
-    if path:
-        try:
-            with open(path) as f:
-                loaded = yaml.safe_load(f) or {}
-        except OSError as err:
-            raise ConfigError(f"cannot read config file {path}: {err.strerror}") from None
-        except yaml.YAMLError as err:
-            raise ConfigError(f"config file {path} is not valid YAML: {err}") from None
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"config file {path} must hold a mapping of keys, got {type(loaded).__name__}")
+    if not path:
+        return _finish(_to_attrdict(cfg), overrides, "default")
+    derived = {}
+    for file, loaded in _file_chain(path):
         loaded.pop("name", None)  # a saved run config records its name; the file's own stem wins
-        derived = _pop_derived(loaded)
+        derived.update(_pop_derived(loaded))
         try:
             _merge(cfg, loaded)
         except ConfigError as err:
-            raise ConfigError(f"{path}: {err}") from None
-        name = os.path.splitext(os.path.basename(path))[0]
-        cfg = _finish(_to_attrdict(cfg), overrides, name)
-        _check_derived(cfg, derived, path)
-        return cfg
-    return _finish(_to_attrdict(cfg), overrides, name)
+            raise ConfigError(f"{file}: {err}") from None
+    cfg = _finish(_to_attrdict(cfg), overrides, os.path.splitext(os.path.basename(path))[0])
+    _check_derived(cfg, derived, path)
+    return cfg
+
+
+def _file_chain(path, children=()):
+    """``[(file, mapping), ...]`` of the YAML file at ``path`` and its ``_BASE_`` chain, the farthest base first
+    (Detectron2's convention: ``_BASE_`` is a path relative to the file naming it, its keys overridden by that
+    file's, sections merged key by key)."""
+    if os.path.realpath(path) in children:
+        raise ConfigError(f"config file {path}: its _BASE_ chain comes back to it (a cycle: "
+                          f"{' -> '.join(children)} -> {os.path.realpath(path)})")
+    try:
+        with open(path) as f:
+            loaded = yaml.safe_load(f)
+    except OSError as err:
+        named_by = f" (the _BASE_ of {children[-1]})" if children else ""
+        raise ConfigError(f"cannot read config file {path}{named_by}: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config file {path} is not valid YAML: {err}") from None
+    loaded = {} if loaded is None else loaded
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of keys, got {type(loaded).__name__}")
+    base = loaded.pop(BASE_KEY, None)
+    if base is None:
+        return [(path, loaded)]
+    if not isinstance(base, str) or not base:
+        raise ConfigError(f"config file {path}: {BASE_KEY} must be a file path, got {base!r}")
+    chain = _file_chain(os.path.join(os.path.dirname(path), base), children + (os.path.realpath(path),))
+    return chain + [(path, loaded)]
+
+
+def config_file_values(path):
+    """The keys the YAML file at ``path`` sets, its ``_BASE_`` chain merged in: a flat mapping (no ``_BASE_``)
+    for a tool that writes a variant of the file (a written config never points at a base)."""
+    merged = {}
+    for _, loaded in _file_chain(path):
+        _overlay(merged, loaded)
+    return merged
+
+
+def _overlay(base, update):
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _overlay(base[key], value)
+        else:
+            base[key] = value
 
 
 def _pop_derived(loaded):
