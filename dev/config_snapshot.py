@@ -14,7 +14,8 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))  # _bootstrap
 import _bootstrap  # noqa: F401,E402  (repository root on sys.path, the project's virtualenv)
 
-from lib.config import flat_config, load_config  # noqa: E402
+from lib.config import load_config  # noqa: E402
+from lib.config.core import flat_config  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -44,7 +44,8 @@ import yaml
 
 from lib.atomic import atomic_open
 from lib.benchmarking import markdown_table
-from lib.config import RENAMED_KEYS, config_file_values, flat_config, with_overrides
+from lib.config import with_overrides
+from lib.config.core import RENAMED_KEYS, config_file_values, flat_config
 from lib.contexts import device_count
 from lib.pixel_budget import epoch_pixel_budget
 from lib.scales import MAX_SCALE_FACTOR, box_sqrt_area

@@ -10,9 +10,9 @@ import sys
 import pytest
 
 from lib.bootstrap import ROOT
-from lib.config import (VARIANT_KEYS, ConfigError, FrozenConfigError, add_config_arguments, config_file_values,
-                        config_from_arguments, dump_config, flat_config, load_config, parse_cli_overrides, plain,
-                        with_overrides)
+from lib.config import ConfigError, add_config_arguments, config_from_arguments, load_config, with_overrides
+from lib.config.core import FrozenConfigError, config_file_values, dump_config, flat_config, parse_cli_overrides, plain
+from lib.config.validation import VARIANT_KEYS
 from lib.scales import ScaleError, in_valid_range, parse_scales, pyramid
 
 SHIPPED = os.path.join(ROOT, "configs", "faster")  # from the repository root, whatever folder pytest runs in
@@ -158,6 +158,19 @@ def test_synthetic_is_a_dataset_kind_and_other_data_needs_only_the_dataset_keys(
     assert own.dataset.dataset == "coco"  # the synthetic_* keys are ignored for other kinds
     with pytest.raises(ConfigError, match=r"dataset\.synthetic_train"):
         load_config(tiny, [("dataset.synthetic_train", "0")])
+
+
+def test_a_dataset_format_checks_its_own_keys_and_the_config_names_no_format(tmp_path):
+    """The synthetic format's counts are its own check (Dataset.check_config, found through DATASETS): the
+    config package's files name no dataset format."""
+    from lib.dataset.roidb import DATASETS
+
+    with pytest.raises(ConfigError, match=r"^config key dataset\.synthetic_val = -1: must be >= 0$"):
+        load_config(shipped("sniper_synthetic_tiny.yml"), [("dataset.synthetic_val", "-1")])
+    for name in ("__init__.py", "core.py", "validation.py"):
+        with open(os.path.join(ROOT, "lib", "config", name)) as f:
+            text = f.read()
+        assert not [kind for kind in DATASETS if f'"{kind}"' in text or f"'{kind}'" in text], name
 
 
 def test_missing_and_invalid_files_are_clear_errors(tmp_path):
@@ -410,7 +423,7 @@ def test_what_a_stage_would_refuse_is_refused_at_load_in_one_line(key, value, me
 
 
 def test_no_lr_step_is_none_or_empty():
-    from lib.config import lr_step_epochs
+    from lib.config.validation import lr_step_epochs
 
     for text in ("none", "None", ""):
         assert lr_step_epochs(load_config(None, [("TRAIN.lr_step", text), ("TRAIN.end_epoch", "1")]).TRAIN) == []
