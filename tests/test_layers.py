@@ -1,7 +1,7 @@
 """Imports point down: the layer order of the project's modules, enforced by reading every module's imports.
 
-Each module belongs to one unit: a package of lib/ or dev/ (``lib.run``, ``dev.parity``), a module directly
-in one of them (``lib.config``), a top-level package (``symbols``, ``chip_generator``, ``configs``) or the
+Each module belongs to one unit: a package of lib/ or dev/ (``lib.run``, ``lib.config``, ``dev.parity``), a
+module directly in one of them (``lib.scales``), a top-level package (``symbols``, ``chip_generator``, ``configs``) or the
 programs (``main_train.py``, ``main_test.py``, ``demo.py``, ``setup.py``, ``tools/``, dev/'s scripts). ``LAYERS`` lists the units from the top down; a
 module imports (at module level or inside a function alike) only its own unit and units of lower layers,
 and the units of one layer do not import each other. A new module of lib/ needs its place here.
