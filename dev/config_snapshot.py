@@ -3,7 +3,8 @@ tests/test_config.py's check that rewriting the configs (``_BASE_`` inheritance)
 
     python dev/config_snapshot.py tests/data/shipped_config_snapshot.json
 
-Run once, at the commit before a rewrite of the shipped configs; the test compares every key with it.
+Run once, at the commit before a rewrite of the shipped configs; the test compares every key with it. Each
+config is written as its differences from the defaults (written once), to keep the file small.
 """
 import argparse
 import glob
@@ -22,10 +23,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("output", help="the JSON file to write: {config file name: {dotted.key: value}}")
+    parser.add_argument("output", help="the JSON file to write: {defaults: {dotted.key: value}, configs: "
+                                       "{config file name: {dotted.key: value where it is not the default}}}")
     args = parser.parse_args(argv)
-    snapshot = {os.path.basename(path): flat_config(load_config(path))
-                for path in sorted(glob.glob(os.path.join(ROOT, "configs", "faster", "*.yml")))}
+    defaults = flat_config(load_config(None))
+    configs = {}
+    for path in sorted(glob.glob(os.path.join(ROOT, "configs", "faster", "*.yml"))):
+        values = flat_config(load_config(path))
+        assert sorted(values) == sorted(defaults), path  # every config has every key: only the values differ
+        configs[os.path.basename(path)] = {key: value for key, value in values.items()
+                                           if json.dumps(value) != json.dumps(defaults[key])}
+    snapshot = {"defaults": defaults, "configs": configs}
     with open(args.output, "w") as f:
         json.dump(snapshot, f, indent=1, sort_keys=True)
         f.write("\n")
