@@ -19,7 +19,8 @@ if __name__ == "__main__":
 
 import argparse
 
-from lib.config import ConfigError, dump_config
+from lib.config import ConfigError
+from lib.config.core import dump_config
 from lib.logger import log_config, logged_outcome, report_user_errors, setup_logging
 from lib.inference.onnx_network import add_backend_argument, with_backend
 from lib.run.folder import add_model_arguments, config_from_model_arguments

@@ -6,7 +6,8 @@ if __name__ == "__main__":
 
 import argparse
 
-from lib.config import add_config_arguments, config_from_arguments, dump_config
+from lib.config import add_config_arguments, config_from_arguments
+from lib.config.core import dump_config
 from lib.logger import log_config, logged_outcome, report_user_errors, setup_logging
 
 

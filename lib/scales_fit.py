@@ -44,7 +44,8 @@ import yaml
 
 from lib.atomic import atomic_open
 from lib.benchmarking import markdown_table
-from lib.config import RENAMED_KEYS, flat_config, with_overrides
+from lib.config import with_overrides
+from lib.config.core import RENAMED_KEYS, config_file_values, flat_config
 from lib.contexts import device_count
 from lib.pixel_budget import epoch_pixel_budget
 from lib.scales import MAX_SCALE_FACTOR, box_sqrt_area
@@ -344,11 +345,10 @@ def fitted_config_path(config_path):
 
 
 def write_fitted_config(config_path, cfg, fit, out_path=None, overrides=()):
-    """The input YAML with the ``--set`` keys it was fitted with (``overrides``: ``[(key, value)]``, written as
+    """The input YAML (its ``_BASE_`` chain merged in: the written file is flat) with the ``--set`` keys it was fitted with (``overrides``: ``[(key, value)]``, written as
     ``cfg`` holds them: the fitted file trains on the data the fit read), then the proposal's keys (and
     ``dense_overrides``) set, written (atomically) beside it; returns the path."""
-    with open(config_path) as f:
-        loaded = yaml.safe_load(f) or {}
+    loaded = config_file_values(config_path)
     values = flat_config(cfg)
     carried = list(dict.fromkeys(RENAMED_KEYS.get(key, key) for key, _ in overrides))
     for key in carried:

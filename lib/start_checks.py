@@ -5,7 +5,7 @@ error naming the file) that names the key, the value and what to do. They look a
 run at an entry point's start (``check_training_start``, ``check_test_start``), before it writes anything: a
 refused start leaves no log, lock or run folder behind. A training start also reads what is cheap to read of
 its data (the class list, the proposal file's index), so a contradiction stops it before the roidb is built.
-What a config alone decides is checked when it is loaded (lib.config.validate).
+What a config alone decides is checked when it is loaded (lib.config.validation.validate).
 """
 import os
 

@@ -1,6 +1,7 @@
 """Config loading, overrides, type checks, freezing, and both scale forms of spec section 1."""
 import argparse
 import glob
+import json
 import os
 import pickle
 import subprocess
@@ -9,8 +10,9 @@ import sys
 import pytest
 
 from lib.bootstrap import ROOT
-from lib.config import (VARIANT_KEYS, ConfigError, FrozenConfigError, add_config_arguments, config_from_arguments,
-                        dump_config, load_config, parse_cli_overrides, plain, with_overrides)
+from lib.config import ConfigError, add_config_arguments, config_from_arguments, load_config, with_overrides
+from lib.config.core import FrozenConfigError, config_file_values, dump_config, flat_config, parse_cli_overrides, plain
+from lib.config.validation import VARIANT_KEYS
 from lib.scales import ScaleError, in_valid_range, parse_scales, pyramid
 
 SHIPPED = os.path.join(ROOT, "configs", "faster")  # from the repository root, whatever folder pytest runs in
@@ -158,6 +160,19 @@ def test_synthetic_is_a_dataset_kind_and_other_data_needs_only_the_dataset_keys(
         load_config(tiny, [("dataset.synthetic_train", "0")])
 
 
+def test_a_dataset_format_checks_its_own_keys_and_the_config_names_no_format(tmp_path):
+    """The synthetic format's counts are its own check (Dataset.check_config, found through DATASETS): the
+    config package's files name no dataset format."""
+    from lib.dataset.roidb import DATASETS
+
+    with pytest.raises(ConfigError, match=r"^config key dataset\.synthetic_val = -1: must be >= 0$"):
+        load_config(shipped("sniper_synthetic_tiny.yml"), [("dataset.synthetic_val", "-1")])
+    for name in ("__init__.py", "core.py", "validation.py"):
+        with open(os.path.join(ROOT, "lib", "config", name)) as f:
+            text = f.read()
+        assert not [kind for kind in DATASETS if f'"{kind}"' in text or f"'{kind}'" in text], name
+
+
 def test_missing_and_invalid_files_are_clear_errors(tmp_path):
     with pytest.raises(ConfigError, match="cannot read config file"):
         load_config(str(tmp_path / "absent.yml"))
@@ -189,6 +204,78 @@ def test_the_shipped_configs_are_collected_from_any_folder(tmp_path):
                             env={**os.environ, "PYTHONPATH": ROOT})
     collected = [line for line in result.stdout.splitlines() if "test_shipped_configs_load[" in line]
     assert len(collected) == len(SHIPPED_FILES), result.stdout[-2000:] + result.stderr[-2000:]
+
+
+# Every key of every shipped config as the loader without _BASE_ gave it, at the commit before the configs were
+# rewritten on _BASE_ (made there by `python dev/config_snapshot.py tests/data/shipped_config_snapshot.json`):
+# the defaults' values, and each config's values where they are not the defaults'.
+SNAPSHOT = os.path.join(ROOT, "tests", "data", "shipped_config_snapshot.json")
+
+
+def snapshot_values(name):
+    with open(SNAPSHOT) as f:
+        snapshot = json.load(f)
+    return {**snapshot["defaults"], **snapshot["configs"][name]}
+
+
+def test_the_snapshot_covers_every_shipped_config():
+    with open(SNAPSHOT) as f:
+        assert sorted(json.load(f)["configs"]) == [os.path.basename(path) for path in SHIPPED_FILES]
+
+
+@pytest.mark.parametrize("path", SHIPPED_FILES, ids=os.path.basename)
+def test_shipped_configs_keep_their_effective_values(path):
+    """Rewriting the shipped configs on _BASE_ changed no value, not even a type (JSON writes 3 and 3.0 apart)."""
+    expected = snapshot_values(os.path.basename(path))
+    values = flat_config(load_config(path))
+    assert sorted(values) == sorted(expected)
+    changed = {key: (values[key], expected[key]) for key in values
+               if json.dumps(values[key]) != json.dumps(expected[key])}
+    assert not changed
+
+
+def test_shipped_configs_are_written_flat_and_load_back_the_same(tmp_path):
+    """A run's config.yaml (dump_config) never names a base: it loads from any folder to the same values."""
+    cfg = load_config(shipped("sniper_res101_e2e_mask_autofocus.yml"))
+    text = dump_config(cfg)
+    assert "_BASE_" not in text
+    written = tmp_path / "sniper_res101_e2e_mask_autofocus.yml"
+    written.write_text(text)
+    assert flat_config(load_config(str(written))) == flat_config(cfg)
+
+
+def test_base_chain_merges_sections_key_by_key(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "grand.yml").write_text("TRAIN:\n  lr: 0.1\n  end_epoch: 9\n  SCALES: [3.0, 1.667, 512.0]\n"
+                                        "TEST:\n  TEST_EPOCH: 9\n")
+    (tmp_path / "sub" / "parent.yml").write_text("_BASE_: ../grand.yml\nTRAIN:\n  lr: 0.2\n")
+    child = tmp_path / "sub" / "child.yml"
+    child.write_text("_BASE_: parent.yml\nTRAIN:\n  SCALES: [2.0, 1.0, 512.0]\n")
+    cfg = load_config(str(child))
+    # lr from the parent over the grandparent's, end_epoch and TEST from the grandparent, SCALES the child's
+    # whole list (a list is a value, not merged), the name the child's stem
+    assert (cfg.TRAIN.lr, cfg.TRAIN.end_epoch, cfg.TEST.TEST_EPOCH) == (0.2, 9, 9)
+    assert cfg.TRAIN.SCALES == (2.0, 1.0, 512.0) and cfg.name == "child"
+    assert cfg.TRAIN.warmup_step == load_config(None).TRAIN.warmup_step  # set by none of them: the default
+    assert config_file_values(str(child)) == {"TRAIN": {"lr": 0.2, "end_epoch": 9, "SCALES": [2.0, 1.0, 512.0]},
+                                              "TEST": {"TEST_EPOCH": 9}}
+
+
+@pytest.mark.parametrize("files, message", [
+    ({"a.yml": "_BASE_: b.yml\n", "b.yml": "_BASE_: a.yml\n"},
+     r"a\.yml: its _BASE_ chain comes back to it \(a cycle: .*a\.yml -> .*b\.yml -> .*a\.yml\)"),
+    ({"a.yml": "_BASE_: a.yml\n"}, r"a\.yml: its _BASE_ chain comes back to it"),
+    ({"a.yml": "_BASE_: absent.yml\n"}, r"cannot read config file .*absent\.yml \(the _BASE_ of .*a\.yml\)"),
+    ({"a.yml": "_BASE_: b.yml\n", "b.yml": "- 1\n"}, r"config file .*b\.yml must hold a mapping"),
+    ({"a.yml": "_BASE_: [b.yml]\n"}, r"a\.yml: _BASE_ must be a file path"),
+    ({"a.yml": "_BASE_: b.yml\n", "b.yml": "TRAIN:\n  lrr: 1\n"}, r"b\.yml: unknown config key TRAIN\.lrr"),
+])
+def test_bad_base_chains_are_one_line_errors_naming_the_file(tmp_path, files, message):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    with pytest.raises(ConfigError, match=message) as caught:
+        load_config(str(tmp_path / "a.yml"))
+    assert "\n" not in str(caught.value)
 
 
 def test_published_coco_settings():
@@ -342,7 +429,7 @@ def test_what_a_stage_would_refuse_is_refused_at_load_in_one_line(key, value, me
 
 
 def test_no_lr_step_is_none_or_empty():
-    from lib.config import lr_step_epochs
+    from lib.config.validation import lr_step_epochs
 
     for text in ("none", "None", ""):
         assert lr_step_epochs(load_config(None, [("TRAIN.lr_step", text), ("TRAIN.end_epoch", "1")]).TRAIN) == []

@@ -14,7 +14,7 @@ import pytest
 import demo
 import main_test
 import main_train
-from lib.config import dump_config
+from lib.config.core import dump_config
 from lib.inference import tester
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -137,6 +137,20 @@ def test_fitted_yaml_loads_and_holds_the_proposal(cfg, tmp_path):
     assert yaml.safe_load(open(path))["TRAIN"]["lr"] == 0.01
 
 
+def test_a_fitted_config_of_a_child_config_is_flat(cfg, tmp_path):
+    """A config on a _BASE_ is written with its base merged in: the fitted file loads from another folder."""
+    (tmp_path / "base.yml").write_text("TRAIN:\n  lr: 0.01\n  end_epoch: 9\n")
+    (tmp_path / "mine.yml").write_text("_BASE_: base.yml\nTRAIN:\n  lr: 0.02\n")
+    fit = fit_pyramid(square_entries([10, 400] * 20, 1000, 800, 10), cfg)
+    (tmp_path / "elsewhere").mkdir()
+    path = write_fitted_config(str(tmp_path / "mine.yml"), load_config(str(tmp_path / "mine.yml")), fit,
+                               str(tmp_path / "elsewhere" / "mine_fitted.yml"))
+    written = yaml.safe_load(open(path))
+    assert "_BASE_" not in written and written["TRAIN"]["lr"] == 0.02 and written["TRAIN"]["end_epoch"] == 9
+    fitted = load_config(path)
+    assert (fitted.TRAIN.lr, fitted.TRAIN.end_epoch, fitted.TRAIN.SCALES) == (0.02, 9, (2.27, 512.0))
+
+
 def test_no_boxes_is_an_error(cfg):
     with pytest.raises(FitError, match="no boxes"):
         fit_pyramid(square_entries([], 640, 480, 1), cfg)

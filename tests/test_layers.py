@@ -1,10 +1,10 @@
 """Imports point down: the layer order of the project's modules, enforced by reading every module's imports.
 
-Each module belongs to one unit: a package of lib/ or dev/ (``lib.run``, ``dev.parity``), a module directly
-in one of them (``lib.config``), a top-level package (``symbols``, ``chip_generator``, ``configs``) or the
-programs (``main_train.py``, ``main_test.py``, ``demo.py``, ``setup.py``, ``tools/``, dev/'s scripts).
-``LAYERS`` lists the units from the top down; a module imports (at module level or inside a function alike)
-only its own unit and units of lower layers, and the units of one layer do not import each other. A new
+Each module belongs to one unit: a package of lib/ or dev/ (``lib.run``, ``lib.config``, ``dev.parity``), a
+module directly in one of them (``lib.scales``), a top-level package (``symbols``, ``chip_generator``,
+``configs``) or the programs (``main_train.py``, ``main_test.py``, ``demo.py``, ``setup.py``, ``tools/``, dev/'s
+scripts). ``LAYERS`` lists the units from the top down; a module imports (at module level or inside a function
+alike) only its own unit and units of lower layers, and the units of one layer do not import each other. A new
 module of lib/ needs its place here.
 """
 import ast
@@ -32,7 +32,8 @@ LAYERS = (
      "lib.distributed", "configs", "lib", "dev"),
 )
 PACKAGES = ("lib", "dev", "symbols", "chip_generator", "configs")
-DEV_PROGRAMS = ("dev.compare_commits", "dev.parity_compare", "dev.parity_proposal_target")  # dev/'s scripts
+DEV_PROGRAMS = ("dev.compare_commits", "dev.config_snapshot", "dev.parity_compare",  # dev/'s scripts
+                "dev.parity_proposal_target")
 PROGRAMS = ("main_train", "main_test", "demo", "setup", "tools", "_bootstrap")  # _bootstrap: tools/_bootstrap.py
 RANK = {unit: rank for rank, layer in enumerate(LAYERS) for unit in layer}
 

@@ -584,7 +584,7 @@ def test_demo_draws_the_masks_of_a_mask_network(mask_run, tmp_path):
     import yaml
 
     from lib.bootstrap import ROOT
-    from lib.config import dump_config
+    from lib.config.core import dump_config
     from lib.dataset.base import numbered_classes
 
     cfg, model = mask_run

@@ -227,7 +227,7 @@ def test_mask_configs_are_their_detectors_with_masks(detector, with_masks, diffe
     """As the reference's mask configs to their detection ones: masks on, 10 chips per GPU (the name, and
     the output folder derived from it, apart); and the proposals entering the training NMS capped at the
     6000 the reference's mask proposal-target kernel keeps whatever its attribute says."""
-    from lib.config import plain
+    from lib.config.core import plain
 
     folder = os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", "faster")
     base, masks = (_flat(plain(load_config(os.path.join(folder, f"{name}.yml")))) for name in (detector, with_masks))

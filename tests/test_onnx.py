@@ -264,7 +264,7 @@ def test_main_test_and_demo_take_the_back_end_as_the_config_key(exported):
 
 
 def test_export_tool_writes_the_onnx_folder(exported, tmp_path):
-    from lib.config import dump_config
+    from lib.config.core import dump_config
 
     cfg, folder = exported
     config = tmp_path / "tiny.yml"

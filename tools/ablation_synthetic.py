@@ -36,7 +36,8 @@ import sys
 
 import numpy as np
 
-from lib.config import ConfigError, add_config_arguments, load_config, parse_cli_overrides
+from lib.config import ConfigError, add_config_arguments, load_config
+from lib.config.core import parse_cli_overrides
 from lib.logger import report_user_errors, setup_logging
 from lib.pipeline.neg_chips import (DEFAULT_RPN_EPOCHS, NegChipPipeline, eval_stage, evaluated, run_stage,
                                     summary_path, train_stage)

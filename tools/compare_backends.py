@@ -22,7 +22,8 @@ import cv2
 import mxnet as mx
 import numpy as np
 
-from lib.config import plain, with_overrides
+from lib.config import with_overrides
+from lib.config.core import plain
 from lib.dataset.base import numbered_classes
 from lib.inference.backend_comparison import layer_differences, match_detections
 from lib.inference.detector import DATA_NAMES, Detector, checkpoint_file

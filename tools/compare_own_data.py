@@ -19,7 +19,8 @@ import os
 import sys
 
 from lib.atomic import write_bytes, write_json
-from lib.config import ConfigError, add_config_arguments, parse_cli_overrides
+from lib.config import ConfigError, add_config_arguments
+from lib.config.core import parse_cli_overrides
 from lib.logger import logged_outcome, report_user_errors, setup_logging
 from lib.pipeline.neg_chips import DEFAULT_RPN_EPOCHS
 from lib.pipeline.own_data import CONFIGS, DataSet, OwnDataComparison, format_table

@@ -14,7 +14,8 @@ import _bootstrap  # noqa: F401  (repository root on sys.path, the project's vir
 import argparse
 import sys
 
-from lib.config import add_config_arguments, config_from_arguments, parse_cli_overrides
+from lib.config import add_config_arguments, config_from_arguments
+from lib.config.core import parse_cli_overrides
 from lib.logger import report_user_errors, setup_logging
 from lib.scales_fit import DEFAULT_KEEP, DEFAULT_MAX_FACTOR, DEFAULT_MAX_IMAGES, FitError, fit_dataset, report, \
     schedule_text, write_fitted_config

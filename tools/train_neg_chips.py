@@ -15,7 +15,8 @@ import argparse
 import logging
 import sys
 
-from lib.config import ConfigError, add_config_arguments, parse_cli_overrides
+from lib.config import ConfigError, add_config_arguments
+from lib.config.core import parse_cli_overrides
 from lib.logger import logged_outcome, report_user_errors, setup_logging
 from lib.pipeline.neg_chips import DEFAULT_RPN_EPOCHS, NegChipPipeline
 

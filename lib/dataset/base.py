@@ -40,6 +40,11 @@ class Dataset:
         return cls(cfg.dataset.dataset_path, image_set)
 
     @classmethod
+    def check_config(cls, cfg):
+        """The format's own checks of its dataset keys at config load (lib.config.validation), a
+        ``ConfigError`` naming the key; a format with keys of its own overrides this."""
+
+    @classmethod
     def class_count(cls, cfg, image_set):
         """The class count (background included) from the config and the class lists of the annotation
         files alone, without reading the entries or preparing files: a training start checks

@@ -33,7 +33,7 @@ from lib.dataset.base import Dataset
 from lib.dataset.polygons import pack_polygons
 from lib.dataset.reference_rules import python2_dict_order
 from lib.dataset.synthetic import CLASSES as SHAPES, ensure_synthetic_dataset
-from lib.errors import DataError, DataFileError
+from lib.errors import ConfigError, DataError, DataFileError
 from lib.evaluation.coco_summary import COCO_BANDS, dense_scene_warning, parse_bands, scored_max_dets
 from lib.evaluation.metrics import coco_results, evaluate_coco
 
@@ -387,6 +387,14 @@ class SyntheticDataset(CocoDataset):
     def class_count(cls, cfg, image_set):
         """Its shapes and the background, known without generating the set."""
         return len(SHAPES) + 1
+
+    @classmethod
+    def check_config(cls, cfg):
+        if cfg.dataset.synthetic_train <= 0:
+            raise ConfigError(f"config key dataset.synthetic_train = {cfg.dataset.synthetic_train!r}: the synthetic "
+                              f"dataset needs at least one training image")
+        if cfg.dataset.synthetic_val < 0:
+            raise ConfigError(f"config key dataset.synthetic_val = {cfg.dataset.synthetic_val!r}: must be >= 0")
 
     @classmethod
     def from_config(cls, cfg, image_set):

@@ -16,7 +16,8 @@ import logging
 import numpy as np
 
 from lib.boxes import clip_boxes, decode
-from lib.config import ConfigError, images_per_device
+from lib.config import ConfigError
+from lib.config.validation import images_per_device
 from lib.drawing import draw_detections
 from lib.inference.autofocus import run_autofocus
 from lib.inference.batching import plan

@@ -155,7 +155,7 @@ def export_onnx(cfg, directory, params=None):
 
 def export_onnx_params(cfg, classes, arg_params, aux_params, directory, source="parameters", category_ids=None):
     """``export_onnx`` of parameter arrays (MXNet NDArrays) of the detection network of ``cfg`` for ``classes``."""
-    from lib.config import plain
+    from lib.config.core import plain
     from lib.inference.onnx_export import FORMAT_VERSION, OPSET, ExportError, export_graphs
 
     if cfg.TRAIN.WITH_MASK:

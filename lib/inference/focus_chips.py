@@ -42,7 +42,7 @@ class FocusChipParams:
     @classmethod
     def from_config(cls, cfg, scale_index, stride=None):
         """The parameters that turn the maps of TEST scale ``scale_index`` into the chips of the next one
-        (TEST.CHIP_HYPERPARAMS[scale_index]; lib/config.py checks them where the next scale is pruned);
+        (TEST.CHIP_HYPERPARAMS[scale_index]; lib/config/validation.py checks them where the next scale is pruned);
         ``stride`` the network's (default: the backbone table's, which imports MXNet; an ONNX export's comes
         from its model.json)."""
         if stride is None:

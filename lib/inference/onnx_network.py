@@ -18,7 +18,7 @@ import sys
 import numpy as np
 
 from lib.boxes.proposals import proposals
-from lib.config import restore
+from lib.config.core import restore
 from lib.errors import UserError
 
 BACKENDS = ("mxnet", "onnxruntime")

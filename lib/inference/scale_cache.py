@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lib.atomic import atomic_path
-from lib.config import plain
+from lib.config.core import plain
 from lib.inference.merge import Candidates, concat_candidates
 
 logger = logging.getLogger(__name__)

@@ -45,7 +45,7 @@ class Tiling:
 
     @classmethod
     def from_config(cls, test_cfg):
-        """TEST.TILE as a Tiling, or None when it is empty (whole images; lib/config.py checks it)."""
+        """TEST.TILE as a Tiling, or None when it is empty (whole images; lib/config/validation.py checks it)."""
         return cls(int(test_cfg.TILE[0]), int(test_cfg.TILE[1])) if test_cfg.TILE else None
 
     def spans(self, start, stop, scale):

@@ -24,7 +24,8 @@ import json
 import logging
 import os
 
-from lib.config import load_config, lr_step_epochs
+from lib.config import load_config
+from lib.config.validation import lr_step_epochs
 from lib.run.checkpoint import checkpoint_prefix, output_dir, params_path
 from lib.run.folder import check_run_record
 from lib.start_checks import check_class_count, check_devices, check_training_start

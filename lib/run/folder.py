@@ -20,8 +20,8 @@ import sys
 from collections import namedtuple
 
 from lib.atomic import atomic_open
-from lib.config import ConfigError, add_config_arguments, dump_config, flat_config, load_config, \
-    parse_cli_overrides, with_overrides
+from lib.config import ConfigError, add_config_arguments, load_config, with_overrides
+from lib.config.core import dump_config, flat_config, parse_cli_overrides
 from lib.contexts import device_count
 from lib.run.checkpoint import CheckpointError, checkpoint_prefix, output_dir, params_epochs, params_path, \
     progress_path

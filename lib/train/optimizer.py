@@ -7,7 +7,7 @@ lr/S * (S*g + wd*S*w) equals the fp32 update lr * (g + wd*w), applied to fp32 ma
 import mxnet as mx
 import numpy as np
 
-from lib.config import lr_step_epochs
+from lib.config.validation import lr_step_epochs
 
 
 def lr_steps(train, iters_per_epoch):
