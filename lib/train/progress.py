@@ -115,7 +115,7 @@ def _record_epoch(line):
 def schedule_warnings(cfg, iters_per_epoch, num_update):
     """What makes a short run end in a useless model, said at its start: it ends inside the warm-up
     (``num_update``: the updates done before this run's first epoch; an lr step after the run's end is
-    refused at load, lib.config.lr_step_epochs)."""
+    refused at load, lib.config.validation.lr_step_epochs)."""
     train = cfg.TRAIN
     total = train.end_epoch * iters_per_epoch
     if not train.warmup or train.warmup_step < total or num_update >= total:
