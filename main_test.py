@@ -7,7 +7,7 @@ epoch ``TEST.TEST_EPOCH`` of the config's run. Runs the multi-scale tester on ``
 (results JSON + COCO/VOC evaluation under ``{output_path}/{name}/results/``), or, with ``--set TEST.EXTRACT_PROPOSALS true``, extracts RPN
 proposals of ``dataset.image_set`` for negative chip mining. With ``--images FOLDER|LIST`` it tests every image of a
 folder (or listed in a text file) without annotations: COCO-format results, and drawn images with ``--draw``
-(lib/inference/folder_test.py). Both also write GeoJSON for geo-referenced images (lib/inference/geojson.py).
+(lib/inference/image_folder.py). Both also write GeoJSON for geo-referenced images (lib/inference/geojson.py).
 ``--vis`` draws every test image's detections at each scale and merged into ``{results}/vis/scale{n}/`` and
 ``vis/final/``; ``--set TEST.USE_CACHE true`` caches each scale's detections and merges again from them, without
 the network, in the next run (lib/inference/scale_cache.py).
@@ -60,7 +60,7 @@ def main(argv=None):
     with logged_outcome("proposal extraction" if cfg.TEST.EXTRACT_PROPOSALS else "testing"):
         log_config(args.cfg or args.model, args.set, dump_config(cfg))
         if args.images:
-            from lib.inference.folder_test import detect_images
+            from lib.inference.image_folder import detect_images
 
             detect_images(cfg, args.images, args.out, args.draw, args.draw_thresh)
         elif cfg.TEST.EXTRACT_PROPOSALS:

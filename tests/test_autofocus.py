@@ -364,7 +364,7 @@ def test_tiny_autofocus_network_trains_with_finite_falling_focus_loss(tmp_path):
 
 def run_regions(detector, images, num_workers=0):
     from lib.inference.autofocus import AutoFocusStats, run_autofocus
-    from lib.inference.pipeline import ArrayImages
+    from lib.inference.streaming import ArrayImages
 
     regions, stats = [], AutoFocusStats()
     found = dict(run_autofocus(detector, ArrayImages(images), num_workers, stats,
@@ -374,7 +374,7 @@ def run_regions(detector, images, num_workers=0):
 
 
 def test_autofocus_processes_the_focus_chip_at_the_next_scale_and_merges_hand_worked():
-    from lib.inference.pipeline import prepare_image
+    from lib.inference.streaming import prepare_image
 
     oracle = two_level_oracle()
     detector = focus_detector(oracle, pruning=[False, True], **TWO_LEVELS)
@@ -448,7 +448,7 @@ def test_level_batches_without_parts_batch_the_whole_set_by_area():
 
 
 def test_autofocus_runs_through_the_detector_and_its_worker_processes(tmp_path):
-    from lib.inference.pipeline import ArrayImages
+    from lib.inference.streaming import ArrayImages
 
     detector = focus_detector(two_level_oracle(), pruning=[False, True], **TWO_LEVELS)
     assert detector.autofocus
@@ -465,7 +465,7 @@ def test_autofocus_runs_through_the_detector_and_its_worker_processes(tmp_path):
 
 def test_an_unreadable_image_is_reported_once_and_the_others_complete():
     from lib.inference.autofocus import run_autofocus
-    from lib.inference.pipeline import ArrayImages
+    from lib.inference.streaming import ArrayImages
 
     class Broken(ArrayImages):
         def read(self, index):
@@ -484,7 +484,7 @@ def test_an_unreadable_image_is_reported_once_and_the_others_complete():
 def test_region_crops_are_whole_pixels_and_may_overhang_their_canvas():
     from lib.inference.regions import Region, RegionImages
     from lib.inference.batching import plan_level
-    from lib.inference.pipeline import ArrayImages
+    from lib.inference.streaming import ArrayImages
     from lib.scales import ScaleSpec
 
     regions = [Region(0, (10.7, 20.2, 40.9, 30.1)), Region(0, (150.5, 0.0, 200.0, 160.0))]
@@ -496,7 +496,7 @@ def test_region_crops_are_whole_pixels_and_may_overhang_their_canvas():
     # of 10 x 30 px resizes to 20 x 60
     batch, = plan_level(source.sizes()[:1], ScaleSpec(factor=2.0), 1, 1, scales=[2.0])
     assert batch.canvas == (20, 61)
-    from lib.inference.pipeline import prepare_image
+    from lib.inference.streaming import prepare_image
     out = np.zeros((3, 19, 61), np.float32)  # one row short: the crop is cut, as the reference cuts it
     assert prepare_image(source.read(0), 2.0, (0, 0, 0), "BGR", out, cut=True) == (20, 60)
     with pytest.raises(ValueError, match="does not fit"):

@@ -12,7 +12,7 @@ import tifffile
 from lib.config import with_overrides
 from lib.dataset.georeference import Georeference, find_world_file, read_georeference
 from lib.inference import tester
-from lib.inference.folder_test import detect_images
+from lib.inference.image_folder import detect_images
 from lib.inference.geojson import detections_geojson
 from detector_helpers import CATEGORY_IDS, IMAGES, OracleDetector
 

@@ -164,7 +164,7 @@ import json, sys
 import numpy as np
 sys.path[:0] = [{root!r}, {tests!r}]
 path, side = sys.argv[1], 20000
-from lib.inference.pipeline import RoidbImages
+from lib.inference.streaming import RoidbImages
 from detector_helpers import stand_in_detector
 detector = stand_in_detector(SCALES=[0.25, 0.1, 512.0], VALID_RANGES=[[-1, -1]] * 3, TILE=[1024, 128])
 entry = {{"image": path, "height": side, "width": side}}

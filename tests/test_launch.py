@@ -1,4 +1,4 @@
-"""The launcher (lib/distributed/launch.py, tools/launch.py) without a job: hostfile, --env, the nodes it
+"""The launcher (lib/launcher/launch.py, tools/launch.py) without a job: hostfile, --env, the nodes it
 plans, the remote command line, the command line's checks.
 
 The launcher running real jobs (local and over a stand-in ssh) is tested in test_distributed.py.
@@ -11,7 +11,7 @@ import sys
 import psutil
 import pytest
 
-from lib.distributed.launch import LaunchError, Host, parse_env, parse_hostfile, plan_nodes, remote_command
+from lib.launcher.launch import LaunchError, Host, parse_env, parse_hostfile, plan_nodes, remote_command
 
 LAUNCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools", "launch.py")
 
@@ -57,7 +57,7 @@ def test_local_plan_is_all_loopback():
             ("9000", "1", "2")
         assert "DMLC_INTERFACE" not in node.env
     assert nodes[0].argv == nodes[1].argv and nodes[0].argv[:2] == ["py", "-c"]
-    assert nodes[0].argv[2].endswith("; from lib.distributed.heartbeat import start_heartbeat; start_heartbeat(); "
+    assert nodes[0].argv[2].endswith("; from lib.launcher.heartbeat import start_heartbeat; start_heartbeat(); "
                                      "import mxnet")
     assert nodes[2].argv == ["train", "--x"]
     # the default 300 s heartbeat timeout: a beat every 30 s; none asked for without a timeout

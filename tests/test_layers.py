@@ -29,7 +29,7 @@ LAYERS = (
     ("lib.ops", "lib.evaluation", "chip_generator"),
     ("lib.scales", "lib.boxes", "lib.logger", "lib.drawing", "lib.contexts"),
     ("lib.errors", "lib.atomic", "lib.bootstrap", "lib.paths", "lib.benchmarking", "dev.cuda_kernels",
-     "lib.distributed", "configs", "lib", "dev"),
+     "lib.launcher", "configs", "lib", "dev"),
 )
 PACKAGES = ("lib", "dev", "symbols", "chip_generator", "configs")
 DEV_PROGRAMS = ("dev.compare_commits", "dev.config_snapshot", "dev.parity_compare",  # dev/'s scripts

@@ -21,7 +21,7 @@ from lib.drawing import draw_detections
 from lib.inference.detector import Detector
 from lib.evaluation.metrics import coco_results, evaluate_coco
 from lib.inference.masks import encode_pasted, mask_regions, paste_masks
-from lib.inference.pipeline import ArrayImages, prepare_image
+from lib.inference.streaming import ArrayImages, prepare_image
 from lib.inference.regions import Region, RegionPlan
 from lib.scales import pyramid
 from symbols import inference_symbol
@@ -550,21 +550,21 @@ def test_an_image_unreadable_in_the_mask_pass_is_skipped_and_counted(mask_run, m
     """An image read for its detections that cannot be read for its masks is logged and skipped, the other
     one evaluated with its masks."""
     from lib.config import with_overrides
-    from lib.inference import pipeline, tester
+    from lib.inference import streaming, tester
 
     cfg = with_overrides(mask_run[0], {"TEST.NUM_PROCESS": 0})
     detections = tester.run_images
 
     def then_unreadable(*args, **kwargs):
         found = detections(*args, **kwargs)
-        read = pipeline.read_roidb_image
+        read = streaming.read_roidb_image
 
         def failing(entry):
             if entry["id"] == 8:
                 raise IOError(f"cannot read {entry['image']}")
             return read(entry)
 
-        monkeypatch.setattr(pipeline, "read_roidb_image", failing)
+        monkeypatch.setattr(streaming, "read_roidb_image", failing)
         return found
 
     monkeypatch.setattr(tester, "run_images", then_unreadable)

@@ -168,7 +168,7 @@ def detections_without_mxnet(folder, images, tmp_path):
     script = WITHOUT_MXNET + f"""
 import numpy as np
 from lib.inference import Detector
-from lib.inference.pipeline import ArrayImages
+from lib.inference.streaming import ArrayImages
 loaded = np.load({str(tmp_path / "images.npz")!r})
 images = [loaded[f"arr_{{i}}"] for i in range(len(loaded.files))]
 detector = Detector.from_onnx({folder!r})

@@ -33,7 +33,7 @@ from lib.dataset.proposals import write_proposals
 from lib.dataset.variants import add_empty_images, small_object_set
 from lib.evaluation.coco_summary import dense_scene_warning, max_dets_for, parse_bands
 from lib.evaluation.metrics import COCO_STAT_NAMES, evaluate_coco
-from lib.inference.folder_test import detect_images, image_entries, image_ids, list_images
+from lib.inference.image_folder import detect_images, image_entries, image_ids, list_images
 from lib.inference.tester import results_dir
 from lib.paths import shown_path
 from lib.run import checkpoint
@@ -679,7 +679,7 @@ def test_a_folder_image_over_the_pixel_limit_is_a_counted_skip_naming_file_size_
     cv2.imwrite(str(folder / "small.png"), np.zeros((60, 80, 3), np.uint8))
     (folder / "bomb.png").write_bytes(png_bomb(100_000, 100_000))  # a few hundred bytes declaring 10 Gpx
     (folder / "large.png").write_bytes(png_bomb(20_000, 10_000))  # 200 Mpx: over Pillow's own limit, not the key's
-    with caplog.at_level(logging.ERROR, logger="lib.inference.folder_test"):
+    with caplog.at_level(logging.ERROR, logger="lib.inference.image_folder"):
         entries, unreadable = image_entries(list_images(str(folder)), 1_000_000_000)
     assert [(os.path.basename(e["image"]), e["width"], e["height"]) for e in entries] == [
         ("large.png", 20_000, 10_000), ("small.png", 80, 60)]

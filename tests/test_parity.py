@@ -477,7 +477,7 @@ def test_scale_batches_are_compared_on_the_images_each_batch_gives_and_their_can
     import cv2
 
     from lib.inference.batching import plan_level
-    from lib.inference.pipeline import prepare_image
+    from lib.inference.streaming import prepare_image
     from dev.parity.detection import compare_scale_batches
     from lib.scales import pyramid
 

@@ -17,7 +17,7 @@ from lib.dataset.image_io import read_roidb_image
 from lib.inference import tester
 from lib.inference.merge import scale_candidates, suppress
 from lib.inference.scale_cache import ScaleCache
-from lib.inference.pipeline import ArrayImages
+from lib.inference.streaming import ArrayImages
 
 
 class Oracle(OracleDetector):

@@ -10,7 +10,7 @@ import pytest
 
 from lib.config import ConfigError, load_config
 from lib.data.worker_pool import ProcessPool, WorkerStalledError
-from lib.distributed.launch import Job
+from lib.launcher.launch import Job
 from stall_helpers import assert_each_stopped_worker_warned_once
 
 

@@ -24,7 +24,7 @@ from lib.scales import ScaleSpec, pyramid
 from lib.inference import tester
 from lib.inference.batching import extraction_order, part_bounds, plan_level, reference_order
 from lib.inference.detector import Detector, checkpoint_file, to_original, unique_rows
-from lib.inference.pipeline import RoidbImages, prepare_image
+from lib.inference.streaming import RoidbImages, prepare_image
 from lib.inference.merge import in_test_range, merge_scales, scale_candidates, suppress
 from lib.run.checkpoint import checkpoint_prefix, save_checkpoint
 from lib.dataset.base import numbered_classes
@@ -463,7 +463,7 @@ def test_a_stopped_test_worker_is_warned_about_then_named_with_its_image_instead
     """TEST.STALL_WARN and TEST.LOADER_TIMEOUT reach the test pipeline's workers: a warning, then the stop."""
     from lib.data.worker_pool import WorkerStalledError
     from lib.dataset import image_io
-    from lib.inference import pipeline
+    from lib.inference import streaming
 
     cfg, arg_params, aux_params = tiny
     detector = Detector.from_params(with_overrides(cfg, {"TEST.LOADER_TIMEOUT": 2, "TEST.STALL_WARN": 0.5}),
@@ -476,7 +476,7 @@ def test_a_stopped_test_worker_is_warned_about_then_named_with_its_image_instead
             os.kill(os.getpid(), signal.SIGSTOP)
         return image_io.read_roidb_image(entry)
 
-    monkeypatch.setattr(pipeline, "read_roidb_image", read)
+    monkeypatch.setattr(streaming, "read_roidb_image", read)
     with pytest.raises(WorkerStalledError, match=rf"worker test-pipeline-\d \(pid \d+\) has shown no sign of life "
                                                  rf"for \d+ s \(TEST.LOADER_TIMEOUT is 2 s\) while preparing image "
                                                  rf"{re.escape(stopped)}; the process is stopped"), \

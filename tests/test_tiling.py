@@ -9,7 +9,7 @@ from detector_helpers import BLOB_IMAGES as IMAGES, BLOB_SQUARES as SQUARES, NUM
 from lib.config import load_config
 from lib.inference.detector import Detector
 from lib.inference.merge import candidate_rows
-from lib.inference.pipeline import ArrayImages
+from lib.inference.streaming import ArrayImages
 from lib.inference.regions import Region
 from lib.inference.tiling import Tiling, in_core, region_thresholded, run_tiled
 

@@ -25,7 +25,7 @@ from lib.dataset import load_roidb
 from lib.inference.autofocus import AutoFocusStats, run_autofocus
 from lib.inference.detector import Detector, checkpoint_file
 from lib.evaluation.metrics import coco_results, evaluate_coco
-from lib.inference.pipeline import RoidbImages
+from lib.inference.streaming import RoidbImages
 from lib.logger import report_user_errors, setup_logging
 from lib.run.checkpoint import output_dir
 

@@ -5,7 +5,7 @@ vs GluonCV's Faster R-CNN ResNet-101.
     python tools/benchmark_inference.py --cfg FILE --null-forward [--images 48] [--workers 0 2] [--runs 3]
 
 ``--null-forward`` measures everything around the network: ``--images`` JPEG files of ``--image_size`` are
-written to a temporary folder and tested as a dataset (lib.inference.pipeline: decoding, the resizes of
+written to a temporary folder and tested as a dataset (lib.inference.streaming: decoding, the resizes of
 every TEST.SCALES level, mean subtraction onto the batch canvases, the per-image merge), with the network
 replaced by a no-op returning fixed-shape outputs shaped like a trained network's (300 rois per image and
 scale, each with one likely class and two unlikely ones above the score threshold, so that the merge has
@@ -40,7 +40,7 @@ import numpy as np
 from lib.benchmarking import PeakMemory, markdown_table, measure
 from lib.config import with_overrides
 from lib.inference.detector import DATA_NAMES, Detector, checkpoint_file
-from lib.inference.pipeline import RoidbImages
+from lib.inference.streaming import RoidbImages
 from lib.logger import report_user_errors
 from lib.dataset.base import numbered_classes
 from lib.errors import ConfigError

@@ -73,7 +73,7 @@ def run_mode(args):
     from lib.inference.autofocus import AutoFocusStats, run_autofocus
     from lib.inference.detector import Detector
     from lib.evaluation.metrics import coco_results, evaluate_coco
-    from lib.inference.pipeline import RoidbImages
+    from lib.inference.streaming import RoidbImages
     from lib.inference.tiling import run_tiled
 
     focus = args.mode == "autofocus-tiled"

@@ -12,14 +12,14 @@ its name. When any process fails, all are stopped and the launcher exits with it
 when a process falls silent (no heartbeat for --heartbeat-timeout seconds: stopped, hung, cut off),
 naming it; Ctrl-C, SIGTERM or SIGHUP stop them all. A hostfile has one ``SSH_DESTINATION [NODE_ADDRESS]`` per line.
 Remote processes run in ``--workdir`` (default: this directory). See docs/distributed.md and
-lib/distributed/launch.py.
+lib/launcher/launch.py.
 """
 import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
 import argparse
 import os
 import sys
 
-from lib.distributed.launch import DEFAULT_HEARTBEAT_TIMEOUT, DEFAULT_STALL_WARN, LaunchError, launch
+from lib.launcher.launch import DEFAULT_HEARTBEAT_TIMEOUT, DEFAULT_STALL_WARN, LaunchError, launch
 
 
 def parse_args(argv=None):

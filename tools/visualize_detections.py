@@ -8,7 +8,7 @@ images per PNG grid.
 With ``--model RUN_FOLDER`` (the run's config.yaml) or ``--cfg`` the images, ground truth and class names
 are the config's test set (``dataset.test_image_set``, or ``--image-set``), as main_test.py wrote the results. With ``--folder``
 the image ids are those ``main_test.py --images`` gave the same files: the ``image_info.json`` beside the
-results when there is one (ids by file name), else its rule (lib.inference.folder_test.image_ids: the names'
+results when there is one (ids by file name), else its rule (lib.inference.image_folder.image_ids: the names'
 numbers when all are distinct numbers, COCO's ``000000000139.jpg`` is image 139, else 1..N in name order);
 ``--annotations`` (a COCO instances file) adds ground truth and category names, else categories are
 shown by id. Ground truth is drawn in white, detections scoring at least ``--thresh`` in their class
@@ -32,7 +32,7 @@ from lib.dataset import load_roidb, read_image
 from lib.dataset.image_io import DEFAULT_MAX_PIXELS
 from lib.drawing import class_palette, draw_boxes, draw_detections, grid, legend, write_picture
 from lib.errors import DataError
-from lib.inference.folder_test import IMAGE_INFO_FILE, image_ids, list_images
+from lib.inference.image_folder import IMAGE_INFO_FILE, image_ids, list_images
 from lib.logger import report_user_errors
 from lib.paths import shown_path
 from lib.run.checkpoint import output_dir

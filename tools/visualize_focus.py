@@ -23,7 +23,7 @@ from lib.drawing import draw_boxes, draw_detections, grid, legend
 from lib.inference.autofocus import AutoFocusStats, run_autofocus
 from lib.inference.detector import Detector, checkpoint_file
 from lib.inference.focus_chips import focus_pixel_boxes
-from lib.inference.pipeline import RoidbImages
+from lib.inference.streaming import RoidbImages
 from lib.logger import report_user_errors, setup_logging
 from lib.paths import shown_path
 from lib.run.checkpoint import output_dir

@@ -21,7 +21,7 @@ import numpy as np
 from lib.config import load_config
 from lib.boxes.proposals import proposals
 from lib.inference.batching import plan_level
-from lib.inference.pipeline import prepare_image
+from lib.inference.streaming import prepare_image
 from dev.parity.chip_targets import random_scene_image, reference_config
 from lib.benchmarking import percent
 from lib.scales import pyramid

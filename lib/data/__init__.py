@@ -1,7 +1,7 @@
 """The SNIPER training iterator: chips mined per epoch, built by worker processes into shared memory.
 
 Its names load on first use, so that the test pipeline's use of the shared-memory ring and the workers
-(lib.inference.pipeline) does not import the MXNet iterator (lib.data.loader)."""
+(lib.inference.streaming) does not import the MXNet iterator (lib.data.loader)."""
 import importlib
 
 __all__ = ["ChipLoader", "LoaderStats", "AnchorTargeter", "AnchorTargetParams", "WorkerDiedError", "WorkerError",

@@ -32,8 +32,7 @@ from lib.dataset.annotations import BoxReport, clean_boxes, escapes_folder, make
 from lib.dataset.base import Dataset
 from lib.dataset.polygons import pack_polygons
 from lib.dataset.reference_rules import python2_dict_order
-from lib.dataset.synthetic import CLASSES as SHAPES, ensure_synthetic_dataset
-from lib.errors import ConfigError, DataError, DataFileError
+from lib.errors import DataError, DataFileError
 from lib.evaluation.coco_summary import COCO_BANDS, dense_scene_warning, parse_bands, scored_max_dets
 from lib.evaluation.metrics import coco_results, evaluate_coco
 
@@ -378,26 +377,3 @@ class CocoDataset(Dataset):
         stats = evaluate_coco(self.coco, path, out_dir, image_ids=image_ids, max_dets=max_dets, bands=bands)
         return {"results": path, "stats": stats}
 
-
-class SyntheticDataset(CocoDataset):
-    """The project's COCO-format shapes set (lib/dataset/synthetic.py), generated first when absent from
-    ``dataset.synthetic_train``, ``synthetic_val`` and ``synthetic_seed``, in its own folder per settings."""
-
-    @classmethod
-    def class_count(cls, cfg, image_set):
-        """Its shapes and the background, known without generating the set."""
-        return len(SHAPES) + 1
-
-    @classmethod
-    def check_config(cls, cfg):
-        if cfg.dataset.synthetic_train <= 0:
-            raise ConfigError(f"config key dataset.synthetic_train = {cfg.dataset.synthetic_train!r}: the synthetic "
-                              f"dataset needs at least one training image")
-        if cfg.dataset.synthetic_val < 0:
-            raise ConfigError(f"config key dataset.synthetic_val = {cfg.dataset.synthetic_val!r}: must be >= 0")
-
-    @classmethod
-    def from_config(cls, cfg, image_set):
-        # its own folder per counts and seed (lib.dataset.synthetic.synthetic_folder): never replaced in place
-        return cls(ensure_synthetic_dataset(cfg.dataset.dataset_path, train=cfg.dataset.synthetic_train,
-                                            val=cfg.dataset.synthetic_val, seed=cfg.dataset.synthetic_seed), image_set)

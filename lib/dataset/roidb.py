@@ -10,12 +10,13 @@ import numpy as np
 from chip_generator.mining import neg_chip_proposals
 from lib.boxes import flip_boxes
 from lib.dataset.base import numbered_classes
-from lib.dataset.coco import CocoDataset, SyntheticDataset
+from lib.dataset.coco import CocoDataset
 from lib.dataset.pascal_voc import PascalVocDataset
 from lib.dataset.polygons import flip_polygons, select_polygons
 from lib.dataset.proposals import read_proposals
 from lib.dataset.reference_rules import suppress_pooled_proposals, truncate_to_whole_pixels
 from lib.dataset.roidb_cache import cache_path, read_cache, write_cache
+from lib.dataset.synthetic import SyntheticDataset
 from lib.errors import ConfigError, DataError
 from lib.paths import shown_path
 

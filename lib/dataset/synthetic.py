@@ -24,6 +24,8 @@ import cv2
 import numpy as np
 from tqdm import tqdm
 
+from lib.dataset.coco import CocoDataset
+from lib.errors import ConfigError
 from lib.paths import shown_path
 
 logger = logging.getLogger(__name__)
@@ -481,3 +483,27 @@ def _install(tmp, path, manifest):
             raise
     if old:
         shutil.rmtree(old, ignore_errors=True)
+
+
+class SyntheticDataset(CocoDataset):
+    """The project's COCO-format shapes set (made by ``ensure_synthetic_dataset`` above), generated first when absent from
+    ``dataset.synthetic_train``, ``synthetic_val`` and ``synthetic_seed``, in its own folder per settings."""
+
+    @classmethod
+    def class_count(cls, cfg, image_set):
+        """Its shapes and the background, known without generating the set."""
+        return len(CLASSES) + 1
+
+    @classmethod
+    def check_config(cls, cfg):
+        if cfg.dataset.synthetic_train <= 0:
+            raise ConfigError(f"config key dataset.synthetic_train = {cfg.dataset.synthetic_train!r}: the synthetic "
+                              f"dataset needs at least one training image")
+        if cfg.dataset.synthetic_val < 0:
+            raise ConfigError(f"config key dataset.synthetic_val = {cfg.dataset.synthetic_val!r}: must be >= 0")
+
+    @classmethod
+    def from_config(cls, cfg, image_set):
+        # its own folder per counts and seed (synthetic_folder): never replaced in place
+        return cls(ensure_synthetic_dataset(cfg.dataset.dataset_path, train=cfg.dataset.synthetic_train,
+                                            val=cfg.dataset.synthetic_val, seed=cfg.dataset.synthetic_seed), image_set)

@@ -5,7 +5,7 @@ images; a level ``i > 0`` with ``TEST.DO_PRUNING[i]`` processes only the FocusCh
 maps (``scale_prob``) of level ``i - 1`` give (lib.inference.focus_chips, ``TEST.CHIP_HYPERPARAMS[i - 1]``),
 for every region level ``i - 1`` processed, so chips are found in chips recursively; a level without
 pruning processes whole images again. Each processed region (a whole image or a chip, in original pixels)
-is a test "image" of the Detector's pipeline (lib.inference.pipeline): ``RegionImages`` crops it as the
+is a test "image" of the Detector's pipeline (lib.inference.streaming): ``RegionImages`` crops it as the
 reference does (whole pixels, ``int()`` of its corners) and it is resized by its image's factor at the
 level; regions are batched as the reference's AutoFocus iterator batches them (``batching.plan_level`` on
 their fractional extents: by area, landscape first, canvases of the largest ``ceil(extent * s)``, the

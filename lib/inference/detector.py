@@ -7,7 +7,7 @@ mean subtracted in the network's channel order and placed in the top-left corner
 proposal layer its extent (and scale 1, so that the minimum proposal size is in scaled pixels). A box is
 decoded in the scaled image, clipped to it, then divided by the scale. The Module reshapes itself
 whenever a batch's canvas differs from the previous one. Preparing images and merging run in worker
-processes around the network (lib.inference.pipeline) when ``num_workers`` > 0.
+processes around the network (lib.inference.streaming) when ``num_workers`` > 0.
 """
 import dataclasses
 import functools
@@ -23,7 +23,7 @@ from lib.inference.autofocus import run_autofocus
 from lib.inference.batching import plan
 from lib.inference.detections import Detections
 from lib.inference.merge import merge_candidates, merge_scales, thresholded_levels
-from lib.inference.pipeline import ArrayImages, run_pipeline
+from lib.inference.streaming import ArrayImages, run_pipeline
 from lib.inference.regions import RegionPlan
 from lib.inference.scale_cache import cached_levels
 from lib.inference.tiling import Tiling, region_plan, run_tiled
@@ -254,7 +254,7 @@ class Detector:
         return bool(self.cfg.TEST.AUTO_FOCUS) and not self.rpn_only
 
     def run(self, source, levels=None, num_workers=0, combine=None, plan=None):
-        """Yield ``(index, result)`` per image of ``source`` (lib.inference.pipeline: RoidbImages or
+        """Yield ``(index, result)`` per image of ``source`` (lib.inference.streaming: RoidbImages or
         ArrayImages) as it completes, or ``(index, IOError)`` for an unreadable one; results are
         detections (see ``detect``) or, for the RPN-only network, proposals (see ``propose``), or what
         ``combine`` makes of an image's per-level results. With TEST.AUTO_FOCUS, detections on the

@@ -188,7 +188,7 @@ class MaskHead:
         """Yield ``(index, maps (N, 28, 28) float32, or the IOError of an unreadable image)`` per image of
         ``detections`` (``{index: (boxes (N, 4) original pixels, labels (N,))}`` of images of ``source``),
         computed on the regions of ``plan`` (the RegionPlan of the detection run, see the module docstring);
-        ``num_workers`` prepare the regions (lib.inference.pipeline)."""
+        ``num_workers`` prepare the regions (lib.inference.streaming)."""
         sizes, levels = source.sizes(), self.detector.levels
         regions_of = defaultdict(list)
         for position, region in enumerate(plan.regions):
@@ -247,7 +247,7 @@ def _region_rois(plan, position, boxes, labels, members):
 
 class _MaskPass:
     """The mask graph as the pipeline's network: the pipeline runs the batches in their order
-    (lib.inference.pipeline.run_pipeline), each taking the next batch's rois."""
+    (lib.inference.streaming.run_pipeline), each taking the next batch's rois."""
 
     def __init__(self, head, rois):
         self.head, self.rois = head, iter(rois)

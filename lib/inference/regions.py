@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from lib.inference.pipeline import run_pipeline
+from lib.inference.streaming import run_pipeline
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ class RegionImages:
 
 
 def run_regions(network, source, regions, batches, cfg, num_workers, alive):
-    """Yield ``(position, result)`` per region of ``regions`` run through the pipeline (lib.inference.pipeline,
+    """Yield ``(position, result)`` per region of ``regions`` run through the pipeline (lib.inference.streaming,
     ``batches`` planned on them) whose image is still in ``alive`` (a dict by image index): a result is the
     region's ``[per-level result]``, or the IOError of an unreadable image, yielded once; the image is then
     removed from ``alive`` and its other regions are skipped."""

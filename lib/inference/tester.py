@@ -7,7 +7,7 @@ training images, unflipped) and writes the proposal file (``lib.dataset.proposal
 ``dataset.proposal`` reads for negative chip mining.
 
 Images are batched as the reference batches them (lib.inference.batching) and prepared and merged in
-``TEST.NUM_PROCESS`` worker processes around the network (lib.inference.pipeline). An image that cannot
+``TEST.NUM_PROCESS`` worker processes around the network (lib.inference.streaming). An image that cannot
 be read, or whose file is not of its annotated size, is logged with its path, left out and counted as
 skipped. With ``TEST.USE_CACHE`` each scale's detections are cached in the results folder and read back
 by the next test of the same checkpoint, images and settings (lib.inference.scale_cache), which then only
@@ -29,7 +29,7 @@ from lib.inference.detector import Detector, checkpoint_file
 from lib.inference.geojson import write_geojson
 from lib.inference.masks import image_segmentations
 from lib.inference.merge import candidate_rows, suppress
-from lib.inference.pipeline import RoidbImages, metered
+from lib.inference.streaming import RoidbImages, metered
 from lib.inference.regions import RegionPlan
 from lib.inference.scale_cache import ScaleCache
 from lib.paths import shown_path
@@ -56,7 +56,7 @@ def proposal_file(cfg):
 
 
 def run_images(roidb, detector, num_workers, desc, speed=None, run=None, plan=None):
-    """``detector`` over every roidb entry (lib.inference.pipeline, ``num_workers`` processes); returns
+    """``detector`` over every roidb entry (lib.inference.streaming, ``num_workers`` processes); returns
     (results by roidb index, skipped entries). Unreadable images are logged with their path and skipped.
     The bar counts network passes (a batch at one scale), the work an ETA must extrapolate, not images
     started. ``speed`` (a dict), when given, gets the seconds end to end and in the network. ``run``

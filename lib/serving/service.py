@@ -211,7 +211,7 @@ class DetectionService:
         """Detections of an image over LARGE_IMAGE_PIXELS, read by windows from a temporary copy of the upload
         (tiled test; boxes only: its masks would each be as large as the image)."""
         from lib.inference.detections import Detections
-        from lib.inference.pipeline import RoidbImages
+        from lib.inference.streaming import RoidbImages
 
         with tempfile.TemporaryDirectory(prefix="serve-") as folder:
             path = os.path.join(folder, "upload.png" if job.data.startswith(b"\x89PNG") else "upload.jpg")

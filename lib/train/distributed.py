@@ -16,7 +16,7 @@ import mxnet as mx
 import numpy as np
 
 from lib.config import ConfigError
-from lib.distributed import heartbeat
+from lib.launcher import heartbeat
 
 logger = logging.getLogger(__name__)
 

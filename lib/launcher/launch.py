@@ -6,7 +6,7 @@ DMLC_ROLE says so. Every worker runs the given command with the DMLC_* variables
 prefixes each process's output with its name; when any process fails (or a scheduler/server ends
 while workers still run), it stops all of them and exits with that process's code, since the others
 would wait for it forever. The same holds for a process that stops without ending (SIGSTOP, a hung
-host): every process beats (lib/distributed/heartbeat.py) and one silent for ``heartbeat_timeout``
+host): every process beats (lib/launcher/heartbeat.py) and one silent for ``heartbeat_timeout``
 seconds stops the job, named. Ctrl-C, SIGTERM or SIGHUP stop all of them; a child also gets SIGTERM if
 the launcher itself is killed. A hostfile has one host per line: ``SSH_DESTINATION [NODE_ADDRESS]``
 (the address the other nodes reach that host at; without it ps-lite picks the host's first network
@@ -26,7 +26,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from lib.distributed import heartbeat
+from lib.launcher import heartbeat
 
 LOOPBACK = "127.0.0.1"
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -164,7 +164,7 @@ def plan_nodes(command, num_workers, num_servers, port, python, hosts=None, sche
             env["DMLC_NODE_HOST"] = address
         return Node(role, index, list(argv), env, host)
 
-    server_argv = [python, "-c", f"import sys; sys.path.insert(0, {ROOT!r}); from lib.distributed.heartbeat import "
+    server_argv = [python, "-c", f"import sys; sys.path.insert(0, {ROOT!r}); from lib.launcher.heartbeat import "
                                  f"start_heartbeat; start_heartbeat(); import mxnet"]
     nodes = [node("scheduler", 0, server_argv, None)]
     nodes += [node("server", i, server_argv, hosts[i % len(hosts)] if hosts else None) for i in range(num_servers)]
