@@ -9,6 +9,7 @@ import pytest
 from pycocotools.cocoeval import COCOeval
 
 from lib.atomic import write_json
+from lib.evaluation.coco_summary import defined
 from lib.evaluation.metrics import coco_results, evaluate_coco, evaluate_voc, voc_ap, voc_class_ap
 from dataset_helpers import indexed_coco
 
@@ -243,3 +244,12 @@ def test_proposal_recall_tool_prints_the_table(tmp_path, capsys, monkeypatch):
     error = capsys.readouterr().err
     assert stopped.value.code != 0 and "Traceback" not in error, error
     assert error.strip().splitlines()[-1].startswith("error: cannot read proposal file") and "none.npz" in error
+
+
+@pytest.mark.parametrize("value, is_defined", [
+    (0.0, True), (0.42, True), (1, True), (np.float32(0.5), True),  # numbers, NumPy's too
+    (-1.0, False), (-1, False), (float("nan"), False), (float("inf"), False),  # COCO's undefined, NaN, inf
+    (None, False), (True, False), ("0.5", False),  # absent, or what a damaged record holds
+])
+def test_a_metric_is_defined_only_as_a_finite_non_negative_number(value, is_defined):
+    assert defined(value) is is_defined

@@ -13,7 +13,6 @@ mid-write) is skipped and counted.
 import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
 import argparse
 import json
-import math
 import os
 import sys
 
@@ -22,6 +21,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from lib.evaluation.coco_summary import defined  # noqa: E402
 from lib.logger import report_user_errors  # noqa: E402
 from lib.paths import shown_path  # noqa: E402
 
@@ -47,20 +47,12 @@ def read_metrics(path):
     return records, evaluations, skipped
 
 
-def defined(value):
-    """A stat's value as a number, or None when undefined (not a number, COCO's -1, NaN)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        return None
-    return float(value)
-
-
 def ap_curves(evaluations):
     """({AP stat: [(iteration, epoch, value), ...]} of its defined values, [stats undefined at every
     evaluation]): the stats whose name says AP (AP, AP50, APs, mAP, segm_AP ...), not the ARs."""
     names = list(dict.fromkeys(name for record in evaluations for name in record["eval"] if "AP" in name))
-    curves = {name: [(record["iteration"], record.get("epoch"), defined(record["eval"].get(name)))
-                     for record in evaluations] for name in names}
-    curves = {name: [point for point in points if point[2] is not None] for name, points in curves.items()}
+    curves = {name: [(record["iteration"], record.get("epoch"), float(record["eval"][name]))
+                     for record in evaluations if defined(record["eval"].get(name))] for name in names}
     return {name: points for name, points in curves.items() if points}, [name for name in names if not curves[name]]
 
 

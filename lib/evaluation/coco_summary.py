@@ -77,8 +77,11 @@ def configure(coco_eval, max_per_image=100, bands=COCO_BANDS):
 
 
 def defined(value):
-    """Whether a metric value is a value: not None, finite and not COCO's -1 (no ground truth it scores)."""
-    return value is not None and math.isfinite(value) and value >= 0
+    """Whether a metric value is a value: a number (not None, a bool or text read from a damaged record), finite
+    and not COCO's -1 (no ground truth it scores)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+        return False
+    return bool(math.isfinite(value) and value >= 0)
 
 
 def _mean(values):

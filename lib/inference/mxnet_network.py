@@ -40,8 +40,6 @@ def check_params(symbol, arg_params, aux_params, source, stride):
                                   f"network of this config needs {tuple(shape)} (symbol, dataset.NUM_CLASSES?)")
 
 
-
-
 class MxnetNetwork:
     """The test (or RPN-only) network of ``cfg`` for ``num_classes`` (None: RPN-only) bound on ``contexts``
     with the given parameters; a CheckpointError names a missing or ill-shaped one (``source``: their file)."""
