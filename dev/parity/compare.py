@@ -27,8 +27,8 @@ import numpy as np
 
 import chip_generator.mining as mining
 from chip_generator.cover import candidate_windows, generate
-from chip_generator.mining import MiningParams, _to_scaled_image, mine_image_chips
-from lib.config import load_config
+from chip_generator.mining import _to_scaled_image, mine_image_chips
+from lib.config import load_config, parsed
 from lib.inference.merge import merge_scales
 from lib.scales import parse_valid_ranges
 from lib.dataset.coco import CocoDataset
@@ -174,7 +174,7 @@ def compare_mining(workers, cases, seed, overrides=()):
                                  *overrides])
         with _unshuffled_project_cover():
             ours = mine_image_chips({"boxes": gts, "proposals": proposals, "width": width, "height": height},
-                                    MiningParams.from_config(cfg), stride, np.random.default_rng(0)).scales
+                                    parsed(cfg).mining, stride, np.random.default_rng(0)).scales
         for ref, mine in zip(theirs, ours):
             total += 1
             same_pos = np.array_equal(np.reshape(ref["pos"], (-1, 4)), mine.pos_chips)
