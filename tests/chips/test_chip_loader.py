@@ -17,6 +17,7 @@ import pytest
 
 from stall_helpers import assert_each_stopped_worker_warned_once
 
+from lib.bootstrap import ROOT
 from lib.config import load_config, with_overrides
 from lib.data import ChipLoader, WorkerDiedError, WorkerError, WorkerStalledError
 from lib.data.anchor_target import AnchorTargeter, AnchorTargetParams
@@ -31,7 +32,6 @@ from lib.data.pixels import network_pixels
 from chip_generator.mining import MiningParams, mine_image_chips
 from lib.dataset import load_roidb, read_image
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MEANS = np.array([103.939, 116.779, 123.68], np.float32)
 
 

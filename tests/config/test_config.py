@@ -199,7 +199,7 @@ def test_the_shipped_configs_are_collected_from_any_folder(tmp_path):
     """pytest run from another folder collects every shipped config, not none (a glob relative to the cwd)."""
     assert len(SHIPPED_FILES) == len([n for n in os.listdir(SHIPPED) if n.endswith(".yml")]) >= 10
     result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                             os.path.join(ROOT, "tests", "test_config.py"), "-k", "test_shipped_configs_load"],
+                             os.path.abspath(__file__), "-k", "test_shipped_configs_load"],
                             cwd=tmp_path, capture_output=True, text=True, timeout=300,
                             env={**os.environ, "PYTHONPATH": ROOT})
     collected = [line for line in result.stdout.splitlines() if "test_shipped_configs_load[" in line]

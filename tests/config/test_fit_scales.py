@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 import yaml
 
+from lib.bootstrap import ROOT
 from lib.config import load_config
 from lib.scales_fit import FitError, Pyramid, SizeBand, evaluate, fit_pyramid, fitted_config_path, \
     write_fitted_config
 
 LOW = 32 / math.sqrt(2)
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def square_entries(sides, width, height, per_image, seed=0):

@@ -10,12 +10,11 @@ import cv2
 import numpy as np
 import pytest
 
+from lib.bootstrap import ROOT
 from lib.config import load_config
 from lib.dataset import load_roidb, read_image
 from lib.dataset import synthetic
 from lib.dataset.synthetic import CLASS_HUES, CLASSES, ensure_synthetic_dataset, generate_synthetic_coco
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def files_of(path):

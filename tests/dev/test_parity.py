@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from chip_generator.cover import candidate_windows, generate
+from lib.bootstrap import ROOT
 from lib.config import load_config
 from dev.parity.compare import _unshuffled_project_cover, compare_chips, replay_order
 from dev.parity.harness import run
@@ -321,7 +322,6 @@ def test_the_fork_s_operator_source_compiles_against_the_stand_ins_and_is_called
         operator(np.zeros((1, 42, 201, 201)), np.zeros((1, 84, 201, 201)), im_info[:1], 16, (2,), (1,), 4)
 
 
-
 @pytest.mark.skipif(not FORK, reason="SNIPER_FORK_DIR (a checkout of the reference's MXNet fork) is not set")
 def test_against_the_fork_the_test_proposal_layer_is_bit_identical_on_shared_canvases(tmp_path):
     from dev.parity.detection import compare_test_proposals
@@ -565,7 +565,7 @@ def test_the_proposal_target_tool_writes_inputs_and_compares_outputs(tmp_path, c
 
     from dev.parity.proposal_target import project_targets
 
-    tool = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dev", "parity_proposal_target.py")
+    tool = os.path.join(ROOT, "dev", "parity_proposal_target.py")
     inputs_file, outputs_file = str(tmp_path / "inputs.npz"), str(tmp_path / "fork.npz")
     module = runpy.run_path(tool, run_name="parity_tool")
     module["main"](["inputs", "--out", inputs_file, "--chips", "3", "--seed", "5"])
@@ -739,7 +739,7 @@ def test_the_compare_tool_refuses_a_mask_chip_size_in_one_line(tmp_path, capsys)
 
     (tmp_path / "lib" / "chips").mkdir(parents=True)
     (tmp_path / "lib" / "chips" / "cchips.cpp").write_text("")  # a reference checkout as far as the tool looks
-    tool = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dev", "parity_compare.py")
+    tool = os.path.join(ROOT, "dev", "parity_compare.py")
     main = runpy.run_path(tool, run_name="parity_tool")["main"]
     for arguments, message in (
             (["--mask-chip-size", "200"], "--mask-chips 2 --mask-chip-size 200: config key TRAIN.CHIP_SIZE = 200: "
@@ -806,7 +806,7 @@ def test_the_compare_tool_refuses_another_commit_in_one_line(tmp_path, capsys):
     (tmp_path / MASK_SYMBOL).parent.mkdir(parents=True)
     (tmp_path / MASK_SYMBOL).write_text("")
     commit = _git_checkout(tmp_path, "lib/chips/cchips.cpp")
-    tool = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dev", "parity_compare.py")
+    tool = os.path.join(ROOT, "dev", "parity_compare.py")
     with pytest.raises(SystemExit):
         runpy.run_path(tool, run_name="parity_tool")["main"](["--reference", str(tmp_path)])
     assert f"commit {commit[:12]} is not the pinned 66d7d5bff7f2" in capsys.readouterr().err.strip().splitlines()[-1]

@@ -9,6 +9,7 @@ import pytest
 from pycocotools.cocoeval import COCOeval
 
 from lib.atomic import write_json
+from lib.bootstrap import ROOT
 from lib.evaluation.coco_summary import defined
 from lib.evaluation.metrics import coco_results, evaluate_coco, evaluate_voc, voc_ap, voc_class_ap
 from dataset_helpers import indexed_coco
@@ -228,7 +229,7 @@ def test_proposal_recall_tool_prints_the_table(tmp_path, capsys, monkeypatch):
                                 "category_id": 1}], "categories": [{"id": 1, "name": "thing"}]},
               open(root / "annotations" / "instances_train.json", "w"))
     write_proposals({1: np.array([[10, 10, 29, 29, 1.0]], np.float32)}, str(tmp_path / "p.npz"))
-    tools = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools")
+    tools = os.path.join(ROOT, "tools")
     monkeypatch.syspath_prepend(tools)
     spec = importlib.util.spec_from_file_location("proposal_recall_tool", os.path.join(tools, "proposal_recall.py"))
     tool = importlib.util.module_from_spec(spec)

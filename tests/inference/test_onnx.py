@@ -15,14 +15,13 @@ onnx = pytest.importorskip("onnx", reason="onnx and onnxruntime are pinned for P
 ort = pytest.importorskip("onnxruntime", reason="onnx and onnxruntime are pinned for Python >= 3.11")
 
 from detector_helpers import WITHOUT_MXNET  # noqa: E402
+from lib.bootstrap import ROOT  # noqa: E402
 from lib.boxes import bbox_overlaps  # noqa: E402  (the imports below need onnx)
 from lib.config import with_overrides  # noqa: E402
 from lib.inference import onnx_network  # noqa: E402
 from lib.inference.detector import Detector  # noqa: E402
 from lib.inference.export import export_onnx  # noqa: E402
 from lib.inference.onnx_export import OPSET, ExportError, translate_graph  # noqa: E402
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_translated(symbol, params, inputs, rois=None):

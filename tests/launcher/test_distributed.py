@@ -14,13 +14,13 @@ import numpy as np
 import psutil
 import pytest
 
+from lib.bootstrap import ROOT
 from lib.config import load_config
 from lib.data import ChipLoader
 from lib.data.epoch_plan import ChipTable, EpochPlan
 from lib.dataset import ensure_synthetic_dataset, load_roidb
 from lib.train.distributed import Workers, create_kvstore, parameter_digest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCH = os.path.join(ROOT, "tools", "launch.py")
 WORKER = os.path.join(ROOT, "tests", "distributed_worker.py")
 TINY = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml")

@@ -11,9 +11,10 @@ import sys
 import psutil
 import pytest
 
+from lib.bootstrap import ROOT
 from lib.launcher.launch import LaunchError, Host, parse_env, parse_hostfile, plan_nodes, remote_command
 
-LAUNCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools", "launch.py")
+LAUNCH = os.path.join(ROOT, "tools", "launch.py")
 
 
 def test_hostfile_lines_comments_and_addresses(tmp_path):

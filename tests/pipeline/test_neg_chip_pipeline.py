@@ -9,6 +9,7 @@ import subprocess
 import numpy as np
 import pytest
 
+from lib.bootstrap import ROOT
 from lib.config import load_config
 from lib.data.epoch_plan import EpochPlan, mine_images
 from lib.dataset.proposals import read_proposals
@@ -19,7 +20,6 @@ from chip_generator.mining import MiningParams
 from lib.pipeline.neg_chips import NegChipPipeline
 from symbols import inference_symbol
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml")
 WRAPPER = os.path.join(ROOT, "scripts", "train_neg_props_and_sniper.sh")
 

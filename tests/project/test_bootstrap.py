@@ -15,7 +15,7 @@ import pytest
 
 from lib.bootstrap import REEXEC_GUARD, VENV
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml")
 FOREIGN = os.path.realpath(sys.executable)
 

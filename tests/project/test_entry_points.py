@@ -14,10 +14,10 @@ import pytest
 import demo
 import main_test
 import main_train
+from lib.bootstrap import ROOT
 from lib.config.core import dump_config
 from lib.inference import tester
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml")
 
 

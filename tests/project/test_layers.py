@@ -149,13 +149,11 @@ def test_the_check_sees_lazy_relative_and_package_imports(module, source, upward
 
 def test_no_test_module_imports_another():
     """Test files share fixtures through conftest.py (by name) and helpers through helper modules."""
-    folder = os.path.join(ROOT, "tests")
     wrong = []
-    for name in sorted(os.listdir(folder)):
-        if name.endswith(".py"):
-            with open(os.path.join(folder, name)) as f:
-                source = f.read()
-            wrong += [f"tests/{name}:{line}: imports {target}" for target, line in
-                      imported_modules(source, name[:-3], False, set())
-                      if target.split(".")[0] == "conftest" or target.split(".")[0].startswith("test_")]
+    for module, path in module_files(os.path.join(ROOT, "tests"), "tests").items():  # every folder of tests/
+        with open(path) as f:
+            source = f.read()
+        wrong += [f"{os.path.relpath(path, ROOT)}:{line}: imports {target}" for target, line in
+                  imported_modules(source, module.rsplit(".", 1)[-1], False, set())
+                  if target.split(".")[0] == "conftest" or target.split(".")[0].startswith("test_")]
     assert wrong == []

@@ -11,11 +11,11 @@ import sys
 import numpy as np
 import pytest
 
+from lib.bootstrap import ROOT
 from lib.config import load_config, with_overrides
 from lib.inference.detections import Detections
 from lib.run.checkpoint import CheckpointError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml")
 RUN_OVERRIDES = ["dataset.dataset_path=data/synthetic", "dataset.root_path=data", "dataset.synthetic_train=2",
                  "dataset.synthetic_val=1", "output_path=out", "TRAIN.FLIP=false", "TRAIN.end_epoch=2",

@@ -16,13 +16,14 @@ import numpy as np
 import pytest
 from network_helpers import bind_random, inference_shapes, node_attrs, parameter_shapes, train_shapes
 
+from lib.bootstrap import ROOT
 from lib.config import load_config
 from lib.train.metrics import MaskLogLoss, make_metrics
 from symbols import inference_symbol, training_symbol
 from symbols.mask import mask_loss, mask_probabilities
 from symbols.sniper import mask_inference_symbol
 
-MANIFEST = os.path.join(os.path.dirname(__file__), "data", "sniper_res101_mask_train_params.json")
+MANIFEST = os.path.join(ROOT, "tests", "data", "sniper_res101_mask_train_params.json")
 TRAIN_MASK_OUTPUTS = ("mask_prob_output", "mask_targets_output")
 
 
@@ -229,7 +230,7 @@ def test_mask_configs_are_their_detectors_with_masks(detector, with_masks, diffe
     6000 the reference's mask proposal-target kernel keeps whatever its attribute says."""
     from lib.config.core import plain
 
-    folder = os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", "faster")
+    folder = os.path.join(ROOT, "configs", "faster")
     base, masks = (_flat(plain(load_config(os.path.join(folder, f"{name}.yml")))) for name in (detector, with_masks))
     changed = {key for key in base if base[key] != masks[key]} - {"name"}
     assert changed == differences

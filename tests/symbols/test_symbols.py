@@ -9,11 +9,12 @@ import pytest
 
 from network_helpers import bind_random, graph_nodes, inference_shapes, parameter_shapes, train_shapes
 
+from lib.bootstrap import ROOT
 from lib.config import load_config, with_overrides
 from symbols import get_fixed_param_names, inference_symbol, training_symbol
 from symbols.backbones import backbone_of
 
-MANIFEST = os.path.join(os.path.dirname(__file__), "data", backbone_of("resnet101").manifest)
+MANIFEST = os.path.join(ROOT, "tests", "data", backbone_of("resnet101").manifest)
 A = 21  # anchors per cell with the default ANCHOR_SCALES x ANCHOR_RATIOS
 TEST_INPUTS = ("data", "im_info", "im_ids", "chip_ids")
 TRAIN_INPUTS = ("data", "im_info", "valid_ranges", "gt_boxes", "label", "bbox_target", "bbox_weight")

@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from lib.bootstrap import ROOT
+
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 
 from profile_main_job import grouped, operator_times  # noqa: E402

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from lib.bootstrap import ROOT
+
 TINY = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml")
 # each tool with the arguments it needs besides --cfg / --set
 CONFIG_TOOLS = {

@@ -9,10 +9,10 @@ import time
 
 import numpy as np
 
+from lib.bootstrap import ROOT
 from lib.run import checkpoint
 from lib.run.optimizer_states import read_optimizer_states
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Saves epochs from argv[2] on, forever; every array and counter of epoch E holds the value E. The arrays
 # are large enough (4 MB each) that a save takes a while and kills land inside it.

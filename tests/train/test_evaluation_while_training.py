@@ -22,6 +22,7 @@ from pycocotools.cocoeval import COCOeval
 
 from chip_generator.mining import MiningParams, mine_image_chips, sample_epoch_chips
 from lib.atomic import write_json
+from lib.bootstrap import ROOT
 from lib.config import ConfigError, load_config, with_overrides
 from lib.data.anchor_target import AnchorTargeter, AnchorTargetParams
 from lib.data.batch_ring import BatchRing
@@ -48,7 +49,6 @@ import main_train
 from dataset_helpers import ann, by_id, dataset_cfg, image_record, png_bomb, voc_xml, write_coco, write_voc
 from detector_helpers import IMAGES, OracleDetector
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml")
 
 

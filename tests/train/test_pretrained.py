@@ -15,6 +15,7 @@ from gluoncv.model_zoo import get_model
 from network_helpers import REFERENCE_AUTO_FOCUS_NORMAL_001, REFERENCE_MASK_NORMAL_001, REFERENCE_NORMAL_001
 
 from lib import gluoncv_resnet
+from lib.bootstrap import ROOT
 from lib.config import load_config, with_overrides
 from lib.run.checkpoint import params_path
 from lib.train.pretrained import PretrainedError, initial_params
@@ -22,7 +23,6 @@ from symbols import is_imagenet_parameter, training_symbol
 from symbols.batch_norm import BatchNormPolicy
 from symbols.resnet import BN_EPS, RESNETS, resnet_body
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MANIFEST = os.path.join(ROOT, "tests", "data", "sniper_res101_test_params.json")
 HEAD_PREFIXES = ("rpn_", "conv_new_1_", "offset_", "fc_new_", "cls_score_", "bbox_pred_")  # the detection heads
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406])  # GluonCV's RGB preprocessing, written out independently

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from lib.atomic import write_json
+from lib.bootstrap import ROOT
 from lib.config import load_config, with_overrides
 from lib.run import checkpoint
 from lib.train.optimizer import lr_steps, make_optimizer_params
@@ -23,7 +24,6 @@ from lib.run.lock import RunFolderError, clear_later_epochs, run_lock
 from lib.start_checks import check_run_folder
 from lib.train.trainer import TrainingDiverged, train
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml")
 TINY_MASK = os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny_mask.yml")
 
