@@ -72,7 +72,7 @@ def test_layout_loads_with_pycocotools_and_follows_the_recipe(dataset_dir, train
             assert 0 <= x and 0 <= y and x + w <= image["width"] and y + h <= image["height"]
             polygon = np.array(ann["segmentation"][0]).reshape(-1, 2)
             # the box is the outline's tight extent and the area the outline's; the segmentation is the outline
-            # moved out by half a pixel, at most twice that at a sharp corner (tests/test_mask_data.py: it
+            # moved out by half a pixel, at most twice that at a sharp corner (tests/chips/test_mask_data.py: it
             # covers the pixels drawn); 0.02: the file's rounding
             gaps = np.r_[[x, y] - polygon.min(0), polygon.max(0) - [x + w, y + h]]
             assert (gaps > 0).all() and (gaps <= 2 * 0.5 + 0.02).all(), gaps

@@ -823,7 +823,7 @@ def test_figures_on_cpu_operators_name_the_thread_count(monkeypatch):
 
 @pytest.mark.skipif(not REFERENCE, reason="SNIPER_REFERENCE_DIR (a checkout of the reference) is not set")
 def test_the_new_layer_rules_tested_in_test_pretrained_are_the_reference_s_init_weight():
-    """tests/test_pretrained.py checks the new layers against rules transcribed from the reference's
+    """tests/train/test_pretrained.py checks the new layers against rules transcribed from the reference's
     init_weight_rcnn / init_weight_mask: here those rules are read from its symbol files."""
     import re
 
