@@ -138,11 +138,12 @@ def exported_onnx(cfg, params):
     return directory
 
 
-def export_onnx(cfg, directory, params=None):
+def export_onnx(cfg, directory, params=None, fp16=False):
     """Write the ONNX export (lib/inference/onnx_export.py) of checkpoint ``params`` (default ``TEST.MODEL``,
     or epoch ``TEST.TEST_EPOCH`` of the run of ``cfg``) into ``directory``: body.onnx, head.onnx and
-    model.json, and mask.onnx for a TRAIN.WITH_MASK network. Networks the export does not cover (RPN-only) are
-    refused in one line. Returns the paths."""
+    model.json, and mask.onnx for a TRAIN.WITH_MASK network; ``fp16``: the graphs' layers in float16 (inputs and
+    outputs float32: onnx_export.float16_model). Networks the export does not cover (RPN-only) are refused in one
+    line. Returns the paths."""
     from lib.inference.onnx_export import ExportError
 
     params = params or checkpoint_file(cfg)
@@ -151,13 +152,14 @@ def export_onnx(cfg, directory, params=None):
     if info.get("rpn_only", cfg.TRAIN.ONLY_PROPOSAL):
         raise ExportError(f"{params}: an RPN-only network is not exported to ONNX (detection networks are)")
     return export_onnx_params(cfg, checkpoint_classes(params, cfg), arg_params, aux_params, directory, params,
-                              info.get("category_ids"))
+                              info.get("category_ids"), fp16)
 
 
-def export_onnx_params(cfg, classes, arg_params, aux_params, directory, source="parameters", category_ids=None):
+def export_onnx_params(cfg, classes, arg_params, aux_params, directory, source="parameters", category_ids=None,
+                       fp16=False):
     """``export_onnx`` of parameter arrays (MXNet NDArrays) of the detection network of ``cfg`` for ``classes``."""
     from lib.config.core import plain
-    from lib.inference.onnx_export import FORMAT_VERSION, OPSET, export_graphs, export_mask_graph
+    from lib.inference.onnx_export import FORMAT_VERSION, OPSET, export_graphs, export_mask_graph, float16_model
 
     graph_cfg = with_overrides(cfg, ONNX_EXPORT_KEYS)
     symbol = inference_symbol(graph_cfg, len(classes), compiled_deformable=False)
@@ -170,6 +172,8 @@ def export_onnx_params(cfg, classes, arg_params, aux_params, directory, source="
         check_params(mask_symbol, arg_params, aux_params, source, feature_stride(cfg),
                      mask_shapes(feature_stride(cfg)))
         models["mask"] = export_mask_graph(mask_symbol.tojson(), arrays, features)
+    if fp16:
+        models = {key: float16_model(model) for key, model in models.items()}
     os.makedirs(directory, exist_ok=True)
     paths = {key: os.path.join(directory, ONNX_FILES[key]) for key in (*models, "description")}
     for key, model in models.items():
@@ -179,7 +183,7 @@ def export_onnx_params(cfg, classes, arg_params, aux_params, directory, source="
         "format": "sniper-onnx", "version": FORMAT_VERSION, "opset": OPSET, "symbol": cfg.symbol,
         "source": checkpoint_identity(cfg, source) if os.path.isfile(str(source)) else source,
         "classes": list(classes), "category_ids": category_ids, "stride": feature_stride(cfg),
-        "graphs": {key: ONNX_FILES[key] for key in models},
+        "graphs": {key: ONNX_FILES[key] for key in models}, "precision": "float16" if fp16 else "float32",
         "anchors": {"scales": list(network.ANCHOR_SCALES), "ratios": list(network.ANCHOR_RATIOS)},
         "inputs": {"data": "float32 (B, 3, H, W): each image resized by a test scale, minus PIXEL_MEANS (BGR), "
                            "channels in CHANNEL_ORDER, top-left on a canvas shared by the batch",

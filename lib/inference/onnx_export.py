@@ -435,3 +435,53 @@ def export_mask_graph(symbol_json, params, features):
               (by_name[MASK_ROIS], 0): ("rois", ["batch", "rois", 4])}
     return translate_graph(nodes, params, {MASK_OUTPUT: ((by_name[MASK_OUTPUT], 0), 4)}, inputs, "sniper_mask",
                            rois="rois")
+
+
+# float16 exports (``float16_model``): the operators that compute in float16, and those that follow a float16
+# input in it (the tensors of the network's layers); the rest (shapes, sampling coordinates and indices of the
+# deformable operators, whose float16 rounding would move samples and gathered rows) stays float32.
+FLOAT16_OPS = ("Conv", "ConvTranspose", "DeformConv", "BatchNormalization", "Gemm", "MatMul")
+FLOAT16_FOLLOWERS = ("Relu", "Clip", "Sigmoid", "Softmax", "MaxPool", "GlobalAveragePool", "GlobalMaxPool", "Add",
+                     "Concat", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Gather", "Slice",
+                     "Identity")
+
+
+def float16_model(model):
+    """``model`` with the layers' tensors in float16 (inputs and outputs float32), by ONNX Runtime's converter
+    (onnxruntime.transformers.float16) told which nodes stay float32: those outside FLOAT16_OPS, and
+    FLOAT16_FOLLOWERS whose first input is not float16."""
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    half_tensors, kept = set(), []
+    for index, node in enumerate(model.graph.node):  # in topological order (GraphBuilder's)
+        node.name = node.name or f"{node.op_type}_{index}"  # the converter's block list names nodes
+        half = node.op_type in FLOAT16_OPS or (node.op_type in FLOAT16_FOLLOWERS and node.input[0] in half_tensors)
+        if half:
+            half_tensors.update(node.output)
+        else:
+            kept.append(node.name)
+    half = convert_float_to_float16(model, keep_io_types=True, node_block_list=kept, op_block_list=[])
+    # the converter adds one Cast per consumer of a float32 tensor between float32 nodes, all of the same name and
+    # output: one is kept (ONNX Runtime refuses a graph with two producers of a tensor); it appends the casts of
+    # the graph's inputs last: the nodes are sorted again (onnx.checker wants them in topological order)
+    available = {tensor.name for tensor in (*half.graph.input, *half.graph.initializer)} | {""}
+    pending, nodes, names = list(half.graph.node), [], set()
+    while pending:
+        waiting = []
+        for node in pending:
+            if node.name in names:
+                continue
+            if all(name in available for name in node.input):
+                nodes.append(node)
+                names.add(node.name)
+                available.update(node.output)
+            else:
+                waiting.append(node)
+        if len(waiting) == len(pending):
+            raise ExportError(f"the float16 graph has inputs no node computes, e.g. of node {waiting[0].name}")
+        pending = waiting
+    del half.graph.node[:]
+    half.graph.node.extend(nodes)
+    onnx.checker.check_model(half, full_check=True)
+    return half
