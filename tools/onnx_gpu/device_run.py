@@ -15,7 +15,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from lib.inference.detector import Detector  # noqa: E402  (the repository on sys.path first)
+from lib.benchmarking import smooth_images  # noqa: E402  (the repository on sys.path first)
+from lib.inference.detector import Detector  # noqa: E402
 
 PROVIDERS = {"cuda": ("CUDAExecutionProvider", "CPUExecutionProvider"), "cpu": ("CPUExecutionProvider",)}
 
@@ -44,14 +45,6 @@ def make_weights(folder, seed):
             blob[entry["offset"]:entry["offset"] + len(raw)] = raw
         with open(os.path.join(folder, f"{key}-weights.bin"), "wb") as f:
             f.write(blob)
-
-
-def smooth_images(count, height, width, seed=0):
-    import cv2
-
-    rng = np.random.default_rng(seed)
-    return [cv2.resize(rng.integers(0, 255, (height // 16, width // 16, 3), dtype=np.uint8), (width, height),
-                       interpolation=cv2.INTER_CUBIC) for _ in range(count)]
 
 
 def main(argv=None):
