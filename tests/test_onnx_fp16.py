@@ -58,8 +58,8 @@ def smooth_image(seed, height, width):
 
 def test_the_float16_outputs_agree_with_float32_within_the_measured_tolerance(exports):
     """Body outputs on one image, head outputs on the float32 body's features and proposals: measured here
-    (largest difference / largest float32 value) 0.14% (rpn_cls_prob), 1.0% (rpn_bbox_pred), 1.6% (features),
-    0.07% (cls_prob), 4.2% (bbox_pred, deltas of ~0.02: 0.04 px on a 50 px box); allowed 5% of the largest."""
+    (largest difference / largest float32 value) 0.05% (rpn_cls_prob), 0.06% (rpn_bbox_pred), 0.05% (features),
+    0.001% (cls_prob), 0.12% (bbox_pred); allowed 1% of the largest."""
     image = smooth_image(0, 96, 128).astype(np.float32) - 128
     data, im_info = np.ascontiguousarray(image.transpose(2, 0, 1)[None]), np.array([[96, 128, 1]], np.float32)
     networks = {fp16: OnnxNetwork(folder) for fp16, folder in exports.items()}
@@ -73,12 +73,23 @@ def test_the_float16_outputs_agree_with_float32_within_the_measured_tolerance(ex
             found = outputs[True][name]
             assert found.dtype == np.float32 and found.shape == expected.shape
             difference = np.abs(found - expected).max() / np.abs(expected).max()
-            assert 0 < difference <= 0.05, (name, difference)  # float16 indeed, and close
+            assert 0 < difference <= 0.01, (name, difference)  # float16 indeed, and close
+
+
+def test_the_pooled_rows_stay_exact_on_large_maps(exports):
+    """The deformable RoI pooling gathers rows b * H * W + y * W + x of the feature map: float32 indices, also
+    beyond 2048 (float16's last exact integer), here 2 x 96 x 96 rows with rois reaching the last ones."""
+    features = np.random.default_rng(1).normal(size=(2, 16, 96, 96)).astype(np.float32)
+    rois = np.tile(np.array([[0, 0, 1535, 1535], [1500, 1490, 1535, 1535], [3, 4, 50, 60]], np.float32), (2, 1, 1))
+    expected, found = (OnnxNetwork(exports[fp16]).sessions["head"].run(None, {"features": features, "rois": rois})
+                       for fp16 in (False, True))
+    for a, b in zip(expected, found):
+        assert np.abs(a - b).max() <= 0.01 * np.abs(a).max()
 
 
 def test_the_whole_test_runs_on_the_float16_export(exports, caplog):
     """Detector.from_onnx on the float16 export: as many detections as float32's, and each image's best one
-    is float32's best (IoU >= 0.9, score within 0.01; measured: IoU 0.998, 3e-5). On the CPU provider one
+    is float32's best (IoU >= 0.9, score within 0.01; measured: IoU 0.9997, 1e-5). On the CPU provider one
     line warns that float16 is no faster there."""
     images = [smooth_image(seed, h, w) for seed, (h, w) in enumerate(((60, 80), (90, 50)))]
     expected = Detector.from_onnx(exports[False]).detect(images)

@@ -438,50 +438,59 @@ def export_mask_graph(symbol_json, params, features):
 
 
 # float16 exports (``float16_model``): the operators that compute in float16, and those that follow a float16
-# input in it (the tensors of the network's layers); the rest (shapes, sampling coordinates and indices of the
-# deformable operators, whose float16 rounding would move samples and gathered rows) stays float32.
+# first input in it (the tensors of the network's layers); the rest (shapes, the deformable operators' sampling
+# coordinates and indices, whose float16 rounding would move samples and gathered rows) stays float32.
 FLOAT16_OPS = ("Conv", "ConvTranspose", "DeformConv", "BatchNormalization", "Gemm", "MatMul")
 FLOAT16_FOLLOWERS = ("Relu", "Clip", "Sigmoid", "Softmax", "MaxPool", "GlobalAveragePool", "GlobalMaxPool", "Add",
-                     "Concat", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Gather", "Slice",
-                     "Identity")
+                     "Concat", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Gather", "Slice")
 
 
 def float16_model(model):
-    """``model`` with the layers' tensors in float16 (inputs and outputs float32), by ONNX Runtime's converter
-    (onnxruntime.transformers.float16) told which nodes stay float32: those outside FLOAT16_OPS, and
-    FLOAT16_FOLLOWERS whose first input is not float16."""
-    from onnxruntime.transformers.float16 import convert_float_to_float16
+    """``model`` with its layers in float16 and its inputs and outputs float32: each float16 node (FLOAT16_OPS,
+    FLOAT16_FOLLOWERS after a float16 first input; never one that writes a graph output) gets its float32 inputs
+    through one Cast each (initializers as float16 copies), each float32 node its float16 inputs through one Cast.
+    (ONNX Runtime's converter, onnxruntime.transformers.float16, passes every tensor between two nodes it is told
+    to keep float32 through float16, which breaks the row indices of the deformable RoI pooling beyond 2048.)"""
+    graph = onnx.shape_inference.infer_shapes(model).graph
+    types = {v.name: v.type.tensor_type.elem_type for v in (*graph.value_info, *graph.input, *graph.output)}
+    initializers = {t.name: t for t in graph.initializer}
+    types.update({name: t.data_type for name, t in initializers.items()})
+    outputs = {o.name for o in graph.output}
+    half_tensors, converted, nodes, copies = set(), {}, [], []
 
-    model = onnx.ModelProto.FromString(model.SerializeToString())
-    half_tensors, kept = set(), []
-    for index, node in enumerate(model.graph.node):  # in topological order (GraphBuilder's)
-        node.name = node.name or f"{node.op_type}_{index}"  # the converter's block list names nodes
-        half = node.op_type in FLOAT16_OPS or (node.op_type in FLOAT16_FOLLOWERS and node.input[0] in half_tensors)
-        if half:
-            half_tensors.update(node.output)
-        else:
-            kept.append(node.name)
-    half = convert_float_to_float16(model, keep_io_types=True, node_block_list=kept, op_block_list=[])
-    # the converter adds one Cast per consumer of a float32 tensor between float32 nodes, all of the same name and
-    # output: one is kept (ONNX Runtime refuses a graph with two producers of a tensor); it appends the casts of
-    # the graph's inputs last: the nodes are sorted again (onnx.checker wants them in topological order)
-    available = {tensor.name for tensor in (*half.graph.input, *half.graph.initializer)} | {""}
-    pending, nodes, names = list(half.graph.node), [], set()
-    while pending:
-        waiting = []
-        for node in pending:
-            if node.name in names:
-                continue
-            if all(name in available for name in node.input):
-                nodes.append(node)
-                names.add(node.name)
-                available.update(node.output)
+    def converted_name(name, to_half):
+        if (name, to_half) not in converted:
+            target = f"{name}__{'fp16' if to_half else 'fp32'}"
+            if name in initializers:
+                copies.append(numpy_helper.from_array(numpy_helper.to_array(initializers[name]).astype(np.float16),
+                                                      target))
             else:
-                waiting.append(node)
-        if len(waiting) == len(pending):
-            raise ExportError(f"the float16 graph has inputs no node computes, e.g. of node {waiting[0].name}")
-        pending = waiting
-    del half.graph.node[:]
-    half.graph.node.extend(nodes)
-    onnx.checker.check_model(half, full_check=True)
-    return half
+                nodes.append(helper.make_node("Cast", [name], [target], name=target,
+                                              to=TensorProto.FLOAT16 if to_half else TensorProto.FLOAT))
+            converted[(name, to_half)] = target
+        return converted[(name, to_half)]
+
+    for node in graph.node:  # in topological order (GraphBuilder's)
+        half = (node.op_type in FLOAT16_OPS or (node.op_type in FLOAT16_FOLLOWERS and node.input[0] in half_tensors)) \
+            and not outputs.intersection(node.output)
+        inputs = []
+        for name in node.input:
+            if half and types.get(name) == TensorProto.FLOAT and name not in half_tensors:
+                name = converted_name(name, True)
+            elif not half and name in half_tensors:
+                name = converted_name(name, False)
+            inputs.append(name)
+        if half:
+            half_tensors.update(name for name in node.output if types.get(name) == TensorProto.FLOAT)
+        copy = onnx.NodeProto()
+        copy.CopyFrom(node)
+        del copy.input[:]
+        copy.input.extend(inputs)
+        nodes.append(copy)
+    used = {name for node in nodes for name in node.input}
+    kept = [t for t in (*graph.initializer, *copies) if t.name in used]
+    half_graph = helper.make_graph(nodes, graph.name, graph.input, graph.output, kept)
+    half_model = helper.make_model(half_graph, opset_imports=model.opset_import, producer_name=model.producer_name)
+    half_model.ir_version = model.ir_version
+    onnx.checker.check_model(half_model, full_check=True)
+    return half_model
