@@ -11,7 +11,7 @@ whole test config): ``Detector.from_onnx(DIR)`` or ``main_test.py --backend onnx
 protocol on it with ONNX Runtime and no MXNet (lib/inference/onnx_network.py; README, "Deploy"). A network
 trained with masks also gets ``DIR/mask.onnx`` (features and boxes -> 28x28 masks). ``--fp16`` writes the
 layers in float16 (inputs and outputs stay float32), for ONNX Runtime's CUDA provider (on the CPU ONNX Runtime
-casts most of them back to float32: slower than the float32 export).
+casts them back to float32: about as fast as the float32 export).
 
 writes ``PREFIX-symbol.json`` and ``PREFIX-0000.params`` (load them with
 ``mx.model.load_checkpoint(PREFIX, 0)`` and bind an ``mx.mod.Module`` with data names data, im_info,
@@ -46,7 +46,7 @@ def parse_args(argv=None):
                         help="mxnet: a stock MXNet graph of one scale (default); onnx: two ONNX graphs + model.json")
     parser.add_argument("--fp16", action="store_true",
                         help="--format onnx: the layers in float16 (inputs and outputs float32), for ONNX Runtime's "
-                             "CUDA provider; on the CPU provider it is slower than float32")
+                             "CUDA provider; on the CPU provider it is no faster than float32")
     args = parser.parse_args(argv)
     if args.fp16 and args.format != "onnx":
         parser.error("--fp16 is an option of --format onnx (the MXNet graph's float16 is TEST.fp16, on GPUs)")

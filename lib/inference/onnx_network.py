@@ -98,9 +98,10 @@ class OnnxNetwork:
             "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
             "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[optimization]
         if self.description.get("precision") == "float16" and providers[0] == "CPUExecutionProvider":
-            logger.warning("%s: a float16 export on ONNX Runtime's CPU provider, which runs most float16 layers "
-                           "through casts to float32: no faster than the float32 export (ResNet-101 at 320x480 on 2 "
-                           "cores: 7.2 against 7.0 s per image); export without --fp16 for CPUs", directory)
+            logger.warning("%s: a float16 export on ONNX Runtime's CPU provider, which casts its layers back to "
+                           "float32: about as fast as the float32 export (ResNet-101 at 320x480 on 2 threads: 8.5 "
+                           "against 9.3 s per image) and a little less exact; export without --fp16 for CPUs",
+                           directory)
         self.sessions = {}
         for key, name in self.description["graphs"].items():
             path = os.path.join(directory, name)
