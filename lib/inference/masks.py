@@ -1,5 +1,6 @@
 """Instance masks for the final detections of a TRAIN.WITH_MASK network (beyond the reference, which
-trains its mask branch only as a signal for the detector).
+trains its mask branch only as a signal for the detector), on either back end: this module is NumPy only, the
+mask graph runs behind ``MaskHead``'s network (MXNet's or the ONNX export's mask.onnx).
 
 The mask pass follows the detection test's own plan (a lib.inference.regions.RegionPlan: the whole images,
 TEST.TILE tiles or AutoFocus FocusChips each level processed, with the batches and canvases that ran them),
