@@ -117,7 +117,7 @@ class Detector:
     def from_params(cls, cfg, classes, arg_params, aux_params, contexts=None, rpn_only=False, source="parameters"):
         """The network of ``cfg`` for ``classes`` (None for ``rpn_only``) bound with the given parameters on
         MXNet; a CheckpointError names a missing or ill-shaped one."""
-        from lib.inference.mxnet_network import MxnetNetwork
+        from lib.inference.mxnet_network import MxnetMaskNetwork, MxnetNetwork
 
         detector = cls(cfg, classes, contexts=contexts, rpn_only=rpn_only, source=source)
         detector.network = MxnetNetwork(cfg, None if rpn_only else len(detector.classes), arg_params, aux_params,
@@ -126,8 +126,9 @@ class Detector:
             from lib.inference.masks import MaskHead
             from symbols import use_compiled_deformable
 
-            detector.mask_head = MaskHead(detector, arg_params, aux_params,
-                                          use_compiled_deformable(cfg, detector.contexts))
+            detector.mask_head = MaskHead(detector, MxnetMaskNetwork(
+                cfg, len(detector.classes), arg_params, aux_params, detector.contexts,
+                use_compiled_deformable(cfg, detector.contexts)))
         return detector
 
     @classmethod
@@ -152,12 +153,18 @@ class Detector:
         """An ONNX export folder (tools/export_model.py --format onnx) on ONNX Runtime, without MXNet: the
         exported config and classes, or ``cfg`` (its TEST section: scales, proposal, merge and tile
         settings) and ``classes`` with the exported graphs; ``threads`` as ONNX Runtime's intra-op threads
-        (0: its default), ``providers`` its execution providers (e.g. ``("CUDAExecutionProvider",)``)."""
-        from lib.inference.onnx_network import OnnxNetwork
+        (0: its default), ``providers`` its execution providers (e.g. ``("CUDAExecutionProvider",)``). A mask
+        network's export (with mask.onnx) gives masks as on MXNet."""
+        from lib.inference.onnx_network import OnnxMaskNetwork, OnnxNetwork
 
         network = OnnxNetwork(directory, None if cfg is None else cfg.TEST, threads, providers=providers)
-        return cls(network.cfg if cfg is None else cfg, classes or network.description["classes"], network=network,
-                   source=directory)
+        detector = cls(network.cfg if cfg is None else cfg, classes or network.description["classes"],
+                       network=network, source=directory)
+        if network.has_masks:
+            from lib.inference.masks import MaskHead
+
+            detector.mask_head = MaskHead(detector, OnnxMaskNetwork(network))
+        return detector
 
     @classmethod
     def from_checkpoint(cls, model, overrides=(), contexts=None):

@@ -12,7 +12,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 from pycocotools import mask as mask_utils
-from network_helpers import inference_shapes
+from network_helpers import mask_network_params
 from dataset_helpers import indexed_coco
 
 from lib.atomic import write_json
@@ -24,7 +24,6 @@ from lib.inference.masks import encode_pasted, mask_regions, paste_masks
 from lib.inference.streaming import ArrayImages, prepare_image
 from lib.inference.regions import Region, RegionPlan
 from lib.scales import pyramid
-from symbols import inference_symbol
 from symbols.backbones import feature_stride
 from symbols.sniper import mask_inference_symbol
 
@@ -180,36 +179,12 @@ def test_segmentations_must_match_the_detections():
         coco_results([np.array([[0, 0, 3, 3, 0.5, 1]], np.float32)], [21], CATEGORY_IDS, [[]])
 
 
-def _random_params(symbols_and_shapes, seed=0):
-    """N(0, 0.05) weights (offsets zero), unit gammas and variances, for every parameter of the symbols."""
-    rng = np.random.RandomState(seed)
-    args, aux = {}, {}
-    for symbol, shapes in symbols_and_shapes:
-        arg_shapes, _, aux_shapes = symbol.infer_shape(**shapes)
-        for name, shape in zip(symbol.list_arguments(), arg_shapes):
-            if name not in shapes and name not in args:
-                value = rng.normal(0, 0.05, shape) if name.endswith("weight") and "offset" not in name else \
-                    np.full(shape, float(name.endswith("gamma")))
-                args[name] = mx.nd.array(value)
-        for name, shape in zip(symbol.list_auxiliary_states(), aux_shapes):
-            aux[name] = mx.nd.array(np.full(shape, float(name.endswith("var"))))
-    return args, aux
-
-
 @pytest.fixture(scope="module")
 def tiny_mask_network():
     cfg = load_config(None, {"symbol": "resnet_tiny", "TRAIN.WITH_MASK": True, "TEST.fp16": False,
                      "TEST.SCALES": [1.0, 0.5], "TEST.VALID_RANGES": [[-1, 32], [20, -1]],  # overlapping
                      "TEST.BATCH_IMAGES": 1})
-    return cfg, _mask_network_params(cfg)
-
-
-def _mask_network_params(cfg):
-    """Random parameters of the tiny mask network of ``cfg`` (three classes), its masks informative."""
-    args, aux = _random_params([(inference_symbol(cfg, 4), inference_shapes(1, 64)),
-                                (mask_inference_symbol(cfg, 4), dict(data=(1, 3, 64, 64), mask_rois=(1, 5)))])
-    args["mask_out_weight"] *= 3000  # logits of a few units: probabilities across (0, 1), not all near 0.5
-    return args, aux
+    return cfg, mask_network_params(cfg)
 
 
 def _maps_on(cfg, params, image, crop, scale, boxes, labels):
@@ -419,12 +394,12 @@ def test_mask_head_binds_the_float16_graph_with_test_fp16(tiny_mask_network):
     its inputs float32: bound with the types inferred from the inputs, the checkpoint's float32 values cast
     into them (MXNet 1.9 has no float16 convolution on the CPU: bound here, run on GPUs only)."""
     from lib.config import with_overrides
-    from lib.inference.masks import MaskHead
+    from lib.inference.mxnet_network import MxnetMaskNetwork
 
     cfg, (args, aux) = tiny_mask_network
-    stand_in = SimpleNamespace(cfg=with_overrides(cfg, {"TEST.fp16": True}), classes=["bg", "a", "b", "c"],
-                               contexts=[mx.cpu()])
-    executor = MaskHead(stand_in, args, aux, compiled_deformable=False).executors[0]
+    network = MxnetMaskNetwork(with_overrides(cfg, {"TEST.fp16": True}), 4, args, aux, [mx.cpu()],
+                               compiled_deformable=False)
+    executor = network.executors[0]
     types = {name: array.dtype for name, array in executor.arg_dict.items()}
     assert types["data"] == types["mask_rois"] == types["mask_offset_weight"] == types["mask_out_weight"] == np.float32
     assert types["mask_conv_3x3_4_weight"] == types["stage1_unit1_conv1_weight"] == np.float16
@@ -440,7 +415,7 @@ def test_autofocus_mask_pass_runs_on_the_focus_chips_of_the_run(monkeypatch):
                              "network.AUTO_FOCUS": True, "TEST.AUTO_FOCUS": True, "TEST.SCALES": [0.5, 1.0],
                              "TEST.VALID_RANGES": [[20, -1], [-1, 40]], "TEST.DO_PRUNING": [False, True],
                              "TEST.CHIP_HYPERPARAMS": [[1, 0.5, 2], [-1, -1, -1]], "TEST.BATCH_IMAGES": 1})
-    params = _mask_network_params(cfg)
+    params = mask_network_params(cfg)
     detector = Detector.from_params(cfg, ["background", "a", "b", "c"], *params, contexts=[mx.cpu()])
     canvases = _recorded_canvases(monkeypatch)
     image = np.random.RandomState(7).randint(0, 255, (120, 160, 3)).astype(np.uint8)

@@ -238,12 +238,20 @@ def test_the_back_end_is_refused_in_one_line_where_it_cannot_run(exported, monke
 def test_what_the_export_and_the_back_end_do_not_cover_is_refused_in_one_line(exported, tmp_path):
     from lib.config import ConfigError
     from lib.inference.export import export_onnx_params
+    from lib.run.checkpoint import CheckpointError
 
     cfg = exported[0]
-    with pytest.raises(ExportError, match="the mask head \\(TRAIN.WITH_MASK\\) is not exported to ONNX") as excinfo:
+    with pytest.raises(CheckpointError, match="lacks .* parameters of the test network") as excinfo:
         export_onnx_params(with_overrides(cfg, {"TRAIN.WITH_MASK": True}), ["__background__", "a", "b"], {}, {},
                            str(tmp_path / "masks"))
     assert "\n" not in str(excinfo.value) and not os.path.exists(tmp_path / "masks")
+    with open(os.path.join(exported[1], "model.json")) as f:
+        description = json.load(f)
+    description["config"]["TRAIN"]["WITH_MASK"] = True  # a mask network's export without its mask graph
+    (tmp_path / "no_mask").mkdir()
+    (tmp_path / "no_mask" / "model.json").write_text(json.dumps({**description, "graphs": {}}))
+    with pytest.raises(onnx_network.BackendError, match="lacks its mask graph"):
+        Detector.from_onnx(str(tmp_path / "no_mask"))
     with pytest.raises(ConfigError, match="RPN-only networks \\(proposal extraction\\) run on mxnet"):
         Detector.from_config(with_overrides(cfg, {"TEST.BACKEND": "onnxruntime"}), cfg.TEST.MODEL, None,
                              rpn_only=True)
