@@ -1,4 +1,4 @@
-"""MXNet against ONNX Runtime on the same parameters (tools/compare_backends.py, tests/test_onnx*.py): random
+"""MXNet against ONNX Runtime on the same parameters (tools/compare_backends.py, tests/inference/test_onnx*.py): random
 weights of any backbone, final detections matched box by box, and the exported graphs' outputs layer by layer
 against the MXNet graph's internal outputs at the same cut (lib.inference.onnx_export.graph_cut), the head on
 MXNet's own rois."""

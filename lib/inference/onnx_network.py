@@ -1,7 +1,7 @@
 """The exported test network (lib/inference/export.py ``export_onnx``) on ONNX Runtime, behind the
 Detector's network seam (lib/inference/mxnet_network.py states it): the strategies, the pipeline, the
 proposal rules and the merge are the project's own code, shared with the MXNet back end; MXNet is never
-imported (tests/test_onnx.py checks it in a child process).
+imported (tests/inference/test_onnx.py checks it in a child process).
 
 A forward pass runs ``body.onnx`` on the canvas batch, the reference's proposal rules in NumPy
 (lib/boxes/proposals.py) on its RPN maps, and ``head.onnx`` on the proposals, and returns the MXNet test

@@ -24,7 +24,7 @@ from lib.inference.masks import image_segmentations  # noqa: E402
 from lib.inference.regions import RegionPlan  # noqa: E402
 from lib.inference.streaming import ArrayImages  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from lib.bootstrap import ROOT  # noqa: E402
 CLASSES = ["__background__", "a", "b", "c"]
 
 

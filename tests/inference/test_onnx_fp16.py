@@ -17,7 +17,7 @@ from lib.inference.detector import Detector  # noqa: E402
 from lib.inference.export import export_onnx_params  # noqa: E402
 from lib.inference.onnx_network import OnnxNetwork  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from lib.bootstrap import ROOT  # noqa: E402
 CLASSES = ["__background__", "a", "b"]
 FLOAT, HALF = onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16
 

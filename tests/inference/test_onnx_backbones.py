@@ -15,7 +15,7 @@ from lib.inference.backend_comparison import match_detections, random_weights  #
 from lib.inference.detector import Detector  # noqa: E402
 from lib.inference.export import export_onnx_params  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from lib.bootstrap import ROOT  # noqa: E402
 
 
 @pytest.mark.parametrize("config", ["sniper_res50_e2e.yml", "sniper_mobilenetv2_e2e.yml"])

@@ -14,7 +14,7 @@ pytest.importorskip("onnxruntime", reason="onnx and onnxruntime are pinned for P
 
 from detector_helpers import WITHOUT_MXNET  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from lib.bootstrap import ROOT  # noqa: E402
 CALL_BYTES = 64 * 2 ** 20  # what one device call carries
 
 
