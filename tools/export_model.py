@@ -8,7 +8,7 @@
 (features and proposals -> class scores and box deltas; opset 19, onnx.checker passes) and ``DIR/model.json``
 (classes, pixel means and channel order, test scales and valid ranges, NMS settings, stride, anchors, the
 whole test config): ``Detector.from_onnx(DIR)`` or ``main_test.py --backend onnxruntime`` run the whole test
-protocol on it with ONNX Runtime and no MXNet (lib/inference/onnx_network.py; README, "Deploy").
+protocol on it with ONNX Runtime and no MXNet (lib/inference/onnx_network.py; docs/deployment.md).
 
 writes ``PREFIX-symbol.json`` and ``PREFIX-0000.params`` (load them with
 ``mx.model.load_checkpoint(PREFIX, 0)`` and bind an ``mx.mod.Module`` with data names data, im_info,
