@@ -185,7 +185,7 @@ def split_commands(script):
         raise ValueError(f"{error}: {joined}") from None
     found, words = [], []
     for word in lexed:
-        if word.strip("\n") in ("", ";", "&&", "||", "|", "&"):
+        if word and set(word) <= set(";&|\n"):  # a separator (a quoted "" is a word)
             found.append(words)
             words = []
         else:
@@ -302,6 +302,8 @@ def test_the_command_check_finds_bad_commands():
                              "--keep=0.9"]) == []
     assert split_commands("rm -rf .venv && make MXNET=mxnet-cu117  # a comment\nls | make test") == [
         ["rm", "-rf", ".venv"], ["make", "MXNET=mxnet-cu117"], ["ls"], ["make", "test"]]
+    assert split_commands('python main_test.py --set gpus "" \\\n    TEST.fp16 false') == [
+        ["python", "main_test.py", "--set", "gpus", "", "TEST.fp16", "false"]]
 
 
 def test_options_read_from_the_source_equal_the_scripts_help():
@@ -343,3 +345,43 @@ def test_the_config_keys_the_docs_name_exist(path):
     known = set(flat_config(DEFAULTS)) | set(RENAMED_KEYS) | set(DERIVED_KEYS)
     named = {word for line in outside_code(read(path)) for word in CONFIG_WORD.findall(line)}
     assert sorted(named - known) == []
+
+
+def config_arguments(args):
+    """``(cfg file, --set words)`` of a command's arguments, or None without ``--cfg``."""
+    if "--cfg" not in args:
+        return None
+    cfg, words, taking = args[args.index("--cfg") + 1], [], False
+    for word in args:
+        if word.startswith("--"):
+            taking = word == "--set"
+        elif taking:
+            words.append(word)
+    return cfg, words
+
+
+def documented_configs():
+    """``(doc, command, cfg, --set words)`` of every documented command that names a shipped config; commands
+    with placeholders (`E`, `S`, `FILE`, `path/to/...`) or a config the reader writes first are left out."""
+    for path in DOCS:
+        for words in bash_commands(path):
+            program = program_of(words)
+            found = program and program[0] in ("python", "file") and config_arguments(program[2])
+            if found and os.path.isfile(os.path.join(ROOT, found[0])) and not any(
+                    re.fullmatch(r"[A-Z]+|path/to/.*|\$\w+", word) for word in found[1]):
+                yield path, " ".join(words), found[0], found[1]
+
+
+def test_every_documented_config_and_override_loads():
+    """The configs and ``--set`` overrides the docs give load and validate (keys, types, cross-key checks)."""
+    from lib.config import load_config
+    from lib.config.core import parse_cli_overrides
+
+    checked, failed = 0, []
+    for path, command, cfg, words in documented_configs():
+        try:
+            load_config(os.path.join(ROOT, cfg), parse_cli_overrides(words))
+            checked += 1
+        except Exception as error:  # noqa: BLE001 - every failure is reported with its command
+            failed.append(f"{path}: {command}: {error}")
+    assert failed == [] and checked >= 20, "\n".join(failed) or checked
