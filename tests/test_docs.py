@@ -385,3 +385,42 @@ def test_every_documented_config_and_override_loads():
         except Exception as error:  # noqa: BLE001 - every failure is reported with its command
             failed.append(f"{path}: {command}: {error}")
     assert failed == [] and checked >= 20, "\n".join(failed) or checked
+
+
+# ---- rendering ----
+
+def table_cells(line):
+    """The cells of a Markdown table row: split at ``|`` outside inline code."""
+    cells, cell, code = [], "", False
+    for c in line.strip().strip("|"):
+        if c == "`":
+            code = not code
+        if c == "|" and not code:
+            cells.append(cell)
+            cell = ""
+        else:
+            cell += c
+    return cells + [cell]
+
+
+@pytest.mark.parametrize("path", DOCS)
+def test_tables_and_code_fences_render(path):
+    """Code fences are closed, and every row of a table has its header's number of cells (GitHub drops the cells
+    of a longer row and pads a shorter one: a pipe in a cell's text shifts the columns)."""
+    text = read(path)
+    assert len(re.findall(r"^\s*```", text, re.MULTILINE)) % 2 == 0, "a code fence is not closed"
+    uneven, table = [], []
+    for line in outside_code(text) + [""]:
+        if line.startswith("|"):
+            table.append(line)
+            continue
+        if len(table) >= 2:
+            width = len(table_cells(table[0]))
+            uneven += [row[:80] for row in table[1:] if len(table_cells(row)) != width]
+        table = []
+    assert uneven == []
+
+
+def test_table_cells_ignore_pipes_in_inline_code():
+    assert [c.strip() for c in table_cells("| a | `x | y` | b |")] == ["a", "`x | y`", "b"]
+    assert len(table_cells("| a | b | c |")) == 3
