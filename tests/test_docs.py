@@ -422,3 +422,15 @@ def test_tables_and_code_fences_render(path):
 def test_table_cells_ignore_pipes_in_inline_code():
     assert [c.strip() for c in table_cells("| a | `x | y` | b |")] == ["a", "`x | y`", "b"]
     assert len(table_cells("| a | b | c |")) == 3
+
+
+def test_every_tool_has_its_line_in_tools_md():
+    """docs/tools.md names every program under tools/ (scripts and script folders) and dev/'s scripts."""
+    page = read("docs/tools.md")
+    tools = [name for name in os.listdir(os.path.join(ROOT, "tools")) if not name.startswith(("_", "."))
+             and (name.endswith((".py", ".sh")) or os.path.isdir(os.path.join(ROOT, "tools", name)))]
+    dev = [f"dev/{name}" for name in os.listdir(os.path.join(ROOT, "dev"))
+           if name.endswith(".py") and not name.startswith("_") and "__main__" in read(f"dev/{name}")]
+    assert len(tools) > 30 and dev
+    missing = [name for name in tools if f"`{name}" not in page and f"`{name}/`" not in page]
+    assert missing + [script for script in dev if f"`{script}" not in page] == []
