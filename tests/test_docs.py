@@ -434,3 +434,19 @@ def test_every_tool_has_its_line_in_tools_md():
     assert len(tools) > 30 and dev
     missing = [name for name in tools if f"`{name}" not in page and f"`{name}/`" not in page]
     assert missing + [script for script in dev if f"`{script}" not in page] == []
+
+
+def test_architecture_lists_the_layers_the_layer_test_enforces():
+    """ARCHITECTURE.md's "Imports point down" block is LAYERS of the import-layer test (read from its source,
+    wherever the tests' folders put it), one line per layer from the top, package roots aside."""
+    source = next(os.path.join(parent, "test_layers.py") for parent, _, files in os.walk(os.path.join(ROOT, "tests"))
+                  if "test_layers.py" in files)
+    with open(source, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    layers = next(ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+                  and getattr(node.targets[0], "id", None) == "LAYERS")
+    section = read("ARCHITECTURE.md").split("## Imports point down", 1)[1]
+    block = section.split("```", 2)[1].strip().splitlines()
+    documented = [{unit.strip().replace("/", ".") for unit in line.split(":")[-1].split(",") if unit.strip()}
+                  for line in block]
+    assert documented[1:] == [set(layer) - {"lib", "dev"} for layer in layers[1:]]
