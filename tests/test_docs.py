@@ -450,3 +450,24 @@ def test_architecture_lists_the_layers_the_layer_test_enforces():
     documented = [{unit.strip().replace("/", ".") for unit in line.split(":")[-1].split(",") if unit.strip()}
                   for line in block]
     assert documented[1:] == [set(layer) - {"lib", "dev"} for layer in layers[1:]]
+
+
+@pytest.mark.parametrize("path", ["docs/configuration.md", "docs/inference.md"])
+def test_the_key_tables_give_the_defaults_of_configs_default(path):
+    """A key-table row of one key gives its default as configs/default.py has it (the first value of the cell,
+    before a remark in parentheses)."""
+    import yaml
+    from configs.default import DEFAULTS
+    from lib.config.core import flat_config
+
+    defaults, wrong, rows = flat_config(DEFAULTS), [], 0
+    for line in outside_code(read(path)):
+        cells = table_cells(line) if line.startswith("| `") else []
+        keys = re.findall(r"`([^`]+)`", cells[0]) if cells else []
+        if len(keys) == 1 and keys[0] in defaults:
+            rows += 1
+            text = re.split(r" \(|; ", cells[1].strip())[0].strip("`'")
+            value, default = yaml.safe_load(text) if text else "", defaults[keys[0]]
+            if value != (list(default) if isinstance(default, tuple) else default) and str(value) != str(default):
+                wrong.append(f"{keys[0]}: {cells[1].strip()} (configs/default.py: {default!r})")
+    assert rows >= 5 and wrong == [], wrong
