@@ -5,7 +5,7 @@
 #   make train      the main job: synthetic data -> train tiny SNIPER on CPU -> COCO AP table; again over an
 #                   earlier run: make train TRAIN_ARGS=--resume (continue it) or TRAIN_ARGS=--overwrite (start over)
 #   make MXNET=mxnet-cu117   the same with a CUDA build of MXNet 1.9.1: every CUDA 11 wheel of 1.9.1 on PyPI,
-#                            mxnet-cu110 ... mxnet-cu117 (README: the driver each needs); the venv
+#                            mxnet-cu110 ... mxnet-cu117 (docs/gpu.md: the driver each needs); the venv
 #                            remembers it, so later `make test` / `make train` keep that build
 #   make mxnet-gpu MXNET_SRC=DIR   MXNet 1.9.1 built from source with sm_90 (Hopper) code, CUDA 13 + cuDNN 9
 #                                  (hours; resumable), then: make MXNET=mxnet-local-gpu
@@ -127,7 +127,7 @@ $(STAMP): requirements.txt constraints.txt constraints-numpy2.txt $(NUMPY2_COMPA
 	@case " $(MXNET_VARIANTS) " in *" $(MXNET) "*) ;; *) echo "error: MXNET=$(MXNET) is not one of: \
 	$(MXNET_VARIANTS) (the MXNet $(MXNET_VERSION) wheels on PyPI, and mxnet-local-gpu: make mxnet-gpu)" >&2; exit 1;; esac
 	@[ "$(MXNET)" != mxnet-local-gpu ] || [ -f $(MXNET_GPU_LIB) ] || { echo "error: MXNET=mxnet-local-gpu needs \
-	$(MXNET_GPU_LIB): build it with make mxnet-gpu MXNET_SRC=DIR (README, GPU section)" >&2; exit 1; }
+	$(MXNET_GPU_LIB): build it with make mxnet-gpu MXNET_SRC=DIR (docs/gpu.md)" >&2; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade "pip<25"
 	# one MXNet build per venv: remove the others (they share the `mxnet` package folder)

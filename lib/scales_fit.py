@@ -5,7 +5,7 @@ only large objects) the published pyramid trains many objects at sizes the ancho
 spends chips on scales no object needs. This module proposes a pyramid from the data and checks it
 with the real chip miner (``lib.pixel_budget.epoch_pixel_budget``, the calls training makes).
 
-The rule (README "Fitting the scales to your data"). Sizes are sqrt(area) in chip pixels:
+The rule (docs/datasets.md#fitting-the-scales-to-your-data). Sizes are sqrt(area) in chip pixels:
 
 * ``low`` = smallest anchor side / sqrt(2) (feature stride x ``min(ANCHOR_SCALES)`` / sqrt(2): a box
   that size, centred on the smallest square anchor, has IoU 0.5 with it, RPN's positive threshold),

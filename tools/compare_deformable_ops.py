@@ -10,7 +10,7 @@ of smooth content, batched as the config batches a test set (``TEST.BATCH_IMAGES
 The table counts the stock run's final detections the compiled run reproduces (label, box within 0.01 px,
 score within 1e-4, each used once) and the images whose detections all agree. The kernels sum in another
 order than MXNet's, so outputs differ in their last bits; through NMS and soft-NMS such a difference can
-keep another box (docs/reference_differences.md, "Deformable operators on the CPU").
+keep another box (docs/reference_differences.md#test, its row "Deformable operators on the CPU").
 """
 import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
 import argparse

@@ -8,7 +8,7 @@
 (features and proposals -> class scores and box deltas; opset 19, onnx.checker passes) and ``DIR/model.json``
 (classes, pixel means and channel order, test scales and valid ranges, NMS settings, stride, anchors, the
 whole test config): ``Detector.from_onnx(DIR)`` or ``main_test.py --backend onnxruntime`` run the whole test
-protocol on it with ONNX Runtime and no MXNet (lib/inference/onnx_network.py; README, "Deploy"). A network
+protocol on it with ONNX Runtime and no MXNet (lib/inference/onnx_network.py; docs/deployment.md). A network
 trained with masks also gets ``DIR/mask.onnx`` (features and boxes -> 28x28 masks). ``--fp16`` writes the
 layers in float16 (inputs and outputs stay float32), for ONNX Runtime's CUDA provider (on the CPU ONNX Runtime
 casts them back to float32: about as fast as the float32 export).

@@ -7,8 +7,8 @@ Reads the config's training set (any dataset the project loads), mines one epoch
 generator for the config's pyramid and for candidates built from the box sizes, prints per candidate
 the share of boxes kept (valid in a chip at a size the anchors match), chips per image, pixels against
 single-scale training and the object sizes in chip pixels, and writes the cheapest pyramid keeping
-``--keep`` of the boxes as ``FILE_fitted.yml`` beside the config (rule: lib/scales_fit.py, README), with
-every ``--set`` key it was fitted with.
+``--keep`` of the boxes as ``FILE_fitted.yml`` beside the config, with every ``--set`` key it was fitted with
+(rule: lib/scales_fit.py, docs/datasets.md#fitting-the-scales-to-your-data).
 """
 import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
 import argparse

@@ -33,7 +33,7 @@ MODEL_KEY = "model"  # the entry of a checkpoint's progress.json
 # Keys holding file system paths: resolved against the run folder when a run's config is loaded.
 PATH_KEYS = ("dataset.root_path", "dataset.dataset_path", "dataset.proposal", "network.pretrained",
              "TEST.PROPOSAL_SAVE_PATH", "dataset.CLASSES_FILE")
-# Keys a resumed run may change (README, "Resuming"): they extend the schedule, or change logging, evaluation
+# Keys a resumed run may change (docs/training.md#resuming): they extend the schedule, or change logging, evaluation
 # cadence, checkpoint keeping and the loaders' machinery, not what its checkpoints were trained on or how its
 # evaluations are scored; ``name``/``output_path`` locate the run folder, ``TEST.MODEL``/``TEST_EPOCH`` serve main_test.
 # ``gpus`` may name other devices, as many (the batch is TRAIN.BATCH_IMAGES per device).
@@ -231,8 +231,8 @@ def check_resume_config(cfg):
     if differ:
         changes = "; ".join(f"{key} {_shown(was.get(key))} -> {_shown(now[key])}" for key in differ)
         raise RunFolderError(f"--resume: the checkpoints in {folder} were trained with other settings "
-                             f"({path}): {changes}; put them back (keys that may change on resume: README, "
-                             f"'Resuming'), or {advice}")
+                             f"({path}): {changes}; put them back (keys that may change on resume: "
+                             f"docs/training.md#resuming), or {advice}")
 
 
 def check_run_record(cfg):

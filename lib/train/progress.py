@@ -122,7 +122,7 @@ def schedule_warnings(cfg, iters_per_epoch, num_update):
         return []
     return [f"the run ends after {total} updates ({train.end_epoch} epochs of {iters_per_epoch} batches), inside "
             f"the warm-up (TRAIN.warmup_step {train.warmup_step}): the learning rate never reaches TRAIN.lr, so "
-            f"expect a model that detects little; train more epochs (README: 'How many epochs') or lower "
+            f"expect a model that detects little; train more epochs (docs/datasets.md#how-many-epochs) or lower "
             f"TRAIN.warmup_step"]
 
 
@@ -134,7 +134,7 @@ def recommended_schedule(cfg, iters_per_epoch):
     """``(updates, end_epoch, lr_step)``: the least schedule recommended for a set of ``iters_per_epoch``
     updates an epoch, ``SCHEDULE_WARMUPS`` x TRAIN.warmup_step updates (at least 2 epochs) with the lr step at
     ``LR_STEP_SHARE`` of them. Counted in updates, so it holds whatever a scale fit does to the chips an epoch
-    (README, 'How many epochs')."""
+    (docs/datasets.md#how-many-epochs)."""
     updates = SCHEDULE_WARMUPS * cfg.TRAIN.warmup_step
     epochs = max(2, math.ceil(updates / max(iters_per_epoch, 1)))
     return updates, epochs, round(epochs * LR_STEP_SHARE, 2)
