@@ -391,7 +391,7 @@ def test_the_readme_python_api_snippet_runs_as_written(trained, tmp_path):
     work, folder, _ = trained
     with open(os.path.join(ROOT, "README.md")) as f:
         readme = f.read()
-    snippet = readme.split("**Python API.**", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    snippet = readme.split("\n## Python API\n", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     for link, target in (("output/sniper_synthetic_tiny", folder), ("data/synthetic", work / "data" / "synthetic"),
                          ("docs/demo.jpg", os.path.join(ROOT, "docs", "demo.jpg"))):
         os.makedirs(tmp_path / os.path.dirname(link), exist_ok=True)
