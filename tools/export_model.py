@@ -9,6 +9,9 @@
 (classes, pixel means and channel order, test scales and valid ranges, NMS settings, stride, anchors, the
 whole test config): ``Detector.from_onnx(DIR)`` or ``main_test.py --backend onnxruntime`` run the whole test
 protocol on it with ONNX Runtime and no MXNet (lib/inference/onnx_network.py; README, "Deploy").
+``--quantize int8`` then rewrites body.onnx with int8 convolutions (QDQ), calibrated on the first
+``--calibration N`` images of the config's test set (lib/inference/onnx_quantize.py; the deformable
+convolutions, their offsets and the head stay float32).
 
 writes ``PREFIX-symbol.json`` and ``PREFIX-0000.params`` (load them with
 ``mx.model.load_checkpoint(PREFIX, 0)`` and bind an ``mx.mod.Module`` with data names data, im_info,
@@ -28,10 +31,12 @@ import argparse
 import logging
 import sys
 
+from lib.inference.onnx_quantize import QUANTIZATIONS, QuantizationError, check_quantization
 from lib.logger import report_user_errors, setup_logging
 from lib.run.folder import add_model_arguments, config_from_model_arguments
 
 logger = logging.getLogger("export_model")
+DEFAULT_CALIBRATION = 8
 
 
 def parse_args(argv=None):
@@ -41,7 +46,21 @@ def parse_args(argv=None):
                                                      "or the folder of the ONNX export")
     parser.add_argument("--format", choices=("mxnet", "onnx"), default="mxnet",
                         help="mxnet: a stock MXNet graph of one scale (default); onnx: two ONNX graphs + model.json")
-    return parser.parse_args(argv)
+    parser.add_argument("--quantize", choices=QUANTIZATIONS, default="none",
+                        help="onnx: int8 rewrites the body's convolutions as int8 (QDQ), calibrated on --calibration "
+                             "test-set images; the deformable convolutions, their offsets and the head stay float32")
+    parser.add_argument("--calibration", type=int, default=None,
+                        help=f"with --quantize int8: calibration images, the first of dataset.test_image_set "
+                             f"(default {DEFAULT_CALIBRATION})")
+    args = parser.parse_args(argv)
+    if args.quantize != "none" and args.format != "onnx":
+        raise QuantizationError(f"--quantize {args.quantize}: only the ONNX export is quantized (--format onnx)")
+    if args.calibration is not None and args.quantize == "none":
+        raise QuantizationError(f"--calibration {args.calibration}: calibration images are for --quantize int8")
+    if args.quantize != "none":
+        args.calibration = DEFAULT_CALIBRATION if args.calibration is None else args.calibration
+        check_quantization(args.quantize, args.calibration)
+    return args
 
 
 @report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
@@ -54,6 +73,10 @@ def main(argv=None):
 
     try:
         paths = export_onnx(cfg, args.out) if args.format == "onnx" else export_test_graph(cfg, args.out)
+        if args.quantize == "int8":
+            from lib.inference.onnx_quantize import calibration_images, quantize_export
+
+            quantize_export(args.out, calibration_images(cfg, args.calibration))
     except (CheckpointError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
     logger.info("wrote %s", ", ".join(paths))
