@@ -27,11 +27,12 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 
 
 def test_offset_convolutions_are_those_feeding_a_deformable_convolutions_offsets():
-    """A hand-made graph: conv_a feeds DeformConv's data, conv_b its offsets through a Reshape and an Add of
-    another conv's output (conv_c), conv_d feeds nothing deformable."""
+    """A hand-made graph: conv_a feeds DeformConv's data (and the offsets' reshape its shape only), conv_b its
+    offsets through a Reshape and an Add of another conv's output (conv_c), conv_d feeds nothing deformable."""
     node = helper.make_node
     nodes = [node("Conv", ["x", "w"], ["a"], name="conv_a"), node("Conv", ["x", "w"], ["b"], name="conv_b"),
-             node("Conv", ["x", "w"], ["c"], name="conv_c"), node("Reshape", ["b", "s"], ["b2"], name="reshape"),
+             node("Conv", ["x", "w"], ["c"], name="conv_c"), node("Shape", ["a"], ["s"], name="shape"),
+             node("Reshape", ["b", "s"], ["b2"], name="reshape"),
              node("Add", ["b2", "c"], ["offsets"], name="add"),
              node("DeformConv", ["a", "w", "offsets"], ["y"], name="deform"),
              node("Conv", ["y", "w"], ["z"], name="conv_d")]
@@ -159,3 +160,17 @@ def test_export_tool_quantizes_on_the_test_set(exports, tmp_path):
                          timeout=300)
     assert bad.returncode != 0 and "only the ONNX export is quantized" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow  # three back ends in a subprocess: ~30 s (100 s loaded); the quantisation itself is tested above
+def test_the_inference_benchmark_has_an_int8_row_beside_the_float_ones(tmp_path):
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "benchmark_inference.py"), "--cfg",
+                             os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml"), "--set", "gpus", "",
+                             "TEST.fp16", "false", "TEST.NUM_PROCESS", "0", "--no_gluoncv", "--images", "1", "--runs",
+                             "1", "--image_size", "64", "96", "--backend", "mxnet", "onnxruntime", "onnxruntime-int8"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [line.split("|")[1:3] for line in result.stdout.splitlines() if line.startswith("| SNIPER")]
+    assert [(model.strip(), test.strip()) for model, test in rows] == [
+        (f"SNIPER resnet_tiny, {backend}", test) for test in ("single-scale", "multi-scale")
+        for backend in ("mxnet", "onnxruntime", "onnxruntime-int8")]

@@ -72,7 +72,8 @@ def calibration_batches(detector, images):
 
 
 def offset_convolutions(graph):
-    """Names of the Conv nodes whose outputs reach a DeformConv's offset input through non-Conv nodes."""
+    """Names of the Conv nodes whose outputs reach a DeformConv's offset input through non-Conv nodes
+    (not through a Shape: the export's border correction reads the data's shape, not its values)."""
     producers = {output: node for node in graph.node for output in node.output}
     found, stack, seen = set(), [node.input[2] for node in graph.node if node.op_type == "DeformConv"], set()
     while stack:
@@ -82,7 +83,7 @@ def offset_convolutions(graph):
         seen.add(id(node))
         if node.op_type == "Conv":
             found.add(node.name)
-        else:
+        elif node.op_type != "Shape":
             stack += list(node.input)
     return sorted(found)
 
