@@ -174,3 +174,44 @@ def test_the_inference_benchmark_has_an_int8_row_beside_the_float_ones(tmp_path)
     assert [(model.strip(), test.strip()) for model, test in rows] == [
         (f"SNIPER resnet_tiny, {backend}", test) for test in ("single-scale", "multi-scale")
         for backend in ("mxnet", "onnxruntime", "onnxruntime-int8")]
+
+
+def test_the_profile_tool_shows_int8_convolutions_and_the_pooling_per_setting(exports, tmp_path):
+    tool = [sys.executable, os.path.join(ROOT, "tools", "profile_onnx.py")]
+    result = subprocess.run([*tool, "--model", exports[2], "--canvas", "64", "96", "--rois", "10", "--runs", "1",
+                             "--optimization", "basic", "all", "--threads", "1", "--top", "30"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    settings = result.stdout.split("\noptimization ")[1:]
+    assert [s.split(":")[0] for s in settings] == ["basic, 1 threads", "all, 1 threads"]
+    rows = [[cell.strip() for cell in line.split("|")[1:3]] for line in settings[1].splitlines() if line[:3] == "| b"
+            or line[:3] == "| h"]
+    assert ["body", "QLinearConv"] in rows and ["body", "DeformConv"] in rows and ["head", "RoiAlign"] in rows
+    assert "(body int8)" in result.stdout.splitlines()[0]
+    missing = subprocess.run([*tool, "--model", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert missing.returncode == 1 and missing.stderr.count("\n") == 1 and "model.json not found" in missing.stderr
+
+
+def test_batch_norms_become_the_same_per_channel_affine_map():
+    """A BatchNormalization (epsilon 1e-3) and its Mul + Add rewrite on ONNX Runtime, against NumPy's
+    (x - mean) / sqrt(var + eps) * gamma + beta."""
+    from lib.inference.onnx_quantize import batch_norms_as_affine
+
+    rng = np.random.default_rng(4)
+    gamma, beta, mean = (rng.normal(size=5).astype(np.float32) for _ in range(3))
+    var = rng.uniform(0.1, 3, 5).astype(np.float32)
+    x = rng.normal(size=(2, 5, 3, 4)).astype(np.float32)
+    tensors = [numpy_helper.from_array(v, n) for v, n in ((gamma, "g"), (beta, "b"), (mean, "m"), (var, "v"))]
+    graph = helper.make_graph([helper.make_node("BatchNormalization", ["x", "g", "b", "m", "v"], ["y"], name="bn",
+                                                epsilon=1e-3)], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 3, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5, 3, 4])], tensors)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 9
+    affine = batch_norms_as_affine(model)
+    assert [node.op_type for node in affine.graph.node] == ["Mul", "Add"]
+    found = ort.InferenceSession(affine.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    shape = (1, 5, 1, 1)
+    expected = (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + 1e-3) * gamma.reshape(shape) + \
+        beta.reshape(shape)
+    np.testing.assert_allclose(found, expected, rtol=1e-5, atol=1e-5)

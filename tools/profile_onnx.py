@@ -19,10 +19,8 @@ import time
 
 import numpy as np
 
-from lib.inference.onnx_network import import_onnxruntime, read_description
+from lib.inference.onnx_network import OPTIMIZATION_LEVELS, import_onnxruntime, read_description, session_options
 from lib.logger import report_user_errors
-
-LEVELS = ("none", "basic", "extended", "all")
 
 
 def random_inputs(batch, height, width, rois, seed=0):
@@ -36,12 +34,7 @@ def random_inputs(batch, height, width, rois, seed=0):
 
 
 def profiled_session(ort, path, level, threads, folder):
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.graph_optimization_level = {
-        "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL, "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[level]
+    options = session_options(ort, threads, level)
     options.enable_profiling = True
     options.profile_file_prefix = os.path.join(folder, os.path.basename(path))
     return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
@@ -88,7 +81,7 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=1, help="images per canvas batch")
     parser.add_argument("--rois", type=int, default=300, help="boxes per image for the head (TEST.RPN_POST_NMS_TOP_N)")
     parser.add_argument("--runs", type=int, default=2, help="timed runs after a warm-up (median wall time)")
-    parser.add_argument("--optimization", nargs="+", choices=LEVELS, default=["all"])
+    parser.add_argument("--optimization", nargs="+", choices=OPTIMIZATION_LEVELS, default=["all"])
     parser.add_argument("--threads", type=int, nargs="+", default=[2], help="intra-op threads (0: ONNX Runtime's)")
     parser.add_argument("--top", type=int, default=8, help="operator types listed per graph")
     args = parser.parse_args(argv)

@@ -73,6 +73,20 @@ def read_description(directory):
     return description
 
 
+OPTIMIZATION_LEVELS = ("none", "basic", "extended", "all")
+
+
+def session_options(ort, threads=0, optimization="all"):
+    """ONNX Runtime SessionOptions: ``threads`` intra-op threads (0: ONNX Runtime's default), graph
+    optimisation level ``optimization`` (OPTIMIZATION_LEVELS, ONNX Runtime's DISABLE_ALL .. ENABLE_ALL)."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = int(threads)
+    options.graph_optimization_level = dict(zip(OPTIMIZATION_LEVELS, (
+        ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)))[optimization]
+    return options
+
+
 class OnnxNetwork:
     """The two graphs of an ONNX export folder in ONNX Runtime sessions (``providers``: ONNX Runtime's execution
     providers, by default the CPU's; ``threads``: intra-op threads, 0 = ONNX Runtime's default);
@@ -86,12 +100,7 @@ class OnnxNetwork:
         self.description = read_description(directory)
         self.cfg = restore(self.description["config"])
         self.test = test_cfg if test_cfg is not None else self.cfg.TEST
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = int(threads)
-        options.graph_optimization_level = {
-            "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL, "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[optimization]
+        options = session_options(ort, threads, optimization)
         self.sessions = {}
         for key, name in self.description["graphs"].items():
             path = os.path.join(directory, name)
