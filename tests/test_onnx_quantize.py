@@ -7,7 +7,6 @@ import shutil
 import subprocess
 import sys
 
-import mxnet as mx
 import numpy as np
 import pytest
 
@@ -44,12 +43,11 @@ def test_offset_convolutions_are_those_feeding_a_deformable_convolutions_offsets
 @pytest.fixture(scope="module")
 def exports(tiny, tmp_path_factory):
     """(cfg, float export folder, int8 export folder calibrated on the tiny test set's first 2 images)."""
-    cfg, arg_params, aux_params = tiny
+    from detector_helpers import save_test_params
+
     folder = tmp_path_factory.mktemp("quantize")
-    params = str(folder / "tiny-0001.params")
-    mx.nd.save(params, {**{f"arg:{k}": v for k, v in arg_params.items()},
-                        **{f"aux:{k}": v for k, v in aux_params.items()}})
-    cfg = with_overrides(cfg, {"TEST.MODEL": params})
+    cfg = with_overrides(tiny[0], {"TEST.MODEL": str(folder / "tiny-0001.params")})
+    save_test_params(cfg.TEST.MODEL, *tiny[1:])
     export_onnx(cfg, str(folder / "float"))
     shutil.copytree(folder / "float", folder / "int8")
     quantize_export(str(folder / "int8"), calibration_images(cfg, 2))

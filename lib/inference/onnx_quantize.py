@@ -134,6 +134,7 @@ def quantize_body(directory, batches, images):
     """Rewrite ``directory``'s body.onnx as int8 QDQ calibrated on ``batches`` (``calibration_batches`` of
     ``images`` images) and record it in its model.json; returns the quantised body's path."""
     import onnx
+    import onnxruntime as ort
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
@@ -151,7 +152,11 @@ def quantize_body(directory, batches, images):
     with tempfile.TemporaryDirectory() as scratch:
         named, prepared = os.path.join(scratch, "named.onnx"), os.path.join(scratch, "prepared.onnx")
         onnx.save(model, named)
-        quant_pre_process(named, prepared, skip_symbolic_shape=True)  # folds BatchNorm into Conv
+        ort.set_default_logger_severity(3)  # not a warning per folded BatchNorm's parameters
+        try:
+            quant_pre_process(named, prepared, skip_symbolic_shape=True)  # folds BatchNorm into Conv
+        finally:
+            ort.set_default_logger_severity(2)  # ONNX Runtime's default, warnings
         affine = batch_norms_as_affine(onnx.load(prepared))
         onnx.save(affine, prepared)
         excluded = offset_convolutions(affine.graph)
