@@ -208,6 +208,7 @@ def test_batch_norms_become_the_same_per_channel_affine_map():
     model.ir_version = 9
     affine = batch_norms_as_affine(model)
     assert [node.op_type for node in affine.graph.node] == ["Mul", "Add"]
+    assert sorted(t.name for t in affine.graph.initializer) == ["bn_scale", "bn_shift"]
     found = ort.InferenceSession(affine.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     shape = (1, 5, 1, 1)
     expected = (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + 1e-3) * gamma.reshape(shape) + \

@@ -94,7 +94,7 @@ def offset_convolutions(graph):
 def batch_norms_as_affine(model):
     """``model`` (a ModelProto) with each BatchNormalization (inference) replaced by Mul and Add with
     per-channel (1, C, 1, 1) constants: ``x * gamma / sqrt(var + eps) + (beta - mean * gamma / sqrt(var +
-    eps))``, computed in float64 and stored as float32."""
+    eps))``, computed in float64 and stored as float32; the initializers no node reads any more are dropped."""
     from onnx import helper, numpy_helper
 
     initializers = {tensor.name: tensor for tensor in model.graph.initializer}
@@ -116,6 +116,10 @@ def batch_norms_as_affine(model):
                                    name=f"{node.name}_add")]
     del model.graph.node[:]
     model.graph.node.extend(nodes)
+    used = {name for node in nodes for name in node.input}
+    kept = [tensor for tensor in model.graph.initializer if tensor.name in used]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(kept)
     return model
 
 
