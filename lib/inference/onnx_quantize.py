@@ -11,8 +11,9 @@ The activation ranges are calibrated (MinMax) on the body inputs of a few images
 the test does: the float export's Detector runs them and each canvas batch it feeds the body is kept.
 
 What stays float32: ``DeformConv`` and the convolutions computing its offsets (a quantised offset moves a
-sample by a fraction of a cell), the RPN outputs and the head graph (``head.onnx``, the deformable RoI
-pooling and the fully connected layers). ``model.json`` records the quantisation under ``quantization``.
+sample by a fraction of a cell), the head graph (``head.onnx``, the deformable RoI pooling and the fully
+connected layers), and the graphs' inputs and outputs (the body's are dequantised). ``model.json`` records the
+quantisation under ``quantization``.
 onnx and onnxruntime are imported where used: the export tool imports this module on any interpreter.
 """
 import logging
