@@ -74,6 +74,12 @@ def random_tiny_params(cfg, num_classes=NUM_CLASSES):
     return module.get_params()
 
 
+def save_test_params(path, arg_params, aux_params):
+    """Write ``arg_params`` and ``aux_params`` as a test-ready checkpoint file (what ``TEST.MODEL`` names)."""
+    mx.nd.save(path, {**{f"arg:{k}": v for k, v in arg_params.items()},
+                      **{f"aux:{k}": v for k, v in aux_params.items()}})
+
+
 class OracleDetector(Detector):
     """The tester's Detector with the network replaced by an oracle: the proposal layer returns each
     image's gt boxes (scaled, repeated to a fixed count as the proposal layer pads), the regressor zero

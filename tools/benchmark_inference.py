@@ -18,7 +18,8 @@ pass, as the median of ``--runs`` runs over ``--images`` random images of ``--im
 ``--deformable stock compiled`` the SNIPER rows are repeated for each network.CPU_DEFORMABLE_OPS value (the
 same weights), the variants taking turns within every run so that machine load hits them alike; with
 ``--backend mxnet onnxruntime`` likewise for MXNet and ONNX Runtime (the ONNX export of the same weights, as
-many threads: OMP_NUM_THREADS for both). GluonCV's
+many threads: OMP_NUM_THREADS for both; ``onnxruntime-int8``: that export with its body quantised to int8,
+tools/export_model.py --quantize int8, calibrated on the benchmark's own images). GluonCV's
 ``faster_rcnn_resnet101_v1d_coco`` (built with pretrained=False, pretrained_base=False: no download) runs in
 the same process on the first context at the same input sizes, one image per call. Weights are the
 checkpoint's when it exists, else random: speed does not depend on them, except that random weights give
@@ -49,6 +50,8 @@ from lib.run.folder import add_model_arguments, checkpoint_classes, config_from_
 from lib.scales import ScaleLevel
 from symbols import inference_symbol
 
+ONNX_BACKENDS = ("onnxruntime", "onnxruntime-int8")
+
 
 def side_by_side(calls, runs):
     """{key: (median seconds, peak RSS)} of ``calls`` ({key: function}) after one warm-up call each, the
@@ -74,10 +77,11 @@ def say(message):
     print(f"benchmark_inference: {message}", file=sys.stderr, flush=True)
 
 
-def load_detectors(cfg, num_classes, variants, backends=("mxnet",), folder=None):
+def load_detectors(cfg, num_classes, variants, backends=("mxnet",), folder=None, calibration=()):
     """({(variant, backend): Detector}, weights): one Detector per network.CPU_DEFORMABLE_OPS value in
     ``variants`` (None: the config's) on MXNet and, with "onnxruntime" in ``backends``, one on ONNX Runtime (the
-    export of the same weights into ``folder``, as many intra-op threads as OMP_NUM_THREADS gives MXNet), on the
+    export of the same weights into ``folder``, as many intra-op threads as OMP_NUM_THREADS gives MXNet), with
+    "onnxruntime-int8" one on that export quantised to int8 (calibrated on the ``calibration`` images), on the
     same weights, the checkpoint's when it exists, else random."""
     path = checkpoint_file(cfg)
     classes, rpn_only = numbered_classes(num_classes), False
@@ -100,14 +104,19 @@ def load_detectors(cfg, num_classes, variants, backends=("mxnet",), folder=None)
             c = cfg if variant is None else with_overrides(cfg, {"network.CPU_DEFORMABLE_OPS": variant})
             detectors[(variant, "mxnet")] = Detector.from_params(c, classes, arg_params, aux_params, rpn_only=rpn_only,
                                                                  source=weights)
-    if "onnxruntime" in backends:
+    for backend in [b for b in ONNX_BACKENDS if b in backends]:
         if rpn_only:
-            raise ConfigError("--backend onnxruntime: RPN-only networks (proposal extraction) run on mxnet")
+            raise ConfigError(f"--backend {backend}: RPN-only networks (proposal extraction) run on mxnet")
         from lib.inference.export import export_onnx_params
 
-        export_onnx_params(cfg, classes, arg_params, aux_params, folder, weights)
-        detectors[(None, "onnxruntime")] = Detector.from_onnx(folder, cfg, classes,
-                                                              threads=int(os.environ.get("OMP_NUM_THREADS", 0)))
+        export = os.path.join(folder, backend)
+        export_onnx_params(cfg, classes, arg_params, aux_params, export, weights)
+        if backend == "onnxruntime-int8":
+            from lib.inference.onnx_quantize import quantize_export
+
+            quantize_export(export, calibration)
+        detectors[(None, backend)] = Detector.from_onnx(export, cfg, classes,
+                                                        threads=int(os.environ.get("OMP_NUM_THREADS", 0)))
     return detectors, weights
 
 
@@ -217,9 +226,10 @@ def main(argv=None):
                         help="the host pipeline alone, the network replaced by a no-op")
     parser.add_argument("--workers", type=int, nargs="+", default=None,
                         help="null forward: TEST.NUM_PROCESS values to compare (default: 0 and the config's)")
-    parser.add_argument("--backend", nargs="+", choices=("mxnet", "onnxruntime"), default=["mxnet"],
+    parser.add_argument("--backend", nargs="+", choices=("mxnet",) + ONNX_BACKENDS, default=["mxnet"],
                         help="SNIPER rows for each back end (TEST.BACKEND), side by side on the same weights and "
-                             "threads (onnxruntime: the ONNX export, made in a temporary folder)")
+                             "threads (onnxruntime: the ONNX export, made in a temporary folder; onnxruntime-int8: "
+                             "its body quantised to int8, calibrated on the benchmark's images)")
     parser.add_argument("--deformable", nargs="+", choices=("stock", "compiled"),
                         help="SNIPER rows for each network.CPU_DEFORMABLE_OPS value, side by side "
                              "(default: the config's only)")
@@ -240,11 +250,11 @@ def main(argv=None):
         return
     args.images = args.images or 2
     export_folder = tempfile.TemporaryDirectory()
-    detectors, weights = load_detectors(cfg, num_classes, args.deformable or [None], args.backend,
-                                        export_folder.name)
-    detector = next(iter(detectors.values()))
     rng = np.random.default_rng(0)
     images = [rng.integers(0, 255, (*args.image_size, 3), dtype=np.uint8) for _ in range(args.images)]
+    detectors, weights = load_detectors(cfg, num_classes, args.deformable or [None], args.backend,
+                                        export_folder.name, calibration=images)
+    detector = next(iter(detectors.values()))
     single = detector.levels[single_scale_index(args.single_scale, len(detector.levels))]
     runs = (("single-scale", (ScaleLevel(single.spec, (-1, -1)),)), ("multi-scale", parsed(cfg).test_levels))
     rows = []

@@ -12,6 +12,9 @@ protocol on it with ONNX Runtime and no MXNet (lib/inference/onnx_network.py; do
 trained with masks also gets ``DIR/mask.onnx`` (features and boxes -> 28x28 masks). ``--fp16`` writes the
 layers in float16 (inputs and outputs stay float32), for ONNX Runtime's CUDA provider (on the CPU ONNX Runtime
 casts them back to float32: about as fast as the float32 export).
+``--quantize int8`` then rewrites body.onnx with int8 convolutions (QDQ), calibrated on the first
+``--calibration N`` images of the config's test set (lib/inference/onnx_quantize.py; the deformable
+convolutions, their offsets and the head stay float32).
 
 writes ``PREFIX-symbol.json`` and ``PREFIX-0000.params`` (load them with
 ``mx.model.load_checkpoint(PREFIX, 0)`` and bind an ``mx.mod.Module`` with data names data, im_info,
@@ -31,10 +34,12 @@ import argparse
 import logging
 import sys
 
+from lib.inference.onnx_quantize import QUANTIZATIONS, QuantizationError, check_quantization
 from lib.logger import report_user_errors, setup_logging
 from lib.run.folder import add_model_arguments, config_from_model_arguments
 
 logger = logging.getLogger("export_model")
+DEFAULT_CALIBRATION = 8
 
 
 def parse_args(argv=None):
@@ -47,9 +52,25 @@ def parse_args(argv=None):
     parser.add_argument("--fp16", action="store_true",
                         help="--format onnx: the layers in float16 (inputs and outputs float32), for ONNX Runtime's "
                              "CUDA provider; on the CPU provider it is no faster than float32")
+    parser.add_argument("--quantize", choices=QUANTIZATIONS, default="none",
+                        help="onnx: int8 rewrites the body's convolutions as int8 (QDQ), calibrated on --calibration "
+                             "test-set images; the deformable convolutions, their offsets and the head stay float32")
+    parser.add_argument("--calibration", type=int, default=None,
+                        help=f"with --quantize int8: calibration images, the first of dataset.test_image_set "
+                             f"(default {DEFAULT_CALIBRATION})")
     args = parser.parse_args(argv)
     if args.fp16 and args.format != "onnx":
         parser.error("--fp16 is an option of --format onnx (the MXNet graph's float16 is TEST.fp16, on GPUs)")
+    if args.fp16 and args.quantize != "none":
+        raise QuantizationError(f"--fp16 with --quantize {args.quantize}: the quantiser takes the float32 export; "
+                                f"choose one")
+    if args.quantize != "none" and args.format != "onnx":
+        raise QuantizationError(f"--quantize {args.quantize}: only the ONNX export is quantized (--format onnx)")
+    if args.calibration is not None and args.quantize == "none":
+        raise QuantizationError(f"--calibration {args.calibration}: calibration images are for --quantize int8")
+    if args.quantize != "none":
+        args.calibration = DEFAULT_CALIBRATION if args.calibration is None else args.calibration
+        check_quantization(args.quantize, args.calibration)
     return args
 
 
@@ -66,6 +87,10 @@ def main(argv=None):
             paths = export_onnx(cfg, args.out, fp16=args.fp16)
         else:
             paths = export_test_graph(cfg, args.out)
+        if args.quantize == "int8":
+            from lib.inference.onnx_quantize import calibration_images, quantize_export
+
+            quantize_export(args.out, calibration_images(cfg, args.calibration))
     except (CheckpointError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
     logger.info("wrote %s", ", ".join(paths))

@@ -20,9 +20,9 @@ without a translator, or a setting the translation does not cover, is refused in
 (``ExportError``). The deformable convolution becomes ONNX ``DeformConv``, with its offsets moved at the
 border so that ONNX's sampling (bilinear with zero padding) gives MXNet's (a point outside [0, H) x [0, W)
 is 0, one in the last row or column takes that row or column): ``_mxnet_border_offsets``. The deformable
-PS-ROI pooling (group_size 1 only: deformable RoI pooling) becomes a Gather of every bin's sample points'
-bilinear neighbours and a weighted MatMul (the operator's validity mask and mean: ``_deformable_roi_pool``),
-the sampling rules of lib/ops.
+PS-ROI pooling (group_size 1 only: deformable RoI pooling) becomes ONNX ``RoiAlign`` with one box per
+(roi, bin) and one output cell per sample, and the operator's validity mask and mean as a small MatMul
+(``_deformable_roi_pool``), the sampling rules of lib/ops.
 """
 import ast
 import json
@@ -236,20 +236,26 @@ def _deformable_psroi_pooling(g, name, inputs, attrs):
 
 def _deformable_roi_pool(g, name, data, rois, trans, pooled, samples, spatial_scale, trans_std):
     """lib/ops' deformable RoI pooling (group_size 1) of ``data`` (B, C, H, W) over ``rois`` (B, R, 4) ->
-    (B * R, C, pooled, pooled): per roi the rounded corners span ``round(x1) * scale - 0.5 .. (round(x2) + 1)
-    * scale - 0.5`` (at least 0.1), bin (ph, pw) starts at ``pw * bin_w + start_w + trans_x * roi_w`` and takes
-    ``samples`` x ``samples`` points ``iw * bin_w / samples`` apart; a point more than half a cell outside
-    the map is dropped, the others clamped onto it and sampled bilinearly (floor and ceil neighbours, as the
-    operator); the bin is their mean (0 with none). Per bin, the four neighbours of each of its points are
-    gathered as rows of the channels-last map and one small product with their bilinear weights times the
-    point's share of the bin sums them (ONNX Runtime's GridSample, the first form, took several times as long
-    on the ResNet-101 head, as did elementwise weighting)."""
+    (B * R, C, pooled, pooled) as ONNX ``RoiAlign`` (a compiled kernel in ONNX Runtime, TensorRT, OpenVINO).
+
+    The operator: per roi the rounded corners span ``round(x1) * scale - 0.5 .. (round(x2) + 1) * scale - 0.5``
+    (at least 0.1), bin (ph, pw) starts at ``pw * bin_w + start_w + trans_x * trans_std * roi_w`` and takes
+    ``samples`` x ``samples`` bilinear samples ``iw * bin_w / samples`` apart; a sample more than half a cell
+    outside the map is dropped, the others clamped onto it; the bin is the mean of the kept ones (0 with none).
+
+    Here every (roi, bin) is one RoiAlign box of ``samples`` x ``samples`` output cells with sampling_ratio 1,
+    so that each cell is one bilinear sample: RoiAlign samples cell centres, so the box starts half a sub-bin
+    before the bin (and +0.5 for half_pixel's -0.5 shift, which unlike output_half_pixel keeps boxes narrower
+    than a cell). Inside [-0.5, H - 0.5] RoiAlign's sample (clamped onto [0, H - 1], bilinear) is the
+    operator's; the operator's dropping of the others and its mean over the kept ones are a mask computed from
+    the same sample coordinates, applied as each sample's share of its bin (mask / kept count)."""
     P, S = pooled, samples
     shape = g.op("Shape", [data], f"{name}_shape")
     # rounded corners (the coordinates are >= 0: round half away from zero = floor(x + 0.5))
     corners = g.op("Floor", [g.op("Add", [rois, g.const(0.5)])])
-    per_roi_bins = g.op("Concat", [g.op("Shape", [rois], start=0, end=2), g.const([P, 1, P, 1], np.int64)], axis=0)
-    sampled = []
+    roi_shape = g.op("Shape", [rois], start=0, end=2)
+    boxes_shape = g.op("Concat", [roi_shape, g.const([P, P], np.int64)], axis=0)  # (B, R, P_h, P_w)
+    per_axis = []
     for is_x, column in ((True, 0), (False, 1)):  # x: roi columns 0 and 2, the map's width; y: 1, 3, height
         size = g.op("Cast", [g.op("Gather", [shape, g.const(3 - column, np.int64)])], to=TensorProto.FLOAT)
         lo = g.op("Gather", [corners, g.const(column, np.int64)], axis=2)  # (B, R)
@@ -259,54 +265,45 @@ def _deformable_roi_pool(g, name, data, rois, trans, pooled, samples, spatial_sc
         extent = g.op("Max", [g.op("Sub", [end, start]), g.const(0.1)])
         bin_size = g.op("Div", [extent, g.const(float(P))])
         sub_bin = g.op("Div", [bin_size, g.const(float(S))])
-        # to (B, R, P_h, S_h, P_w, S_w): x varies with (pw, iw), y with (ph, ih)
-        expand = g.const([0, 0, 1, 1, 1, 1], np.int64)
-        start, extent, bin_size, sub_bin = (g.op("Reshape", [t, expand]) for t in (start, extent, bin_size, sub_bin))
-        bins = np.arange(P, dtype=np.float32).reshape([1, 1, 1, 1, P, 1] if is_x else [1, 1, P, 1, 1, 1])
-        steps = np.arange(S, dtype=np.float32).reshape([1, 1, 1, 1, 1, S] if is_x else [1, 1, 1, S, 1, 1])
-        point = g.op("Add", [g.op("Mul", [g.const(bins), bin_size]), start])
+        to_bins = g.const([0, 0, 1, 1], np.int64)  # (B, R) -> (B, R, 1, 1)
+        start, extent, bin_size, sub_bin = (g.op("Reshape", [t, to_bins]) for t in (start, extent, bin_size, sub_bin))
+        bins = np.arange(P, dtype=np.float32).reshape([1, 1, 1, P] if is_x else [1, 1, P, 1])
+        bin_start = g.op("Add", [g.op("Mul", [g.const(bins), bin_size]), start])
         if trans is not None:  # trans (B * R, 2, P, P): channel 0 moves x, 1 moves y, in roi extents
             moved = g.op("Gather", [trans, g.const(column, np.int64)], axis=1)  # (B * R, P, P)
-            moved = g.op("Mul", [moved, g.const(trans_std)])
-            moved = g.op("Reshape", [moved, per_roi_bins])  # (B, R, P, 1, P, 1)
-            point = g.op("Add", [point, g.op("Mul", [moved, extent])])
-        point = g.op("Add", [point, g.op("Mul", [g.const(steps), sub_bin])])
+            moved = g.op("Reshape", [g.op("Mul", [moved, g.const(trans_std)]), boxes_shape])
+            bin_start = g.op("Add", [bin_start, g.op("Mul", [moved, extent])])
+        bin_start = g.op("Expand", [bin_start, boxes_shape])
+        # the samples (B, R, P_h, P_w, S_h, S_w): x varies along the last axis, y along the one before
+        steps = np.arange(S, dtype=np.float32).reshape([1, 1, 1, 1, 1, S] if is_x else [1, 1, 1, 1, S, 1])
+        to_samples = g.const([0, 0, 0, 0, 1, 1], np.int64)
+        point = g.op("Add", [g.op("Reshape", [bin_start, to_samples]),
+                             g.op("Mul", [g.const(steps), g.op("Reshape", [sub_bin, to_samples])])])
         valid = g.op("And", [g.op("GreaterOrEqual", [point, g.const(-0.5)]),
                              g.op("LessOrEqual", [point, g.op("Sub", [size, g.const(0.5)])])])
-        clamped = g.op("Min", [g.op("Max", [point, g.const(0.0)]), g.op("Sub", [size, g.const(1.0)])])
-        low = g.op("Floor", [clamped])
-        sampled.append((low, g.op("Ceil", [clamped]), g.op("Sub", [clamped, low]), valid, size))
-    (x_low, x_high, x_frac, x_valid, width), (y_low, y_high, y_frac, y_valid, height) = sampled
-    # each sample's share of its bin: 1 / (the bin's valid samples), 0 when dropped
-    mask = g.op("Cast", [g.op("And", [x_valid, y_valid])], to=TensorProto.FLOAT)  # (B, R, P, S, P, S)
-    count = g.op("ReduceSum", [mask, g.const([3, 5], np.int64)], keepdims=1)
-    share = g.op("Div", [mask, g.op("Max", [count, g.const(1.0)])])
-    # the map as rows (B * H * W, C); a point's row is b * H * W + y * W + x
-    channels = g.op("Shape", [data], start=1, end=2)
-    rows = g.op("Reshape", [g.op("Transpose", [data], perm=[0, 2, 3, 1]),
-                            g.op("Concat", [g.const([-1], np.int64), channels], axis=0)])
+        box_start = g.op("Add", [g.op("Sub", [bin_start, g.op("Mul", [sub_bin, g.const(0.5)])]), g.const(0.5)])
+        per_axis.append((box_start, g.op("Add", [box_start, bin_size]), valid))
+    (x1, x2, x_valid), (y1, y2, y_valid) = per_axis
+    boxes = g.op("Concat", [g.op("Unsqueeze", [c, g.const([4], np.int64)]) for c in (x1, y1, x2, y2)], axis=4)
+    boxes = g.op("Reshape", [boxes, g.const([-1, 4], np.int64)], f"{name}_boxes")  # (B * R * P * P, 4)
     batch = g.op("Gather", [shape, g.const(0, np.int64)])
-    first = g.op("Mul", [g.op("Cast", [g.op("Range", [g.const(0, np.int64), batch, g.const(1, np.int64)])],
-                              to=TensorProto.FLOAT), g.op("Mul", [height, width])])
-    first = g.op("Reshape", [first, g.const([-1, 1, 1, 1, 1, 1], np.int64)])
-    x_rest, y_rest = (g.op("Sub", [g.const(1.0), frac]) for frac in (x_frac, y_frac))
-    indices, weights = [], []
-    for y, x, y_weight, x_weight in ((y_low, x_low, y_rest, x_rest), (y_high, x_low, y_frac, x_rest),
-                                     (y_low, x_high, y_rest, x_frac), (y_high, x_high, y_frac, x_frac)):
-        index = g.op("Add", [g.op("Add", [g.op("Mul", [y, width]), x]), first])  # (B, R, P, S, P, S)
-        indices.append(g.op("Unsqueeze", [g.op("Cast", [index], to=TensorProto.INT64), g.const([6], np.int64)]))
-        weight = g.op("Mul", [g.op("Mul", [y_weight, x_weight]), share])
-        weights.append(g.op("Unsqueeze", [weight, g.const([6], np.int64)]))
-    # per bin its S * S * 4 (point, neighbour) pairs: (B, R, P_h, P_w, K) after moving the sample axes last
-    by_bin = [0, 1, 2, 4, 3, 5, 6]
-    pairs = g.const([0, 0, P, P, 4 * S * S], np.int64)
-    index = g.op("Reshape", [g.op("Transpose", [g.op("Concat", indices, axis=6)], perm=by_bin), pairs])
-    weight = g.op("Reshape", [g.op("Transpose", [g.op("Concat", weights, axis=6)], perm=by_bin), pairs])
-    values = g.op("Gather", [rows, index], axis=0)  # (B, R, P, P, K, C)
-    pooled = g.op("MatMul", [g.op("Unsqueeze", [weight, g.const([4], np.int64)]), values])  # (B, R, P, P, 1, C)
-    pooled = g.op("Transpose", [g.op("Squeeze", [pooled, g.const([4], np.int64)])], perm=[0, 1, 4, 2, 3])
-    flat = g.op("Concat", [g.const([-1], np.int64), g.op("Shape", [pooled], start=2)], axis=0)
-    return g.op("Reshape", [pooled, flat], f"{name}_pooled")
+    images = g.op("Reshape", [g.op("Range", [g.const(0, np.int64), batch, g.const(1, np.int64)]),
+                              g.const([-1, 1, 1, 1], np.int64)])
+    images = g.op("Reshape", [g.op("Expand", [images, boxes_shape]), g.const([-1], np.int64)])
+    samples_out = g.op("RoiAlign", [data, boxes, images], f"{name}_samples", mode="avg", output_height=S,
+                       output_width=S, sampling_ratio=1, spatial_scale=1.0,
+                       coordinate_transformation_mode="half_pixel")  # (B * R * P * P, C, S, S)
+    # each sample's share of its bin: 1 / (the bin's kept samples), 0 when dropped
+    mask = g.op("Cast", [g.op("And", [x_valid, y_valid])], to=TensorProto.FLOAT)  # (B, R, P, P, S, S)
+    count = g.op("ReduceSum", [mask, g.const([4, 5], np.int64)], keepdims=1)
+    share = g.op("Div", [mask, g.op("Max", [count, g.const(1.0)])])
+    channels = g.op("Shape", [data], start=1, end=2)
+    by_sample = g.op("Concat", [g.const([-1], np.int64), channels, g.const([S * S], np.int64)], axis=0)
+    pooled_bins = g.op("MatMul", [g.op("Reshape", [samples_out, by_sample]),
+                                  g.op("Reshape", [share, g.const([-1, S * S, 1], np.int64)])])  # (N, C, 1)
+    per_roi = g.op("Concat", [g.const([-1, P, P], np.int64), channels], axis=0)
+    pooled_rois = g.op("Reshape", [pooled_bins, per_roi])  # (B * R, P, P, C)
+    return g.op("Transpose", [pooled_rois], f"{name}_pooled", perm=[0, 3, 1, 2])
 
 
 def _deconvolution(g, name, inputs, attrs):

@@ -78,6 +78,20 @@ def read_description(directory):
     return description
 
 
+OPTIMIZATION_LEVELS = ("none", "basic", "extended", "all")
+
+
+def session_options(ort, threads=0, optimization="all"):
+    """ONNX Runtime SessionOptions: ``threads`` intra-op threads (0: ONNX Runtime's default), graph
+    optimisation level ``optimization`` (OPTIMIZATION_LEVELS, ONNX Runtime's DISABLE_ALL .. ENABLE_ALL)."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = int(threads)
+    options.graph_optimization_level = dict(zip(OPTIMIZATION_LEVELS, (
+        ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)))[optimization]
+    return options
+
+
 class OnnxNetwork:
     """The two graphs of an ONNX export folder in ONNX Runtime sessions (``providers``: ONNX Runtime's execution
     providers, by default the CPU's; ``threads``: intra-op threads, 0 = ONNX Runtime's default);
@@ -91,12 +105,7 @@ class OnnxNetwork:
         self.description = read_description(directory)
         self.cfg = restore(self.description["config"])
         self.test = test_cfg if test_cfg is not None else self.cfg.TEST
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = int(threads)
-        options.graph_optimization_level = {
-            "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL, "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[optimization]
+        options = session_options(ort, threads, optimization)
         if self.description.get("precision") == "float16" and providers[0] == "CPUExecutionProvider":
             logger.warning("%s: a float16 export on ONNX Runtime's CPU provider, which casts its layers back to "
                            "float32: about as fast as the float32 export (ResNet-101 at 320x480 on 2 threads: 8.5 "

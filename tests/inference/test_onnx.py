@@ -59,28 +59,36 @@ def test_deformable_convolution_samples_as_mxnet_at_the_borders(dilate, pad, str
 
 @pytest.mark.parametrize("with_trans", [False, True])
 def test_deformable_roi_pooling_is_mxnets(with_trans):
-    """group_size 1 pooling (the R-CNN head's) as gathered neighbours + mask + mean: rois over the whole map,
-    half-pixel corners (rounding), offsets moving bins off the map (dropped or clamped samples)."""
+    """group_size 1 pooling (the R-CNN head's) as RoiAlign boxes + validity mask + mean, against the stock
+    operator and lib/ops' compiled one: rois over the whole map and beyond it, half-pixel corners (rounding),
+    tiny, empty and inverted rois (0.1 cells wide), offsets moving bins off the map (dropped or clamped
+    samples), a roi whose every sample is dropped (0)."""
+    from lib import ops  # noqa: F401  (registers CompiledDeformablePSROIPooling)
+
     rng = np.random.default_rng(2)
-    images, per_image, channels = 2, 5, 4
+    images, per_image, channels = 2, 8, 4
     data = rng.normal(size=(images, channels, 6, 9)).astype(np.float32)
     rois = np.concatenate([rng.uniform(0, 60, (images, per_image, 2)), rng.uniform(60, 150, (images, per_image, 2))],
                           axis=2).astype(np.float32)
-    rois[0, 0], rois[0, 1] = [0, 0, 143, 95], [2.5, 3.5, 10.5, 10.5]
+    rois[0, :6] = [[0, 0, 143, 95], [2.5, 3.5, 10.5, 10.5], [100, 60, 400, 300], [30, 40, 30, 40],
+                   [50.2, 20.7, 50.4, 21.1], [70, 50, 60, 40]]  # whole map, rounding, beyond, empty, tiny, inverted
+    rois[1, 0] = [300, 200, 340, 260]  # wholly beyond the map: every sample dropped without offsets
     trans = rng.normal(0, 3, (images * per_image, 2, 7, 7)).astype(np.float32)
     batch_rois = np.hstack([np.repeat(np.arange(images), per_image)[:, None], rois.reshape(-1, 4)]).astype(np.float32)
     attrs = dict(spatial_scale=1 / 16, output_dim=channels, group_size=1, pooled_size=7, part_size=7,
                  sample_per_part=4, name="pool")
-    inputs = dict(data=mx.sym.var("data"), rois=mx.sym.var("rois"))
-    if with_trans:
-        symbol = mx.sym.contrib.DeformablePSROIPooling(**inputs, trans=mx.sym.var("trans"), trans_std=0.1, **attrs)
-    else:
-        symbol = mx.sym.contrib.DeformablePSROIPooling(**inputs, no_trans=True, **attrs)
+    inputs = [mx.sym.var("data"), mx.sym.var("rois")] + ([mx.sym.var("trans")] if with_trans else [])
+    extra = dict(trans_std=0.1) if with_trans else {}
+    stock = mx.sym.contrib.DeformablePSROIPooling(*inputs, no_trans=not with_trans, **extra, **attrs)
+    compiled = mx.sym.CompiledDeformablePSROIPooling(*inputs, no_trans=not with_trans, **extra, **attrs)[0]
     arrays = dict(data=data, rois=batch_rois, **({"trans": trans} if with_trans else {}))
-    expected = symbol.eval(mx.cpu(), **{k: mx.nd.array(v) for k, v in arrays.items()})[0].asnumpy()
-    found = run_translated(symbol, {}, {**arrays, "rois": rois}, rois="rois")
-    assert found.shape == expected.shape == (images * per_image, channels, 7, 7)
-    np.testing.assert_allclose(found, expected, atol=1e-5)
+    found = run_translated(stock, {}, {**arrays, "rois": rois}, rois="rois")
+    assert found.shape == (images * per_image, channels, 7, 7)
+    if not with_trans:
+        assert not found[per_image].any() and found[0].all()
+    for symbol in (stock, compiled):
+        expected = symbol.eval(mx.cpu(), **{k: mx.nd.array(v) for k, v in arrays.items()})[0].asnumpy()
+        np.testing.assert_allclose(found, expected, atol=1e-5)
 
 
 def test_export_refuses_what_it_does_not_translate_in_one_line():
