@@ -422,9 +422,9 @@ def test_mask_head_binds_the_float16_graph_with_test_fp16(tiny_mask_network):
     from lib.inference.masks import MaskHead
 
     cfg, (args, aux) = tiny_mask_network
-    stand_in = SimpleNamespace(cfg=with_overrides(cfg, {"TEST.fp16": True}), classes=["bg", "a", "b", "c"],
-                               contexts=[mx.cpu()])
-    executor = MaskHead(stand_in, args, aux, compiled_deformable=False).executors[0]
+    stand_in = SimpleNamespace(contexts=[mx.cpu()])  # a network: its contexts
+    executor = MaskHead(with_overrides(cfg, {"TEST.fp16": True}), 4, stand_in, None, args, aux,
+                        compiled_deformable=False).executors[0]
     types = {name: array.dtype for name, array in executor.arg_dict.items()}
     assert types["data"] == types["mask_rois"] == types["mask_offset_weight"] == types["mask_out_weight"] == np.float32
     assert types["mask_conv_3x3_4_weight"] == types["stage1_unit1_conv1_weight"] == np.float16

@@ -20,7 +20,7 @@ import numpy as np
 from lib.config import add_config_arguments, config_from_arguments
 from lib.dataset import load_roidb
 from lib.drawing import draw_boxes, draw_detections, grid, legend
-from lib.inference.autofocus import AutoFocusStats, run_autofocus
+from lib.inference.autofocus import AutoFocusStats
 from lib.inference.detector import Detector, checkpoint_file
 from lib.inference.focus_chips import focus_pixel_boxes
 from lib.inference.streaming import RoidbImages
@@ -83,7 +83,7 @@ def main():
         seen[level]["chips"].extend(chips)
 
     stats = AutoFocusStats()
-    found = dict(run_autofocus(detector, source, 0, stats, on_region))
+    found = dict(detector.strategy.run(source, 0, stats=stats, on_region=on_region))  # TEST.AUTO_FOCUS: AutoFocus
     if isinstance(found[0], Exception):
         sys.exit(f"image id {args.image_id}: {found[0]}")
     factor = PANEL_HEIGHT / image.shape[0]

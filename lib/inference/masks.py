@@ -5,14 +5,14 @@ The mask pass follows the detection test's own plan (a lib.inference.regions.Reg
 TEST.TILE tiles or AutoFocus FocusChips each level processed, with the batches and canvases that ran them),
 so it is bounded as the detection pass is: no canvas larger than the detection's, the pixels of a region
 read as the detection read them (windows of a large file), images prepared in the ``TEST.NUM_PROCESS``
-workers, every context of the Detector used, the graph in float16 with TEST.fp16. After the multi-scale
+workers, every context of the detection network used, the graph in float16 with TEST.fp16. After the multi-scale
 merge each detection goes back to one region of the plan (``mask_regions``), preferably one that holds its
 box whole; among those, one at a level whose valid range holds the box, the finest such (largest image
 scale) or, if none holds it, the coarsest; then a tile whose core holds the box's centre (the tile that
 owns it), then the largest overlap. Where every level processes whole images this is the finest level
 whose valid range holds the box (none: the coarsest). Only the regions holding detections run again, on
 their batches' canvases, with the rest of a batch left out, after the detection network has freed its own
-canvases' memory (``Detector.release_buffers``: the two passes' peaks do not add up). Their pixels are read
+canvases' memory (the network's ``release_buffers``: the two passes' peaks do not add up). Their pixels are read
 again (an image's regions close together in the batches' order, as in the tiled test; images without
 detections not at all; images in memory, the Python API's, are not decoded twice); the mask graph
 (symbols.sniper.mask_inference_symbol) runs on the detections' boxes in the region's canvas pixels and each
@@ -138,20 +138,21 @@ def encode_pasted(probabilities, boxes, height, width, thresh=MASK_THRESH):
 
 
 class MaskHead:
-    """The mask graph of a TRAIN.WITH_MASK network bound on every context of ``detector`` (a
-    lib.inference.detector.Detector) with its parameters: ``run`` gives the maps of a test run's final
-    detections on the regions of its plan, ``masks`` the pasted masks (the Python API)."""
+    """The mask graph of a TRAIN.WITH_MASK network of ``cfg`` for ``num_classes`` bound with its parameters
+    on every context of the detection ``network`` (lib.inference.mxnet_network), whose batches the BatchPlanner
+    ``planner`` plans (lib.inference.batching): ``run`` gives the maps of a test run's final detections on
+    the regions of its plan, ``masks`` the pasted masks (the Python API)."""
 
-    def __init__(self, detector, arg_params, aux_params, compiled_deformable):
+    def __init__(self, cfg, num_classes, network, planner, arg_params, aux_params, compiled_deformable):
         from symbols.sniper import mask_inference_symbol
 
-        self.detector = detector
-        symbol = mask_inference_symbol(detector.cfg, len(detector.classes), compiled_deformable=compiled_deformable)
-        stride = feature_stride(detector.cfg)
+        self.cfg, self.network, self.planner = cfg, network, planner
+        symbol = mask_inference_symbol(cfg, num_classes, compiled_deformable=compiled_deformable)
+        stride = feature_stride(cfg)
         # executors reshaped per call (the rois are not a batch axis, as a Module would split them); the
         # inputs float32, the parameters' types inferred (float16 in the float16 body and mask convolutions)
         self.executors = []
-        for context in detector.contexts:
+        for context in network.contexts:
             executor = symbol.simple_bind(context, grad_req="null", type_dict=dict.fromkeys(INPUTS, "float32"),
                                           data=(1, 3, stride, stride), mask_rois=(1, 5))
             executor.copy_params_from(arg_params, aux_params, allow_extra_params=True)
@@ -160,7 +161,7 @@ class MaskHead:
     def forward(self, data, rois):
         """Per slot of a canvas batch ``data`` (B, 3, h, w) float32, the (n, 28, 28) maps of its ``rois``
         (one ``(boxes (n, 4) canvas pixels, labels (n,))`` per slot, fewer than B: the rest have none). The
-        slots are shared among the contexts as the Detector shares a batch; a slot without rois is left out."""
+        slots are shared among the contexts as the detection network shares a batch; a slot without rois is left out."""
         per_device = -(-len(data) // len(self.executors))
         counts = [len(rois[slot][0]) if slot < len(rois) else 0 for slot in range(len(data))]
         running = []
@@ -189,7 +190,7 @@ class MaskHead:
         ``detections`` (``{index: (boxes (N, 4) original pixels, labels (N,))}`` of images of ``source``),
         computed on the regions of ``plan`` (the RegionPlan of the detection run, see the module docstring);
         ``num_workers`` prepare the regions (lib.inference.streaming)."""
-        sizes, levels = source.sizes(), self.detector.levels
+        sizes, levels = source.sizes(), self.planner.levels
         regions_of = defaultdict(list)
         for position, region in enumerate(plan.regions):
             regions_of[region.image].append(position)
@@ -209,10 +210,10 @@ class MaskHead:
                                           members[position]) for position, _ in kept])
         if not batches:
             return
-        self.detector.release_buffers()
+        self.network.release_buffers()
         remaining = Counter(plan.regions[position].image for position in members)
         alive, maps = dict(remaining), {}  # images still to complete; the maps of those under way
-        for position, result in run_regions(_MaskPass(self, rois), source, plan.regions, batches, self.detector.cfg,
+        for position, result in run_regions(_MaskPass(self, rois), source, plan.regions, batches, self.cfg,
                                             num_workers, alive):
             image = plan.regions[position].image
             if isinstance(result, Exception):
@@ -253,7 +254,7 @@ class _MaskPass:
         self.head, self.rois = head, iter(rois)
 
     def forward_shape(self, batch):
-        return self.head.detector.forward_shape(batch)
+        return self.head.planner.forward_shape(batch)
 
     def forward(self, data, im_info):
         return {"maps": self.head.forward(data, next(self.rois))}
