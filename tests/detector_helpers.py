@@ -13,7 +13,8 @@ import mxnet as mx
 import numpy as np
 
 from lib.config import load_config
-from lib.inference.detector import DATA_NAMES, Detector
+from lib.inference.detector import Detector
+from lib.inference.mxnet_network import DATA_NAMES
 from lib.dataset.base import numbered_classes
 from lib.scales import pyramid
 from symbols import inference_symbol

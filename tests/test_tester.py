@@ -23,11 +23,11 @@ from lib.dataset.proposals import read_proposals
 from lib.scales import ScaleSpec, pyramid
 from lib.inference import tester
 from lib.inference.batching import extraction_order, part_bounds, plan_level, reference_order
-from lib.inference.detector import Detector, checkpoint_file
+from lib.inference.detector import Detector
 from lib.inference.whole_images import to_original, unique_rows
 from lib.inference.streaming import RoidbImages, prepare_image
 from lib.inference.merge import in_test_range, merge_scales, scale_candidates, suppress
-from lib.run.checkpoint import checkpoint_prefix, save_checkpoint
+from lib.run.checkpoint import checkpoint_file, checkpoint_prefix, save_checkpoint
 from lib.dataset.base import numbered_classes
 
 CLASSES = ["__background__", "class 1", "class 2"]

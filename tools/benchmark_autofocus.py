@@ -24,11 +24,11 @@ from lib.benchmarking import markdown_table, measure
 from lib.config import add_config_arguments, config_from_arguments
 from lib.dataset import load_roidb
 from lib.inference.autofocus import AutoFocusStats
-from lib.inference.detector import Detector, checkpoint_file
+from lib.inference.detector import Detector
 from lib.evaluation.metrics import coco_results, evaluate_coco
 from lib.inference.streaming import RoidbImages
 from lib.logger import report_user_errors, setup_logging
-from lib.run.checkpoint import output_dir
+from lib.run.checkpoint import checkpoint_file, output_dir
 
 
 @report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback

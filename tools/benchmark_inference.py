@@ -39,12 +39,13 @@ import numpy as np
 
 from lib.benchmarking import PeakMemory, markdown_table, measure
 from lib.config import with_overrides
-from lib.inference.detector import DATA_NAMES, Detector, checkpoint_file
+from lib.inference.detector import Detector
+from lib.inference.mxnet_network import DATA_NAMES
 from lib.inference.streaming import RoidbImages
 from lib.logger import report_user_errors
 from lib.dataset.base import numbered_classes
 from lib.errors import ConfigError
-from lib.run.checkpoint import load_params
+from lib.run.checkpoint import checkpoint_file, load_params
 from lib.run.folder import add_model_arguments, checkpoint_classes, config_from_model_arguments, read_model_info
 from lib.scales import ScaleLevel, pyramid
 from symbols import inference_symbol

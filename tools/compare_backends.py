@@ -26,10 +26,11 @@ from lib.config import with_overrides
 from lib.config.core import plain
 from lib.dataset.base import numbered_classes
 from lib.inference.backend_comparison import layer_differences, match_detections
-from lib.inference.detector import DATA_NAMES, Detector, checkpoint_file
+from lib.inference.detector import Detector
+from lib.inference.mxnet_network import DATA_NAMES
 from lib.inference.export import export_onnx_params
 from lib.logger import report_user_errors
-from lib.run.checkpoint import load_params
+from lib.run.checkpoint import checkpoint_file, load_params
 from lib.run.folder import add_model_arguments, checkpoint_classes, config_from_model_arguments
 from symbols import inference_symbol
 from symbols.resnet import INPUT_NORMALISER

@@ -21,12 +21,12 @@ from lib.config import add_config_arguments, config_from_arguments
 from lib.dataset import load_roidb
 from lib.drawing import draw_boxes, draw_detections, grid, legend
 from lib.inference.autofocus import AutoFocusStats
-from lib.inference.detector import Detector, checkpoint_file
+from lib.inference.detector import Detector
 from lib.inference.focus_chips import focus_pixel_boxes
 from lib.inference.streaming import RoidbImages
 from lib.logger import report_user_errors, setup_logging
 from lib.paths import shown_path
-from lib.run.checkpoint import output_dir
+from lib.run.checkpoint import checkpoint_file, output_dir
 from symbols.backbones import feature_stride
 
 PANEL_HEIGHT = 540

@@ -330,7 +330,8 @@ def section_inference(plan, workdir, precision):
 
     from lib.config import with_overrides
     from lib.dataset import load_roidb
-    from lib.inference.detector import DATA_NAMES, Detector
+    from lib.inference.detector import Detector
+    from lib.inference.mxnet_network import DATA_NAMES
     from lib.inference.streaming import ArrayImages
     from lib.dataset.base import numbered_classes
     from lib.train.pretrained import initial_params

@@ -19,20 +19,9 @@ from lib.inference.detections import Detections
 from lib.inference.regions import RegionPlan
 from lib.inference.strategy import strategy_for
 from lib.inference.streaming import ArrayImages
-from lib.run.checkpoint import checkpoint_prefix, params_path
 from lib.run.folder import load_run
 
 logger = logging.getLogger(__name__)
-
-DATA_NAMES = ("data", "im_info", "im_ids", "chip_ids")
-
-
-def checkpoint_file(cfg):
-    """``TEST.MODEL`` when set, else epoch ``TEST.TEST_EPOCH`` of the training run of ``cfg``."""
-    if cfg.TEST.MODEL:
-        return cfg.TEST.MODEL
-    return params_path(checkpoint_prefix(cfg), cfg.TEST.TEST_EPOCH)
-
 
 def check_classes(classes, rpn_only):
     """A detection network's class names are given (the RPN-only network has none), or a one-line error."""

@@ -10,10 +10,11 @@ MXNet test graph's output names, and ``release_buffers()``.
 import mxnet as mx
 import numpy as np
 
-from lib.inference.detector import DATA_NAMES
 from lib.run.checkpoint import CheckpointError
 from symbols import inference_symbol, use_compiled_deformable
 from symbols.backbones import feature_stride
+
+DATA_NAMES = ("data", "im_info", "im_ids", "chip_ids")  # the test graph's inputs (symbols.inference_symbol)
 
 
 def data_shapes(batch, height, width):
