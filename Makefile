@@ -76,7 +76,7 @@ endif
 # toolkit, against CUDA 11.7 (mxnet-cu117's) from pip packages installed into build/cuda/pkg, not the
 # venv (nothing imports them): the runtime headers and libcudart, and the compiler package for the crt/
 # headers they include. It needs an MXNet (headers) but not this venv's stamp, so it also runs with
-# PY=python3 on a machine without network once the packages are there. tests/test_cuda_build.py runs it
+# PY=python3 on a machine without network once the packages are there. tests/ops/test_cuda_build.py runs it
 # and reads the operator's registration.
 CUDA_CHECK_DIR := build/cuda
 CUDA_CHECK_PACKAGES := nvidia-cuda-runtime-cu11==11.7.99 nvidia-cuda-nvcc-cu11==11.7.99

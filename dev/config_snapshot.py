@@ -1,5 +1,5 @@
 """Write the effective values of every shipped config (configs/faster/*.yml) as JSON, for
-tests/test_config.py's check that rewriting the configs (``_BASE_`` inheritance) changed no value.
+tests/config/test_config.py's check that rewriting the configs (``_BASE_`` inheritance) changed no value.
 
     python dev/config_snapshot.py tests/data/shipped_config_snapshot.json
 

@@ -1,7 +1,8 @@
 """Measuring for the benchmark tools (tools/benchmark_*.py, tools/bench_dataset.py), whose tables
 BENCHMARKS.md records: repeated timing after a warm-up, the peak memory of this process and of worker
 processes, and the Markdown table they print; for the comparing tools (tools/compare_deformable_ops.py, the
-parity harness) agreement counts, detections matched within tolerances and the CPU operators' thread count.
+parity harness) agreement counts, detections matched within tolerances and the CPU operators' thread count;
+the smooth random images the comparing tools and device runs test on.
 (Tests assert no timings: speed figures come from these.)
 """
 import numbers
@@ -177,3 +178,13 @@ def thread_count():
     threads = os.environ.get("OMP_NUM_THREADS")
     cores = os.cpu_count()
     return f"OMP_NUM_THREADS {threads}" if threads else f"OMP_NUM_THREADS unset (MXNet's default on {cores} cores)"
+
+
+def smooth_images(count, height, width, seed=0):
+    """``count`` BGR images of smooth random content (upsampled noise, like photographs at a coarse scale): a
+    random network then gives proposals of many sizes and few equal scores."""
+    import cv2
+
+    rng = np.random.default_rng(seed)
+    return [cv2.resize(rng.integers(0, 255, (height // 16, width // 16, 3), dtype=np.uint8), (width, height),
+                       interpolation=cv2.INTER_CUBIC) for _ in range(count)]

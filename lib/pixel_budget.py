@@ -11,7 +11,8 @@ the same roidb to shorter side 800, longer side at most 1333.
 import numpy as np
 from tqdm import tqdm
 
-from chip_generator.mining import MiningParams, draw_epoch_stride, mine_image_chips, sample_epoch_chips
+from chip_generator.mining import draw_epoch_stride, mine_image_chips, sample_epoch_chips
+from lib.config import parsed
 from lib.scales import parse_scales
 
 BASELINE_SCALE = [800, 1333]  # (shorter side, longer side cap) of the single-scale baseline
@@ -22,7 +23,7 @@ def epoch_pixel_budget(roidb, cfg, rng, on_image=None):
     pixels, and the baseline's pixels. ``on_image(entry, image_chips)`` sees every image's mined chips
     (lib/scales_fit.py measures box coverage from the same mining)."""
     baseline = parse_scales([BASELINE_SCALE], "baseline")[0]
-    params = MiningParams.from_config(cfg)
+    params = parsed(cfg).mining
     num_scales = len(params.levels)
     stride = draw_epoch_stride(params, rng)
     totals = {"images": len(roidb), "stride": stride, "positive": np.zeros(num_scales, np.int64),

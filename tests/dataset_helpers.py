@@ -1,7 +1,8 @@
 """Small datasets written for tests: COCO-format files (``write_coco`` with ``image_record`` / ``ann``), Pascal
 VOC folders (``write_voc`` with ``voc_xml``), proposal files' bytes (``npz_bytes``, ``GOOD``), a pycocotools
-index of given records (``indexed_coco``) and the config reading them (``dataset_cfg``), PNG files that only
-declare a size (``png_header``, ``png_bomb``)."""
+index of given records (``indexed_coco``) or of squares on one image (``coco_gt``, with a results file of
+squares: ``write_results``), the config reading them (``dataset_cfg``) and its roidb caches (``roidb_caches``),
+PNG files that only declare a size (``png_header``, ``png_bomb``)."""
 import contextlib
 import io
 import json
@@ -11,6 +12,7 @@ import cv2
 import numpy as np
 from pycocotools.coco import COCO
 
+from lib.atomic import write_json
 from lib.config import load_config
 
 # Two categories with non-contiguous ids, listed out of order: labels follow sorted ids.
@@ -55,6 +57,11 @@ def by_id(roidb, flipped=False):
     return {entry["id"]: entry for entry in roidb if entry["flipped"] == flipped}
 
 
+def roidb_caches(cache_dir):
+    """The roidb cache files in ``cache_dir``, sorted."""
+    return sorted(name for name in os.listdir(cache_dir) if name.endswith(".pkl"))
+
+
 def npz_bytes(**arrays):
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
@@ -95,6 +102,27 @@ def indexed_coco(images, annotations, category_ids):
     with contextlib.redirect_stdout(io.StringIO()):
         coco.createIndex()
     return coco
+
+
+def coco_gt(objects, size=640):
+    """A pycocotools COCO of one image holding ``objects``: [(x, y, side, category id)] squares."""
+    coco = COCO()
+    coco.dataset = {"images": [{"id": 1, "width": size, "height": size, "file_name": "1.jpg"}],
+                    "annotations": [{"id": i + 1, "image_id": 1, "category_id": c, "bbox": [x, y, s, s],
+                                     "area": s * s, "iscrowd": 0} for i, (x, y, s, c) in enumerate(objects)],
+                    "categories": [{"id": 1, "name": "one"}, {"id": 2, "name": "two"}]}
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco.createIndex()
+    return coco
+
+
+def write_results(tmp_path, detections):
+    """``detections``: [(x, y, side, category id, score)] -> a COCO results file."""
+    path = str(tmp_path / "results.json")
+    write_json([{"image_id": 1, "category_id": int(c), "bbox": [float(x), float(y), float(s), float(s)],
+                 "score": float(score)}
+                for x, y, s, c, score in detections], path)
+    return path
 
 
 def png_chunk(kind, data):

@@ -1,10 +1,13 @@
-"""Helpers of the network tests (test_symbols, test_mobilenetv2, test_autofocus, test_pretrained, test_parity):
-input shapes, inferred parameter shapes, the graph's nodes, executors with small random weights, and the
-reference's new-layer initialisation rules."""
+"""Helpers of the network tests (test_symbols, test_mobilenetv2, test_autofocus, test_pretrained, test_parity,
+the mask and ONNX tests): input shapes, inferred parameter shapes, the graph's nodes, executors with small random
+weights, a tiny mask network's random parameters, and the reference's new-layer initialisation rules."""
 import json
 
 import mxnet as mx
 import numpy as np
+
+from symbols import inference_symbol
+from symbols.sniper import mask_inference_symbol
 
 # The reference's new-layer rules, transcribed from its symbols/faster/resnet_mx_101_e2e.py `init_weight_rcnn`
 # and resnet_mx_101_e2e_mask.py `init_weight_rcnn` / `init_weight_mask` (commit 66d7d5b): these weights
@@ -64,3 +67,27 @@ def bind_random(symbol, shapes, seed, grad_req="null", weight_std=0.05):
         array[:] = name.endswith("var")
     executor.arg_dict["data"][:] = rng.uniform(-100, 100, shapes["data"])
     return executor, rng
+
+
+def random_params(symbols_and_shapes, seed=0):
+    """N(0, 0.05) weights (offsets zero), unit gammas and variances, for every parameter of the symbols."""
+    rng = np.random.RandomState(seed)
+    args, aux = {}, {}
+    for symbol, shapes in symbols_and_shapes:
+        arg_shapes, _, aux_shapes = symbol.infer_shape(**shapes)
+        for name, shape in zip(symbol.list_arguments(), arg_shapes):
+            if name not in shapes and name not in args:
+                value = rng.normal(0, 0.05, shape) if name.endswith("weight") and "offset" not in name else \
+                    np.full(shape, float(name.endswith("gamma")))
+                args[name] = mx.nd.array(value)
+        for name, shape in zip(symbol.list_auxiliary_states(), aux_shapes):
+            aux[name] = mx.nd.array(np.full(shape, float(name.endswith("var"))))
+    return args, aux
+
+
+def mask_network_params(cfg):
+    """Random parameters of the tiny mask network of ``cfg`` (three classes), its masks informative."""
+    args, aux = random_params([(inference_symbol(cfg, 4), inference_shapes(1, 64)),
+                               (mask_inference_symbol(cfg, 4), dict(data=(1, 3, 64, 64), mask_rois=(1, 5)))])
+    args["mask_out_weight"] *= 3000  # logits of a few units: probabilities across (0, 1), not all near 0.5
+    return args, aux

@@ -38,7 +38,7 @@ import mxnet as mx
 import numpy as np
 
 from lib.benchmarking import PeakMemory, markdown_table, measure
-from lib.config import with_overrides
+from lib.config import parsed, with_overrides
 from lib.inference.detector import Detector
 from lib.inference.mxnet_network import DATA_NAMES
 from lib.inference.streaming import RoidbImages
@@ -47,7 +47,7 @@ from lib.dataset.base import numbered_classes
 from lib.errors import ConfigError
 from lib.run.checkpoint import checkpoint_file, load_params
 from lib.run.folder import add_model_arguments, checkpoint_classes, config_from_model_arguments, read_model_info
-from lib.scales import ScaleLevel, pyramid
+from lib.scales import ScaleLevel
 from symbols import inference_symbol
 
 
@@ -252,7 +252,7 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     images = [rng.integers(0, 255, (*args.image_size, 3), dtype=np.uint8) for _ in range(args.images)]
     single = detector.levels[single_scale_index(args.single_scale, len(detector.levels))]
-    runs = (("single-scale", (ScaleLevel(single.spec, (-1, -1)),)), ("multi-scale", pyramid(cfg.TEST, "TEST")))
+    runs = (("single-scale", (ScaleLevel(single.spec, (-1, -1)),)), ("multi-scale", parsed(cfg).test_levels))
     rows = []
     total = len(runs) * (len(detectors) + (0 if args.no_gluoncv else 1))
 

@@ -19,46 +19,26 @@ import sys
 import tempfile
 
 import cv2
-import mxnet as mx
 import numpy as np
 
+from lib.benchmarking import smooth_images
 from lib.config import with_overrides
 from lib.config.core import plain
 from lib.dataset.base import numbered_classes
-from lib.inference.backend_comparison import layer_differences, match_detections
+from lib.inference.backend_comparison import layer_differences, match_detections, random_weights
 from lib.inference.detector import Detector
-from lib.inference.mxnet_network import DATA_NAMES
 from lib.inference.export import export_onnx_params
 from lib.logger import report_user_errors
 from lib.run.checkpoint import checkpoint_file, load_params
 from lib.run.folder import add_model_arguments, checkpoint_classes, config_from_model_arguments
-from symbols import inference_symbol
-from symbols.resnet import INPUT_NORMALISER
-
-PIXEL_VARIANCE = 3600.0
-
 
 def weights(cfg, num_classes, init):
     """(classes, arg_params, aux_params, description): the checkpoint's, or random ones (``init``)."""
     path = checkpoint_file(cfg)
     if os.path.isfile(path):
         return (checkpoint_classes(path, cfg), *load_params(path), path)
-    module = mx.mod.Module(inference_symbol(cfg, num_classes), data_names=DATA_NAMES, label_names=None)
-    module.bind([("data", (1, 3, 64, 64)), ("im_info", (1, 3)), ("im_ids", (1,)), ("chip_ids", (1,))],
-                for_training=False)
-    mx.random.seed(0)
-    module.init_params(mx.init.Xavier("gaussian", "in", 1) if init == "xavier" else mx.init.Normal(0.05))
-    arg_params, aux_params = module.get_params()
-    for name in aux_params:  # the ResNets' input normaliser: pixels of standard deviation ~60 to ~1
-        if name.startswith(INPUT_NORMALISER) and name.endswith("moving_var"):
-            aux_params[name][:] = PIXEL_VARIANCE
-    return numbered_classes(num_classes), arg_params, aux_params, f"random {init} weights (MXNet seed 0)"
-
-
-def smooth_images(count, height, width):
-    rng = np.random.default_rng(0)
-    return [cv2.resize(rng.integers(0, 255, (height // 16, width // 16, 3), dtype=np.uint8), (width, height),
-                       interpolation=cv2.INTER_CUBIC) for _ in range(count)]
+    return (numbered_classes(num_classes), *random_weights(cfg, num_classes, init),
+            f"random {init} weights (MXNet seed 0)")
 
 
 @report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback

@@ -15,20 +15,12 @@ keep another box (docs/reference_differences.md, "Deformable operators on the CP
 import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
 import argparse
 
-import cv2
 import numpy as np
 
 from benchmark_inference import load_detectors
-from lib.benchmarking import markdown_table, matched_detections, percent, thread_count
+from lib.benchmarking import markdown_table, matched_detections, percent, smooth_images, thread_count
 from lib.logger import report_user_errors
 from lib.run.folder import add_model_arguments, config_from_model_arguments
-
-
-def smooth_images(count, height, width, seed):
-    """``count`` BGR images of smooth random content (upsampled noise, like photographs at a coarse scale)."""
-    rng = np.random.default_rng(seed)
-    return [cv2.resize(rng.integers(0, 255, (height // 16, width // 16, 3), dtype=np.uint8), (width, height),
-                       interpolation=cv2.INTER_CUBIC) for _ in range(count)]
 
 
 def agreement_rows(stock, compiled):

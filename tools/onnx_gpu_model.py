@@ -1,9 +1,10 @@
-"""The ONNX export of a config's detection network for a device run, without its weights:
+"""The ONNX exports of a config's detection network for a device run, float32 and float16, without their weights:
 
     python tools/onnx_gpu_model.py --cfg configs/faster/sniper_res101_e2e.yml --out .whl/onnx_gpu/model
 
-writes body.onnx and head.onnx with every initializer as external data of ``weights.bin`` (not kept),
-model.json, and ``weights.json`` naming each initializer's place (offset, length), shape and kind, from which
+writes ``OUT/float32`` and ``OUT/float16`` (tools/export_model.py --format onnx and --fp16): body.onnx and
+head.onnx with every parameter as external data of ``<graph>-weights.bin`` (not kept), model.json, and
+``weights.json`` naming each parameter's place (offset, length), shape, type and kind, from which
 tools/onnx_gpu/device_run.py makes the weights on the device from a seed: a device call carries at most
 64 MiB, the ResNet-101 weights are ~240 MB, and speed does not depend on their values.
 """
@@ -24,7 +25,9 @@ from lib.logger import report_user_errors
 from symbols import inference_symbol
 
 WEIGHTS = "weights.bin"
+PRECISIONS = {"float32": False, "float16": True}  # folder -> export_onnx_params' fp16
 INPUT_NORMALISER_VARIANCE = 3600.0  # the ResNets' bn_data: pixels of standard deviation ~60 to ~1
+FLOAT16_COPY = "__fp16"  # onnx_export.float16_model's name of a parameter's float16 copy
 
 
 def weight_kind(name):
@@ -36,6 +39,28 @@ def weight_kind(name):
     if name.endswith("_weight"):
         return "gauss"
     return "zeros"
+
+
+def weightless(path, key):
+    """Move the parameters of the model at ``path`` (graph ``key``) out to ``<key>-weights.bin`` (not written):
+    their places in it, for device_run.py. The translation's constants (named ``...__n`` by
+    onnx_export.GraphBuilder) stay in the graph."""
+    model = onnx.load(path)
+    places, offset = [], 0
+    for tensor in model.graph.initializer:
+        name = tensor.name[:-len(FLOAT16_COPY)] if tensor.name.endswith(FLOAT16_COPY) else tensor.name
+        if "__" in name:
+            continue
+        length = len(tensor.raw_data)
+        set_external_data(tensor, location=f"{key}-{WEIGHTS}", offset=offset, length=length)
+        tensor.ClearField("raw_data")
+        tensor.data_location = onnx.TensorProto.EXTERNAL
+        dtype = "float16" if tensor.data_type == onnx.TensorProto.FLOAT16 else "float32"
+        places.append({"name": tensor.name, "shape": list(tensor.dims), "offset": offset, "length": length,
+                       "kind": weight_kind(name), "dtype": dtype})
+        offset += length
+    onnx.save(model, path)
+    return places
 
 
 @report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
@@ -51,26 +76,14 @@ def main(argv=None):
     module.bind([("data", (1, 3, 64, 64)), ("im_info", (1, 3)), ("im_ids", (1,)), ("chip_ids", (1,))],
                 for_training=False)
     module.init_params(mx.init.Zero())
-    export_onnx_params(cfg, numbered_classes(num_classes), *module.get_params(), args.out, "weights from a seed")
-    places = {}
-    for key in ("body", "head"):
-        path = os.path.join(args.out, ONNX_FILES[key])
-        model = onnx.load(path)
-        places[key], offset = [], 0
-        for tensor in model.graph.initializer:
-            if "__" in tensor.name:  # the translation's constants (onnx_export.GraphBuilder) stay in the graph
-                continue
-            length = len(tensor.raw_data)
-            set_external_data(tensor, location=f"{key}-{WEIGHTS}", offset=offset, length=length)
-            tensor.ClearField("raw_data")
-            tensor.data_location = onnx.TensorProto.EXTERNAL
-            places[key].append({"name": tensor.name, "shape": list(tensor.dims), "offset": offset, "length": length,
-                                "kind": weight_kind(tensor.name)})
-            offset += length
-        onnx.save(model, path)
-    with open(os.path.join(args.out, "weights.json"), "w") as f:
-        json.dump(places, f)
-    print(f"wrote {args.out}: {', '.join(sorted(os.listdir(args.out)))}")
+    for precision, fp16 in PRECISIONS.items():
+        folder = os.path.join(args.out, precision)
+        export_onnx_params(cfg, numbered_classes(num_classes), *module.get_params(), folder, "weights from a seed",
+                           fp16=fp16)
+        places = {key: weightless(os.path.join(folder, ONNX_FILES[key]), key) for key in ("body", "head")}
+        with open(os.path.join(folder, "weights.json"), "w") as f:
+            json.dump(places, f)
+        print(f"wrote {folder}: {', '.join(sorted(os.listdir(folder)))}")
 
 
 if __name__ == "__main__":

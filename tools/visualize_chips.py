@@ -16,7 +16,8 @@ import os
 import cv2
 import numpy as np
 
-from chip_generator.mining import MiningParams, draw_epoch_stride, mine_image_chips
+from chip_generator.mining import draw_epoch_stride, mine_image_chips
+from lib.config import parsed
 from lib.dataset import load_roidb, read_image
 from lib.drawing import draw_boxes, grid, legend, line_width, write_picture
 from lib.logger import report_user_errors, setup_logging
@@ -70,7 +71,7 @@ def main():
     roidb, _ = load_roidb(cfg, cfg.dataset.image_set, training=True)
     entry = find_entry(roidb, args.image_id, args.flipped)
     rng = np.random.default_rng(args.seed)
-    params = MiningParams.from_config(cfg)
+    params = parsed(cfg).mining
     stride = args.stride if args.stride else draw_epoch_stride(params, rng)
     chips = mine_image_chips(entry, params, stride, rng)
     image = read_image(entry["image"], cfg.dataset.MAX_IMAGE_PIXELS)

@@ -21,8 +21,8 @@ from types import SimpleNamespace
 import cv2
 import numpy as np
 
-from chip_generator.mining import MiningParams, mine_image_chips
-from lib.config import load_config
+from chip_generator.mining import mine_image_chips
+from lib.config import load_config, parsed
 from lib.data.anchor_target import AnchorTargeter, AnchorTargetParams
 from lib.data.chip_worker import ChipWorker, batch_fields
 from lib.data.epoch_plan import ChipRef
@@ -132,7 +132,7 @@ def project_chips(cfg, entry, stride, unshuffled):
     """The project's chips of ``entry`` as ChipRefs in the reference's order: per scale its positive chips,
     then (after every positive chip) every negative chip; ``unshuffled`` is the covers' context."""
     with unshuffled():
-        scales = mine_image_chips(entry, MiningParams.from_config(cfg), stride, np.random.default_rng(0)).scales
+        scales = mine_image_chips(entry, parsed(cfg).mining, stride, np.random.default_rng(0)).scales
     positive = [ChipRef(0, level, s.im_scale, tuple(float(v) for v in box), tuple(int(i) for i in valid))
                 for level, s in enumerate(scales) for box, valid in zip(s.pos_chips, s.pos_valid)]
     negative = [ChipRef(0, level, s.im_scale, tuple(float(v) for v in box), tuple(int(i) for i in valid), True)

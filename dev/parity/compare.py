@@ -27,10 +27,9 @@ import numpy as np
 
 import chip_generator.mining as mining
 from chip_generator.cover import candidate_windows, generate
-from chip_generator.mining import MiningParams, to_scaled_image, mine_image_chips
-from lib.config import load_config
+from chip_generator.mining import mine_image_chips, to_scaled_image
+from lib.config import load_config, parsed
 from lib.inference.merge import merge_scales
-from lib.scales import parse_valid_ranges
 from lib.dataset.coco import CocoDataset
 from lib.dataset.reference_rules import truncate_to_whole_pixels
 from lib.evaluation.metrics import coco_results
@@ -174,7 +173,7 @@ def compare_mining(workers, cases, seed, overrides=()):
                                  *overrides])
         with unshuffled_project_cover():
             ours = mine_image_chips({"boxes": gts, "proposals": proposals, "width": width, "height": height},
-                                    MiningParams.from_config(cfg), stride, np.random.default_rng(0)).scales
+                                    parsed(cfg).mining, stride, np.random.default_rng(0)).scales
         for ref, mine in zip(theirs, ours):
             total += 1
             same_pos = np.array_equal(np.reshape(ref["pos"], (-1, 4)), mine.pos_chips)
@@ -231,7 +230,7 @@ def compare_merge(tester, workers, images, seed, classes=5):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         all_boxes = tester.Tester.aggregate(fake, scale_cls_dets, cache_name=None)
-    ranges = parse_valid_ranges(cfg.TEST.VALID_RANGES)
+    ranges = [level.valid_range for level in parsed(cfg).test_levels]
     found = total = same_count = 0
     for i in range(images):
         theirs = [(j, row[:4], row[4]) for j in range(1, classes) for row in np.asarray(all_boxes[j][i]).reshape(-1, 5)]

@@ -18,13 +18,12 @@ import os
 import cv2
 import numpy as np
 
-from lib.config import load_config
+from lib.config import load_config, parsed
 from lib.boxes.proposals import proposals
 from lib.inference.batching import plan_level
 from lib.inference.streaming import prepare_image
 from dev.parity.chip_targets import random_scene_image, reference_config
 from lib.benchmarking import percent
-from lib.scales import pyramid
 
 STRIDE = 16
 ANCHOR_SCALES, ANCHOR_RATIOS = (2, 4, 7, 10, 13, 16, 24), (0.5, 1, 2)  # the COCO configs'
@@ -174,7 +173,7 @@ def compare_test_batches(iterators, images, seed, workdir):
     columns = []
     for iterator, extraction in zip(iterators, (False, True)):
         counts, difference = np.zeros(6, np.int64), 0.0
-        for index, (level, scale, batch_images) in enumerate(zip(pyramid(cfg.TEST, "TEST"), TEST_SCALES,
+        for index, (level, scale, batch_images) in enumerate(zip(parsed(cfg).test_levels, TEST_SCALES,
                                                                  TEST_BATCH_IMAGES)):
             theirs = reference_batches(iterator, roidb, ref_cfg, scale, batch_images, TEST_PARTS)
             plan = plan_level(sizes, level.spec, batch_images, TEST_PARTS, index, extraction=extraction)

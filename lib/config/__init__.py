@@ -3,14 +3,15 @@ overrides, then checked and frozen.
 
 The core (lib/config/core.py) reads, merges and type-checks the keys and holds the frozen dict; the
 validation (lib/config/validation.py) checks across keys, each dataset format adding its own checks. A loaded
-config is frozen: writing a key raises, so no stage can change a setting under another one's feet. What a run
-derives at run time (the class count, chips per device) is passed on as arguments; a variant of a config is
-made with ``with_overrides``.
+config is frozen: writing a key raises, so no stage can change a setting under another one's feet. The
+sections validation parses (the training pyramid and chip settings, the test pyramid) travel with it as
+parsed values (``parsed``), so no stage parses them again. What a run derives at run time (the class count,
+chips per device) is passed on as arguments; a variant of a config is made with ``with_overrides``.
 """
 import os
 import sys
 
-from lib.config.core import apply_overrides, editable, file_config, freeze, parse_cli_overrides
+from lib.config.core import apply_overrides, editable, file_config, freeze, parse_cli_overrides, parsed_sections
 from lib.config.validation import check_derived, validate
 from lib.errors import ConfigError
 
@@ -37,8 +38,16 @@ def with_overrides(cfg, overrides, name=None):
 def _finish(cfg, overrides, name):
     apply_overrides(cfg, list(overrides))
     cfg["name"] = name
-    validate(cfg)
-    return freeze(cfg)
+    return freeze(cfg, validate(cfg))
+
+
+def parsed(cfg):
+    """The ParsedSections (lib.config.validation) of a loaded ``cfg``: its sections as parsed at load."""
+    sections = parsed_sections(cfg)
+    if sections is None:
+        raise ConfigError("this configuration holds no parsed sections: it was restored from saved values, not "
+                          "loaded (lib.config.load_config or with_overrides)")
+    return sections
 
 
 def add_config_arguments(parser, cfg_help="YAML config, e.g. configs/faster/sniper_res101_e2e.yml", required=True):

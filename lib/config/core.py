@@ -34,6 +34,7 @@ class AttrDict(dict):
     """A dict whose keys are also attributes (cfg.TRAIN.lr), nested dicts included; frozen once loaded."""
 
     _frozen = False
+    _parsed = None  # what validation parsed of the sections (lib.config.parsed), on a loaded config only
 
     def __getattr__(self, key):
         try:
@@ -63,10 +64,10 @@ class AttrDict(dict):
 
     def __deepcopy__(self, memo):
         copied = AttrDict({k: copy.deepcopy(v, memo) for k, v in self.items()})
-        return freeze(copied) if self._frozen else copied
+        return freeze(copied, self._parsed) if self._frozen else copied
 
     def __reduce__(self):
-        return _rebuild, (plain(self), self._frozen)
+        return _rebuild, (plain(self), self._frozen, self._parsed)
 
 
 def _guard(method):
@@ -83,9 +84,9 @@ for _name in ("update", "pop", "popitem", "setdefault", "clear"):
 del _name
 
 
-def _rebuild(values, frozen):
+def _rebuild(values, frozen, parsed=None):
     cfg = _to_attrdict(values)
-    return freeze(cfg) if frozen else cfg
+    return freeze(cfg, parsed) if frozen else cfg
 
 
 def _to_attrdict(value):
@@ -103,15 +104,22 @@ def restore(values):
     return _rebuild(values, frozen=True)
 
 
-def freeze(cfg):
-    """Make ``cfg`` and every section read-only in place (lists become tuples); returns it."""
+def freeze(cfg, parsed=None):
+    """Make ``cfg`` and every section read-only in place (lists become tuples), holding ``parsed`` (what
+    validation parsed of its sections, handed on with it: ``parsed_sections``); returns it."""
     for key, value in cfg.items():
         if isinstance(value, AttrDict):
             freeze(value)
         elif isinstance(value, list):
             dict.__setitem__(cfg, key, _tuples(value))
     object.__setattr__(cfg, "_frozen", True)
+    object.__setattr__(cfg, "_parsed", parsed)
     return cfg
+
+
+def parsed_sections(cfg):
+    """What ``freeze`` was handed with ``cfg`` (None for a config restored from saved values)."""
+    return cfg._parsed
 
 
 def _tuples(value):

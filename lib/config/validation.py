@@ -3,6 +3,7 @@ key: every stage's own parsing of its section run once at load (so what loads, r
 choices, and the dataset format's own checks (its ``check_config``, found through lib.dataset.roidb.DATASETS).
 """
 import math
+from dataclasses import dataclass
 
 from lib.config.core import DERIVED_KEYS
 from lib.errors import ConfigError
@@ -33,14 +34,24 @@ VARIANT_KEYS = {
 }
 
 
+@dataclass(frozen=True)
+class ParsedSections:
+    """The sections the stages read as parsed values, parsed once at load and handed on with the config
+    (``lib.config.parsed``)."""
+
+    mining: object  # chip_generator.mining.MiningParams: the training pyramid and the chip settings
+    test_levels: tuple  # lib.scales.ScaleLevel per test scale (TEST.SCALES, TEST.VALID_RANGES), finest first
+
+
 def validate(cfg):
-    """Cross-key and range checks that types alone cannot catch, each naming its key."""
+    """Cross-key and range checks that types alone cannot catch, each naming its key; returns the
+    ParsedSections."""
     from symbols.backbones import feature_stride
 
     _check(0 <= cfg.TRAIN.begin_epoch < cfg.TRAIN.end_epoch, "TRAIN.end_epoch", cfg.TRAIN.end_epoch,
            f"must be greater than TRAIN.begin_epoch ({cfg.TRAIN.begin_epoch})")
     try:
-        mining = _parse_sections(cfg)  # each section's own parsing is the rule, applied here once at load
+        parsed = _parse_sections(cfg)  # each section's own parsing is the rule, applied here once at load
     except ValueError as err:
         raise ConfigError(str(err)) from None
 
@@ -100,7 +111,8 @@ def validate(cfg):
            "must be in [0, 1] (0: no NMS)")
     _validate_auto_focus(cfg, len(cfg.TEST.SCALES))
     _check_dataset(cfg)
-    _check_chip_fits(cfg, mining.levels)
+    _check_chip_fits(cfg, parsed.mining.levels)
+    return parsed
 
 
 def _check_dataset(cfg):
@@ -163,17 +175,17 @@ def _validate_auto_focus(cfg, num_test_scales):
 def _parse_sections(cfg):
     """The parsing every stage does with its section, once: the backbone of ``symbol``, the training and
     test pyramids, the chip-mining parameters, the test batches and the lr schedule (ValueErrors naming
-    their key); returns the chip-mining parameters (the training pyramid parsed once, for the checks after)."""
+    their key); returns the ParsedSections."""
     from chip_generator.mining import MiningParams
     from lib.scales import pyramid
     from symbols.backbones import backbone_of
 
     backbone_of(cfg)
-    pyramid(cfg.TEST, "TEST")
+    test_levels = pyramid(cfg.TEST, "TEST")
     mining = MiningParams.from_config(cfg)  # the training pyramid included
     images_per_device(cfg.TEST, len(cfg.TEST.SCALES))
     lr_step_epochs(cfg.TRAIN)
-    return mining
+    return ParsedSections(mining=mining, test_levels=test_levels)
 
 
 def images_per_device(test_cfg, num_levels):

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from chip_generator.mining import MiningParams
+from lib.config import parsed
 from lib.data.anchor_target import AnchorTargeter, AnchorTargetParams
 from lib.data.batch_ring import Field
 from lib.data.chip_boxes import chip_valid_range, pack_gt_boxes, select_chip_boxes
@@ -62,7 +62,7 @@ class ChipWorker:
         self.roidb = roidb
         self.ring = ring
         self.rpn_only = rpn_only
-        self.mining = MiningParams.from_config(cfg)
+        self.mining = parsed(cfg).mining  # the training pyramid and chip settings, as parsed at load
         self.targeter = AnchorTargeter(AnchorTargetParams.from_config(cfg))
         # the config's doubles, as the reference subtracts them (lib.data.pixels rounds once, to float32)
         self.pixel_means = tuple(float(mean) for mean in cfg.network.PIXEL_MEANS)

@@ -1,6 +1,7 @@
-"""MXNet against ONNX Runtime on the same parameters (tools/compare_backends.py, tests/test_onnx.py): final
-detections matched box by box, and the exported graphs' outputs layer by layer against the MXNet graph's
-internal outputs at the same cut (lib.inference.onnx_export.graph_cut), the head on MXNet's own rois."""
+"""MXNet against ONNX Runtime on the same parameters (tools/compare_backends.py, tests/inference/test_onnx*.py): random
+weights of any backbone, final detections matched box by box, and the exported graphs' outputs layer by layer
+against the MXNet graph's internal outputs at the same cut (lib.inference.onnx_export.graph_cut), the head on
+MXNet's own rois."""
 import json
 
 import mxnet as mx
@@ -8,9 +9,29 @@ import numpy as np
 
 from lib.boxes import bbox_overlaps
 from lib.config import with_overrides
+from lib.inference.mxnet_network import DATA_NAMES
 from lib.inference.export import ONNX_EXPORT_KEYS
 from lib.inference.onnx_export import HEAD_OUTPUTS, graph_cut
 from symbols import inference_symbol
+from symbols.resnet import INPUT_NORMALISER
+
+PIXEL_VARIANCE = 3600.0  # the ResNets' input normaliser: pixels of standard deviation ~60 to ~1
+
+
+def random_weights(cfg, num_classes, init="xavier"):
+    """``(arg_params, aux_params)`` of the test network of ``cfg`` for ``num_classes`` from MXNet's seed 0:
+    ``init`` "xavier" (Gaussians of variance 1 / fan-in, the input normaliser scaled to the pixels, so that deep
+    bodies neither explode nor tie) or "normal" (N(0, 0.05)); speed and agreement need no trained weights."""
+    module = mx.mod.Module(inference_symbol(cfg, num_classes), data_names=DATA_NAMES, label_names=None)
+    module.bind([("data", (1, 3, 64, 64)), ("im_info", (1, 3)), ("im_ids", (1,)), ("chip_ids", (1,))],
+                for_training=False)
+    mx.random.seed(0)
+    module.init_params(mx.init.Xavier("gaussian", "in", 1) if init == "xavier" else mx.init.Normal(0.05))
+    arg_params, aux_params = module.get_params()
+    for name in aux_params:
+        if name.startswith(INPUT_NORMALISER) and name.endswith("moving_var"):
+            aux_params[name][:] = PIXEL_VARIANCE
+    return arg_params, aux_params
 
 
 def match_detections(expected, found, min_iou=0.99):

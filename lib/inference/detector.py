@@ -70,7 +70,7 @@ class Detector:
         """The network of ``cfg`` for ``classes`` (None for ``rpn_only``) bound with the given parameters on
         MXNet; a CheckpointError names a missing or ill-shaped one."""
         from lib.contexts import fp16_enabled, parse_contexts
-        from lib.inference.mxnet_network import MxnetNetwork
+        from lib.inference.mxnet_network import MxnetMaskNetwork, MxnetNetwork
 
         check_classes(classes, rpn_only)  # before binding anything
         contexts = parse_contexts(cfg.gpus) if contexts is None else contexts
@@ -82,8 +82,9 @@ class Detector:
             from lib.inference.masks import MaskHead
             from symbols import use_compiled_deformable
 
-            detector.mask_head = MaskHead(cfg, len(detector.classes), network, detector.planner, arg_params,
-                                          aux_params, use_compiled_deformable(cfg, contexts))
+            detector.mask_head = MaskHead(cfg, network, MxnetMaskNetwork(
+                cfg, len(detector.classes), arg_params, aux_params, contexts, use_compiled_deformable(cfg, contexts)),
+                detector.planner)
         return detector
 
     @classmethod
@@ -108,12 +109,18 @@ class Detector:
         """An ONNX export folder (tools/export_model.py --format onnx) on ONNX Runtime, without MXNet: the
         exported config and classes, or ``cfg`` (its TEST section: scales, proposal, merge and tile
         settings) and ``classes`` with the exported graphs; ``threads`` as ONNX Runtime's intra-op threads
-        (0: its default), ``providers`` its execution providers (e.g. ``("CUDAExecutionProvider",)``)."""
-        from lib.inference.onnx_network import OnnxNetwork
+        (0: its default), ``providers`` its execution providers (e.g. ``("CUDAExecutionProvider",)``). A mask
+        network's export (with mask.onnx) gives masks as on MXNet."""
+        from lib.inference.onnx_network import OnnxMaskNetwork, OnnxNetwork
 
         network = OnnxNetwork(directory, None if cfg is None else cfg.TEST, threads, providers=providers)
-        return cls(network.cfg if cfg is None else cfg, classes or network.description["classes"], network,
-                   source=directory)
+        detector = cls(network.cfg if cfg is None else cfg, classes or network.description["classes"], network,
+                       source=directory)
+        if network.has_masks:
+            from lib.inference.masks import MaskHead
+
+            detector.mask_head = MaskHead(detector.cfg, network, OnnxMaskNetwork(network), detector.planner)
+        return detector
 
     @classmethod
     def from_checkpoint(cls, model, overrides=(), contexts=None):

@@ -19,11 +19,12 @@ import mxnet as mx
 
 from lib.atomic import atomic_path, write_bytes, write_json
 from lib.config import with_overrides
-from lib.inference.mxnet_network import DATA_NAMES, check_params
+from lib.inference.mxnet_network import DATA_NAMES, check_params, mask_shapes
 from lib.run.folder import checkpoint_classes, read_model_info
 from lib.run.checkpoint import checkpoint_file, load_params
 from symbols import inference_symbol
 from symbols.backbones import feature_stride
+from symbols.mask import MASK_SIZE
 from symbols.sniper import mask_inference_symbol
 
 logger = logging.getLogger(__name__)
@@ -121,7 +122,7 @@ def describe(cfg, symbol):
 # applies in NumPy between the two graphs.
 ONNX_EXPORT_KEYS = {"TEST.fp16": False, "network.CPU_DEFORMABLE_OPS": "stock", "TEST.PROPOSAL_LAYER": "stock"}
 ONNX_RUN_KEYS = {"TEST.fp16": False, "TEST.PROPOSAL_LAYER": "reference"}
-ONNX_FILES = {"body": "body.onnx", "head": "head.onnx", "description": "model.json"}
+ONNX_FILES = {"body": "body.onnx", "head": "head.onnx", "mask": "mask.onnx", "description": "model.json"}
 
 
 def exported_onnx(cfg, params):
@@ -136,11 +137,12 @@ def exported_onnx(cfg, params):
     return directory
 
 
-def export_onnx(cfg, directory, params=None):
+def export_onnx(cfg, directory, params=None, fp16=False):
     """Write the ONNX export (lib/inference/onnx_export.py) of checkpoint ``params`` (default ``TEST.MODEL``,
     or epoch ``TEST.TEST_EPOCH`` of the run of ``cfg``) into ``directory``: body.onnx, head.onnx and
-    model.json. Networks the export does not cover (RPN-only, masks) are refused in one line. Returns the
-    paths."""
+    model.json, and mask.onnx for a TRAIN.WITH_MASK network; ``fp16``: the graphs' layers in float16 (inputs and
+    outputs float32: onnx_export.float16_model). Networks the export does not cover (RPN-only) are refused in one
+    line. Returns the paths."""
     from lib.inference.onnx_export import ExportError
 
     params = params or checkpoint_file(cfg)
@@ -149,32 +151,38 @@ def export_onnx(cfg, directory, params=None):
     if info.get("rpn_only", cfg.TRAIN.ONLY_PROPOSAL):
         raise ExportError(f"{params}: an RPN-only network is not exported to ONNX (detection networks are)")
     return export_onnx_params(cfg, checkpoint_classes(params, cfg), arg_params, aux_params, directory, params,
-                              info.get("category_ids"))
+                              info.get("category_ids"), fp16)
 
 
-def export_onnx_params(cfg, classes, arg_params, aux_params, directory, source="parameters", category_ids=None):
+def export_onnx_params(cfg, classes, arg_params, aux_params, directory, source="parameters", category_ids=None,
+                       fp16=False):
     """``export_onnx`` of parameter arrays (MXNet NDArrays) of the detection network of ``cfg`` for ``classes``."""
     from lib.config.core import plain
-    from lib.inference.onnx_export import FORMAT_VERSION, OPSET, ExportError, export_graphs
+    from lib.inference.onnx_export import FORMAT_VERSION, OPSET, export_graphs, export_mask_graph, float16_model
 
-    if cfg.TRAIN.WITH_MASK:
-        raise ExportError(f"{source}: the mask head (TRAIN.WITH_MASK) is not exported to ONNX yet; the box "
-                          f"detector alone is not exported either, to keep masks from disappearing silently")
     graph_cfg = with_overrides(cfg, ONNX_EXPORT_KEYS)
     symbol = inference_symbol(graph_cfg, len(classes), compiled_deformable=False)
     check_params(symbol, arg_params, aux_params, source, feature_stride(cfg))
     arrays = {name: value.asnumpy() for name, value in {**arg_params, **aux_params}.items()}
-    body, head = export_graphs(symbol.tojson(), arrays)
+    body, head, features = export_graphs(symbol.tojson(), arrays)
+    models = {"body": body, "head": head}
+    if cfg.TRAIN.WITH_MASK:  # the mask graph on the body's features and the final detections' boxes
+        mask_symbol = mask_inference_symbol(graph_cfg, len(classes), compiled_deformable=False)
+        check_params(mask_symbol, arg_params, aux_params, source, feature_stride(cfg),
+                     mask_shapes(feature_stride(cfg)))
+        models["mask"] = export_mask_graph(mask_symbol.tojson(), arrays, features)
+    if fp16:
+        models = {key: float16_model(model) for key, model in models.items()}
     os.makedirs(directory, exist_ok=True)
-    paths = {key: os.path.join(directory, name) for key, name in ONNX_FILES.items()}
-    for key, model in (("body", body), ("head", head)):
+    paths = {key: os.path.join(directory, ONNX_FILES[key]) for key in (*models, "description")}
+    for key, model in models.items():
         write_bytes(model.SerializeToString(), paths[key])
     network = cfg.network
     description = {
         "format": "sniper-onnx", "version": FORMAT_VERSION, "opset": OPSET, "symbol": cfg.symbol,
         "source": checkpoint_identity(cfg, source) if os.path.isfile(str(source)) else source,
         "classes": list(classes), "category_ids": category_ids, "stride": feature_stride(cfg),
-        "graphs": {key: ONNX_FILES[key] for key in ("body", "head")},
+        "graphs": {key: ONNX_FILES[key] for key in models}, "precision": "float16" if fp16 else "float32",
         "anchors": {"scales": list(network.ANCHOR_SCALES), "ratios": list(network.ANCHOR_RATIOS)},
         "inputs": {"data": "float32 (B, 3, H, W): each image resized by a test scale, minus PIXEL_MEANS (BGR), "
                            "channels in CHANNEL_ORDER, top-left on a canvas shared by the batch",
@@ -182,10 +190,15 @@ def export_onnx_params(cfg, classes, arg_params, aux_params, directory, source="
                            "lib/boxes/proposals.py), x1, y1, x2, y2 in scaled pixels"},
         "outputs": {"body": list(body.graph.output[i].name for i in range(len(body.graph.output))),
                     "head": ["cls_prob (B * R, classes)", "bbox_pred (B * R, 4): class-agnostic deltas, stds "
-                                                          "folded in, decoded on the rois with stds 1"]},
+                                                          "folded in, decoded on the rois with stds 1"],
+                    **({"mask": [f"mask_prob (B * R, classes - 1, {MASK_SIZE}, {MASK_SIZE}): per foreground class "
+                                 "(label - 1) the object probability on a grid spanning the roi, from features and "
+                                 "rois (the final detections in the canvas's pixels)"]} if "mask" in models else {})},
         "PIXEL_MEANS": list(network.PIXEL_MEANS), "CHANNEL_ORDER": network.CHANNEL_ORDER,
         "TEST.SCALES": plain(cfg.TEST.SCALES), "TEST.VALID_RANGES": plain(cfg.TEST.VALID_RANGES),
         "config": plain(with_overrides(cfg, ONNX_RUN_KEYS)),
     }
+    if "mask" in models:
+        description["mask_size"] = MASK_SIZE
     write_json(description, paths["description"])
     return tuple(paths.values())

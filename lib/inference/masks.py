@@ -1,5 +1,6 @@
 """Instance masks for the final detections of a TRAIN.WITH_MASK network (beyond the reference, which
-trains its mask branch only as a signal for the detector).
+trains its mask branch only as a signal for the detector), on either back end: this module is NumPy only, the
+mask graph runs behind ``MaskHead``'s network (MXNet's or the ONNX export's mask.onnx).
 
 The mask pass follows the detection test's own plan (a lib.inference.regions.RegionPlan: the whole images,
 TEST.TILE tiles or AutoFocus FocusChips each level processed, with the batches and canvases that ran them),
@@ -12,7 +13,7 @@ scale) or, if none holds it, the coarsest; then a tile whose core holds the box'
 owns it), then the largest overlap. Where every level processes whole images this is the finest level
 whose valid range holds the box (none: the coarsest). Only the regions holding detections run again, on
 their batches' canvases, with the rest of a batch left out, after the detection network has freed its own
-canvases' memory (the network's ``release_buffers``: the two passes' peaks do not add up). Their pixels are read
+canvases' memory (its ``release_buffers``: the two passes' peaks do not add up). Their pixels are read
 again (an image's regions close together in the batches' order, as in the tiled test; images without
 detections not at all; images in memory, the Python API's, are not decoded twice); the mask graph
 (symbols.sniper.mask_inference_symbol) runs on the detections' boxes in the region's canvas pixels and each
@@ -28,22 +29,18 @@ COCO's RLE (pycocotools' compressed counts) from each box's pixels alone, never 
 from collections import Counter, defaultdict
 from dataclasses import replace
 
-import mxnet as mx
 import numpy as np
 
 from lib.inference.merge import in_test_range
 from lib.inference.regions import run_regions
 from lib.inference.tiling import in_core
-from symbols.backbones import feature_stride
-from symbols.mask import MASK_SIZE
 
 MASK_THRESH = 0.5
-INPUTS = ("data", "mask_rois")  # the mask graph's (symbols.sniper.mask_inference_symbol)
 
 
 def mask_regions(boxes, size, plan, positions, levels):
     """Per box (N, 4, original pixels) of an image of (height, width) ``size``, the one of ``positions`` (that
-    image's regions in the RegionPlan ``plan``; ``levels`` the Detector's) whose features give its mask, by
+    image's regions in the RegionPlan ``plan``; ``levels`` the test pyramid's) whose features give its mask, by
     the preferences of the module docstring, the first position among equals."""
     boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
     height, width = size
@@ -66,16 +63,16 @@ def mask_regions(boxes, size, plan, positions, levels):
     return np.asarray(positions)[best.argmax(axis=0)]
 
 
-def _sampling_weights(start, end, pixels):
-    """(pixels, MASK_SIZE) bilinear weights of the map cells for the image pixels 0..pixels-1 along one
+def _sampling_weights(start, end, pixels, size):
+    """(pixels, size) bilinear weights of the ``size`` map cells for the image pixels 0..pixels-1 along one
     axis of a box spanning ``start .. end``; rows of pixels whose centre is outside the box are zero."""
     extent = max(end - start, 1.0)
     centres = np.arange(pixels) + 0.5
-    cells = np.clip((centres - start) * MASK_SIZE / extent - 0.5, 0, MASK_SIZE - 1)
+    cells = np.clip((centres - start) * size / extent - 0.5, 0, size - 1)
     low = np.floor(cells).astype(np.int64)
-    high = np.minimum(low + 1, MASK_SIZE - 1)
+    high = np.minimum(low + 1, size - 1)
     frac = cells - low
-    weights = np.zeros((pixels, MASK_SIZE))
+    weights = np.zeros((pixels, size))
     np.add.at(weights, (np.arange(pixels), low), 1 - frac)
     np.add.at(weights, (np.arange(pixels), high), frac)
     weights[(centres < start) | (centres > end)] = 0
@@ -83,9 +80,11 @@ def _sampling_weights(start, end, pixels):
 
 
 def _pasted(probabilities, boxes, height, width, thresh):
-    """Per map and box: ``(top, left, crop)``, the boolean mask of the image pixels the box covers (a box
-    is small against a large image), or None for a box wholly outside the image."""
-    probabilities = np.asarray(probabilities, np.float64).reshape(-1, MASK_SIZE, MASK_SIZE)
+    """Per map (square, the mask graph's 28 x 28) and box: ``(top, left, crop)``, the boolean mask of the image
+    pixels the box covers (a box is small against a large image), or None for a box wholly outside the image."""
+    probabilities = np.asarray(probabilities, np.float64)
+    size = probabilities.shape[-1]
+    probabilities = probabilities.reshape(-1, size, size)
     boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
     if len(probabilities) != len(boxes):
         raise ValueError(f"{len(probabilities)} mask maps for {len(boxes)} boxes")
@@ -95,8 +94,8 @@ def _pasted(probabilities, boxes, height, width, thresh):
         if cols.start >= cols.stop or rows.start >= rows.stop:
             yield None
             continue
-        wx = _sampling_weights(x1 - cols.start, x2 - cols.start, cols.stop - cols.start)
-        wy = _sampling_weights(y1 - rows.start, y2 - rows.start, rows.stop - rows.start)
+        wx = _sampling_weights(x1 - cols.start, x2 - cols.start, cols.stop - cols.start, size)
+        wy = _sampling_weights(y1 - rows.start, y2 - rows.start, rows.stop - rows.start, size)
         inside = wy.any(axis=1)[:, None] & wx.any(axis=1)[None, :]
         yield rows.start, cols.start, inside & (wy @ prob @ wx.T > thresh)
 
@@ -138,50 +137,36 @@ def encode_pasted(probabilities, boxes, height, width, thresh=MASK_THRESH):
 
 
 class MaskHead:
-    """The mask graph of a TRAIN.WITH_MASK network of ``cfg`` for ``num_classes`` bound with its parameters
-    on every context of the detection ``network`` (lib.inference.mxnet_network), whose batches the BatchPlanner
-    ``planner`` plans (lib.inference.batching): ``run`` gives the maps of a test run's final detections on
-    the regions of its plan, ``masks`` the pasted masks (the Python API)."""
+    """The mask graph of a TRAIN.WITH_MASK network of ``cfg`` beside its ``detection`` network (whose buffers it
+    frees first), its batches shared among devices as the BatchPlanner ``planner`` (lib.inference.batching)
+    shares the detection's: ``run`` gives the maps of a test run's final detections on the regions of its
+    plan, ``masks`` the pasted masks (the Python API). ``network`` runs the graph: lib.inference.mxnet_network.MxnetMaskNetwork (one
+    executor per context of the detection network) or lib.inference.onnx_network.OnnxMaskNetwork (the export's
+    mask.onnx), each with ``map_size`` (28) and ``forward(parts)``: per part ``(device, data (b, 3, h, w),
+    rows (n, 5) [slot in data, x1, y1, x2, y2] canvas pixels, labels (n,))`` started on its device, the (n,
+    map_size, map_size) maps of each row's own class, as NumPy arrays."""
 
-    def __init__(self, cfg, num_classes, network, planner, arg_params, aux_params, compiled_deformable):
-        from symbols.sniper import mask_inference_symbol
-
-        self.cfg, self.network, self.planner = cfg, network, planner
-        symbol = mask_inference_symbol(cfg, num_classes, compiled_deformable=compiled_deformable)
-        stride = feature_stride(cfg)
-        # executors reshaped per call (the rois are not a batch axis, as a Module would split them); the
-        # inputs float32, the parameters' types inferred (float16 in the float16 body and mask convolutions)
-        self.executors = []
-        for context in network.contexts:
-            executor = symbol.simple_bind(context, grad_req="null", type_dict=dict.fromkeys(INPUTS, "float32"),
-                                          data=(1, 3, stride, stride), mask_rois=(1, 5))
-            executor.copy_params_from(arg_params, aux_params, allow_extra_params=True)
-            self.executors.append(executor)
+    def __init__(self, cfg, detection, network, planner):
+        self.cfg, self.detection, self.network, self.planner = cfg, detection, network, planner
 
     def forward(self, data, rois):
         """Per slot of a canvas batch ``data`` (B, 3, h, w) float32, the (n, 28, 28) maps of its ``rois``
         (one ``(boxes (n, 4) canvas pixels, labels (n,))`` per slot, fewer than B: the rest have none). The
-        slots are shared among the contexts as the detection network shares a batch; a slot without rois is left out."""
-        per_device = -(-len(data) // len(self.executors))
+        slots are shared among the devices as the detection shares a batch; a slot without rois is left out."""
+        per_device = -(-len(data) // self.planner.devices)
         counts = [len(rois[slot][0]) if slot < len(rois) else 0 for slot in range(len(data))]
-        running = []
-        for device, executor in enumerate(self.executors):
+        parts, slots_of = [], []
+        for device in range(self.planner.devices):
             slots = [s for s in range(device * per_device, min((device + 1) * per_device, len(data))) if counts[s]]
             if not slots:
                 continue
             rows = np.concatenate([np.hstack([np.full((counts[s], 1), k), rois[s][0]]) for k, s in enumerate(slots)])
-            labels = np.concatenate([rois[s][1] for s in slots])
-            context = executor.arg_dict["data"].context
-            bound = executor.reshape(allow_up_sizing=True, data=(len(slots),) + data.shape[1:], mask_rois=rows.shape)
-            bound.forward(is_train=False, data=mx.nd.array(data[slots], context),
-                          mask_rois=mx.nd.array(rows, context))
-            # each roi's map of its own class (label - 1: the maps are of the foreground classes)
-            picked = mx.nd.gather_nd(bound.outputs[0], mx.nd.array(np.stack([np.arange(len(rows)), labels - 1]),
-                                                                   context))
-            running.append((slots, picked))
-        maps = [np.zeros((0, MASK_SIZE, MASK_SIZE), np.float32)] * len(data)
-        for slots, picked in running:
-            for slot, values in zip(slots, np.split(picked.asnumpy(), np.cumsum([counts[s] for s in slots])[:-1])):
+            parts.append((device, data[slots], rows, np.concatenate([rois[s][1] for s in slots])))
+            slots_of.append(slots)
+        size = self.network.map_size
+        maps = [np.zeros((0, size, size), np.float32)] * len(data)
+        for slots, picked in zip(slots_of, self.network.forward(parts)):
+            for slot, values in zip(slots, np.split(picked, np.cumsum([counts[s] for s in slots])[:-1])):
                 maps[slot] = values
         return maps
 
@@ -190,14 +175,14 @@ class MaskHead:
         ``detections`` (``{index: (boxes (N, 4) original pixels, labels (N,))}`` of images of ``source``),
         computed on the regions of ``plan`` (the RegionPlan of the detection run, see the module docstring);
         ``num_workers`` prepare the regions (lib.inference.streaming)."""
-        sizes, levels = source.sizes(), self.planner.levels
+        sizes, levels, side = source.sizes(), self.planner.levels, self.network.map_size
         regions_of = defaultdict(list)
         for position, region in enumerate(plan.regions):
             regions_of[region.image].append(position)
         members = {}  # region position -> the detections (indices into its image's) it computes
         for index, (boxes, _) in detections.items():
             if not len(boxes):
-                yield index, np.zeros((0, MASK_SIZE, MASK_SIZE), np.float32)
+                yield index, np.zeros((0, side, side), np.float32)
                 continue
             chosen = mask_regions(boxes, sizes[index], plan, regions_of[index], levels)
             members.update((position, np.flatnonzero(chosen == position)) for position in np.unique(chosen))
@@ -210,7 +195,7 @@ class MaskHead:
                                           members[position]) for position, _ in kept])
         if not batches:
             return
-        self.network.release_buffers()
+        self.detection.release_buffers()
         remaining = Counter(plan.regions[position].image for position in members)
         alive, maps = dict(remaining), {}  # images still to complete; the maps of those under way
         for position, result in run_regions(_MaskPass(self, rois), source, plan.regions, batches, self.cfg,
@@ -221,7 +206,7 @@ class MaskHead:
                 yield image, result
                 continue
             if image not in maps:
-                maps[image] = np.zeros((len(detections[image][0]), MASK_SIZE, MASK_SIZE), np.float32)
+                maps[image] = np.zeros((len(detections[image][0]), side, side), np.float32)
             maps[image][members[position]] = result[0]
             remaining[image] -= 1
             if not remaining[image]:

@@ -5,7 +5,8 @@ and the pipeline do not depend on which runs.
 
 A network has ``contexts`` (the devices a forward pass splits its images over: its batch is a multiple of
 their count), ``forward(data (B, 3, h, w) float32, im_info (B, 3)) -> {output name: NumPy array}`` with the
-MXNet test graph's output names, and ``release_buffers()``.
+MXNet test graph's output names, and ``release_buffers()``. ``MxnetMaskNetwork`` runs a mask network's mask
+graph for lib.inference.masks.MaskHead (lib.inference.onnx_network.OnnxMaskNetwork on ONNX Runtime).
 """
 import mxnet as mx
 import numpy as np
@@ -13,6 +14,8 @@ import numpy as np
 from lib.run.checkpoint import CheckpointError
 from symbols import inference_symbol, use_compiled_deformable
 from symbols.backbones import feature_stride
+from symbols.mask import MASK_SIZE
+from symbols.sniper import mask_inference_symbol
 
 DATA_NAMES = ("data", "im_info", "im_ids", "chip_ids")  # the test graph's inputs (symbols.inference_symbol)
 
@@ -23,10 +26,10 @@ def data_shapes(batch, height, width):
             mx.io.DataDesc("im_ids", (batch,)), mx.io.DataDesc("chip_ids", (batch,))]
 
 
-def check_params(symbol, arg_params, aux_params, source, stride):
-    """Every parameter of the test network ``symbol`` present with the right shape, or a CheckpointError
-    naming it."""
-    shapes = {d.name: d.shape for d in data_shapes(1, stride, stride)}
+def check_params(symbol, arg_params, aux_params, source, stride, shapes=None):
+    """Every parameter of the test network ``symbol`` (or of another graph with inputs of ``shapes``, e.g.
+    ``mask_shapes``) present with the right shape, or a CheckpointError naming it."""
+    shapes = shapes or {d.name: d.shape for d in data_shapes(1, stride, stride)}
     arg_shapes, _, aux_shapes = symbol.infer_shape(**shapes)
     needed = dict(zip(symbol.list_arguments(), arg_shapes))
     needed.update(zip(symbol.list_auxiliary_states(), aux_shapes))
@@ -71,3 +74,41 @@ class MxnetNetwork:
         if self.module.binded:
             self.module.bind(data_shapes(len(self.contexts), self.stride, self.stride), for_training=False,
                              force_rebind=True)
+
+
+def mask_shapes(stride):
+    """The smallest inputs of the mask graph (symbols.sniper.mask_inference_symbol)."""
+    return {"data": (1, 3, stride, stride), "mask_rois": (1, 5)}
+
+
+class MxnetMaskNetwork:
+    """The mask graph (symbols.sniper.mask_inference_symbol) of the network of ``cfg`` for ``num_classes``
+    bound on every one of ``contexts`` with the given parameters, for lib.inference.masks.MaskHead."""
+
+    map_size = MASK_SIZE
+
+    def __init__(self, cfg, num_classes, arg_params, aux_params, contexts, compiled_deformable):
+        symbol = mask_inference_symbol(cfg, num_classes, compiled_deformable=compiled_deformable)
+        shapes = mask_shapes(feature_stride(cfg))
+        # executors reshaped per call (the rois are not a batch axis, as a Module would split them); the
+        # inputs float32, the parameters' types inferred (float16 in the float16 body and mask convolutions)
+        self.executors = []
+        for context in contexts:
+            executor = symbol.simple_bind(context, grad_req="null", type_dict=dict.fromkeys(shapes, "float32"),
+                                          **shapes)
+            executor.copy_params_from(arg_params, aux_params, allow_extra_params=True)
+            self.executors.append(executor)
+
+    def forward(self, parts):
+        """Per part ``(device, data, rows (n, 5), labels (n,))`` the (n, 28, 28) maps of each row's class; the
+        devices' passes are all started before the first is waited for."""
+        running = []
+        for device, data, rows, labels in parts:
+            executor = self.executors[device]
+            context = executor.arg_dict["data"].context
+            bound = executor.reshape(allow_up_sizing=True, data=data.shape, mask_rois=rows.shape)
+            bound.forward(is_train=False, data=mx.nd.array(data, context), mask_rois=mx.nd.array(rows, context))
+            # each roi's map of its own class (label - 1: the maps are of the foreground classes)
+            running.append(mx.nd.gather_nd(bound.outputs[0], mx.nd.array(np.stack([np.arange(len(rows)), labels - 1]),
+                                                                          context)))
+        return [picked.asnumpy() for picked in running]

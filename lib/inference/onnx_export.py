@@ -9,8 +9,11 @@ lib/boxes/proposals.py), so the exported detections are those of ``TEST.PROPOSAL
   (B, 2, h, w);
 - ``head.onnx``: ``features`` and ``rois`` (B, R, 4) (each image's proposals, scaled pixels) ->
   ``cls_prob`` (B * R, K) and ``bbox_pred`` (B * R, 4) (class-agnostic deltas, the stds folded in);
+- ``mask.onnx`` (TRAIN.WITH_MASK networks, ``export_mask_graph``): ``features`` and ``rois`` (B, R, 4) (the
+  final detections in a region's canvas pixels) -> ``mask_prob`` (B * R, K - 1, 28, 28), the mask graph of
+  symbols.sniper.mask_inference_symbol on the body's features;
 - ``model.json``: classes, pixel means and channel order, the TEST section (scales, valid ranges, NMS and
-  caps), the anchors and the stride (``describe``).
+  caps), the anchors and the stride.
 
 Every MXNet operator of the graph is translated node by node (``TRANSLATORS``) at opset ``OPSET``; one
 without a translator, or a setting the translation does not cover, is refused in one line naming it
@@ -34,6 +37,8 @@ OPSET = 19  # DeformConv's first opset
 FORMAT_VERSION = 1
 BODY_OUTPUTS = ("rpn_cls_prob", "rpn_bbox_pred", "features")
 HEAD_OUTPUTS = ("cls_prob", "bbox_pred")
+MASK_OUTPUT = "mask_prob"
+MASK_ROIS = "mask_rois"  # the mask graph's rois input (symbols.sniper.mask_inference_symbol)
 
 
 class ExportError(UserError, ValueError):
@@ -304,6 +309,22 @@ def _deformable_roi_pool(g, name, data, rois, trans, pooled, samples, spatial_sc
     return g.op("Reshape", [pooled, flat], f"{name}_pooled")
 
 
+def _deconvolution(g, name, inputs, attrs):
+    if any(_pair(attrs, "adj", 0)) or attrs.get("target_shape", ()):
+        raise ExportError(f"{name}: Deconvolution with adj or target_shape is not exported")
+    bias = [] if attrs.get("no_bias", False) else inputs[2:3]
+    return [g.op("ConvTranspose", inputs[:2] + bias, name, kernel_shape=list(attrs["kernel"]),
+                 strides=_pair(attrs, "stride", 1), dilations=_pair(attrs, "dilate", 1),
+                 pads=_pair(attrs, "pad", 0) * 2, group=int(attrs.get("num_group", 1)))]
+
+
+def _slice_axis(g, name, inputs, attrs):
+    end = attrs.get("end")
+    end = np.iinfo(np.int64).max if end in (None, "None") else int(end)
+    return [g.op("Slice", [inputs[0], g.const([int(attrs["begin"])], np.int64), g.const([end], np.int64),
+                           g.const([int(attrs["axis"])], np.int64)], name)]
+
+
 def _concat(g, name, inputs, attrs):
     return [g.op("Concat", inputs, name, axis=int(attrs.get("dim", 1)))]
 
@@ -317,7 +338,8 @@ TRANSLATORS = {
     "Pooling": _pooling, "elemwise_add": _add, "_Plus": _add, "Concat": _concat, "Reshape": _reshape,
     "SoftmaxActivation": _softmax_activation, "softmax": _softmax, "FullyConnected": _fully_connected,
     "Cast": _cast, "_contrib_DeformableConvolution": _deformable_convolution,
-    "_contrib_DeformablePSROIPooling": _deformable_psroi_pooling,
+    "_contrib_DeformablePSROIPooling": _deformable_psroi_pooling, "Deconvolution": _deconvolution,
+    "slice_axis": _slice_axis,
 }
 PROPOSAL_OPS = ("_contrib_MultiProposal", "_contrib_Proposal", "Custom")
 POOLING_OP = "_contrib_DeformablePSROIPooling"
@@ -380,8 +402,9 @@ def graph_cut(nodes):
 
 
 def export_graphs(symbol_json, params):
-    """``(body, head)`` ONNX models of the MXNet test graph ``symbol_json`` (symbols.inference_symbol, float32,
-    a detection network) with ``params`` ({name: NumPy array}, arguments and auxiliary states)."""
+    """``(body, head, name of the features node)``: the ONNX models of the MXNet test graph ``symbol_json``
+    (symbols.inference_symbol, float32, a detection network) with ``params`` ({name: NumPy array}, arguments and
+    auxiliary states)."""
     nodes = json.loads(symbol_json)["nodes"]
     by_name = {node["name"]: index for index, node in enumerate(nodes)}
     body_entries, features, rois = graph_cut(nodes)
@@ -393,4 +416,81 @@ def export_graphs(symbol_json, params):
                    rois: ("rois", ["batch", "rois", 4])}
     head_outputs = {name: ((by_name[name], 0), 2) for name in HEAD_OUTPUTS}
     head = translate_graph(nodes, params, head_outputs, head_inputs, "sniper_head", rois="rois")
-    return body, head
+    return body, head, nodes[features[0]]["name"]
+
+
+def export_mask_graph(symbol_json, params, features):
+    """The ONNX model of a mask network's mask graph ``symbol_json`` (symbols.sniper.mask_inference_symbol,
+    float32): ``features`` (B, C, h, w), the body's (whose node is named ``features``, as in the test graph)
+    and ``rois`` (B, R, 4) -> ``mask_prob`` (B * R, classes - 1, 28, 28)."""
+    nodes = json.loads(symbol_json)["nodes"]
+    by_name = {node["name"]: index for index, node in enumerate(nodes)}
+    pooling = [node for node in nodes if node["op"] == POOLING_OP]
+    if not pooling or MASK_OUTPUT not in by_name or MASK_ROIS not in by_name:
+        raise ExportError(f"the mask graph needs {MASK_ROIS}, a deformable RoI pooling and {MASK_OUTPUT}")
+    entry = _entry(pooling[0]["inputs"][0])
+    if nodes[entry[0]]["name"] != features:
+        raise ExportError(f"the mask graph pools {nodes[entry[0]]['name']}, the body exports {features}")
+    inputs = {entry: ("features", ["batch", "channels", "feature_height", "feature_width"]),
+              (by_name[MASK_ROIS], 0): ("rois", ["batch", "rois", 4])}
+    return translate_graph(nodes, params, {MASK_OUTPUT: ((by_name[MASK_OUTPUT], 0), 4)}, inputs, "sniper_mask",
+                           rois="rois")
+
+
+# float16 exports (``float16_model``): the operators that compute in float16, and those that follow a float16
+# first input in it (the tensors of the network's layers); the rest (shapes, the deformable operators' sampling
+# coordinates and indices, whose float16 rounding would move samples and gathered rows) stays float32.
+FLOAT16_OPS = ("Conv", "ConvTranspose", "DeformConv", "BatchNormalization", "Gemm", "MatMul")
+FLOAT16_FOLLOWERS = ("Relu", "Clip", "Sigmoid", "Softmax", "MaxPool", "GlobalAveragePool", "GlobalMaxPool", "Add",
+                     "Concat", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Gather", "Slice")
+
+
+def float16_model(model):
+    """``model`` with its layers in float16 and its inputs and outputs float32: each float16 node (FLOAT16_OPS,
+    FLOAT16_FOLLOWERS after a float16 first input; never one that writes a graph output) gets its float32 inputs
+    through one Cast each (initializers as float16 copies), each float32 node its float16 inputs through one Cast.
+    (ONNX Runtime's converter, onnxruntime.transformers.float16, passes every tensor between two nodes it is told
+    to keep float32 through float16, which breaks the row indices of the deformable RoI pooling beyond 2048.)"""
+    graph = onnx.shape_inference.infer_shapes(model).graph
+    types = {v.name: v.type.tensor_type.elem_type for v in (*graph.value_info, *graph.input, *graph.output)}
+    initializers = {t.name: t for t in graph.initializer}
+    types.update({name: t.data_type for name, t in initializers.items()})
+    outputs = {o.name for o in graph.output}
+    half_tensors, converted, nodes, copies = set(), {}, [], []
+
+    def converted_name(name, to_half):
+        if (name, to_half) not in converted:
+            target = f"{name}__{'fp16' if to_half else 'fp32'}"
+            if name in initializers:
+                copies.append(numpy_helper.from_array(numpy_helper.to_array(initializers[name]).astype(np.float16),
+                                                      target))
+            else:
+                nodes.append(helper.make_node("Cast", [name], [target], name=target,
+                                              to=TensorProto.FLOAT16 if to_half else TensorProto.FLOAT))
+            converted[(name, to_half)] = target
+        return converted[(name, to_half)]
+
+    for node in graph.node:  # in topological order (GraphBuilder's)
+        half = (node.op_type in FLOAT16_OPS or (node.op_type in FLOAT16_FOLLOWERS and node.input[0] in half_tensors)) \
+            and not outputs.intersection(node.output)
+        inputs = []
+        for name in node.input:
+            if half and types.get(name) == TensorProto.FLOAT and name not in half_tensors:
+                name = converted_name(name, True)
+            elif not half and name in half_tensors:
+                name = converted_name(name, False)
+            inputs.append(name)
+        if half:
+            half_tensors.update(name for name in node.output if types.get(name) == TensorProto.FLOAT)
+        copy = onnx.NodeProto()
+        copy.CopyFrom(node)
+        del copy.input[:]
+        copy.input.extend(inputs)
+        nodes.append(copy)
+    used = {name for node in nodes for name in node.input}
+    kept = [t for t in (*graph.initializer, *copies) if t.name in used]
+    half_graph = helper.make_graph(nodes, graph.name, graph.input, graph.output, kept)
+    half_model = helper.make_model(half_graph, opset_imports=model.opset_import, producer_name=model.producer_name)
+    half_model.ir_version = model.ir_version
+    onnx.checker.check_model(half_model, full_check=True)
+    return half_model

@@ -1,17 +1,20 @@
 """The exported test network (lib/inference/export.py ``export_onnx``) on ONNX Runtime, behind the
 Detector's network seam (lib/inference/mxnet_network.py states it): the strategies, the pipeline, the
 proposal rules and the merge are the project's own code, shared with the MXNet back end; MXNet is never
-imported (tests/test_onnx.py checks it in a child process).
+imported (tests/inference/test_onnx.py checks it in a child process).
 
 A forward pass runs ``body.onnx`` on the canvas batch, the reference's proposal rules in NumPy
 (lib/boxes/proposals.py) on its RPN maps, and ``head.onnx`` on the proposals, and returns the MXNet test
 graph's outputs by name (``rois_output``, ``cls_prob_reshape_output``, ``bbox_pred_reshape_output`` and,
-with AutoFocus, ``scale_prob_output``), which the Detector reads as it reads MXNet's.
+with AutoFocus, ``scale_prob_output``), which the Detector reads as it reads MXNet's. A mask network's export
+has a third graph, ``mask.onnx``, which ``OnnxMaskNetwork`` runs for lib.inference.masks.MaskHead as
+lib.inference.mxnet_network.MxnetMaskNetwork runs the MXNet mask graph.
 
 ONNX Runtime 1.31 (the first releases with DeformConv on the CPU are after 1.24) needs Python >= 3.11: an
 older interpreter gets a one-line refusal of this back end, nothing else changes for it.
 """
 import json
+import logging
 import os
 import sys
 
@@ -20,6 +23,8 @@ import numpy as np
 from lib.boxes.proposals import proposals
 from lib.config.core import restore
 from lib.errors import UserError
+
+logger = logging.getLogger(__name__)
 
 BACKENDS = ("mxnet", "onnxruntime")
 MIN_PYTHON = (3, 11)
@@ -92,6 +97,11 @@ class OnnxNetwork:
             "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL, "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
             "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
             "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[optimization]
+        if self.description.get("precision") == "float16" and providers[0] == "CPUExecutionProvider":
+            logger.warning("%s: a float16 export on ONNX Runtime's CPU provider, which casts its layers back to "
+                           "float32: about as fast as the float32 export (ResNet-101 at 320x480 on 2 threads: 8.5 "
+                           "against 9.3 s per image) and a little less exact; export without --fp16 for CPUs",
+                           directory)
         self.sessions = {}
         for key, name in self.description["graphs"].items():
             path = os.path.join(directory, name)
@@ -100,6 +110,10 @@ class OnnxNetwork:
             self.sessions[key] = ort.InferenceSession(path, options, providers=list(providers))
         self.stride = int(self.description["stride"])
         self.anchors = self.description["anchors"]
+        self.has_masks = "mask" in self.sessions
+        if self.cfg.TRAIN.WITH_MASK and not self.has_masks:
+            raise BackendError(f"{directory}: the export of a TRAIN.WITH_MASK network lacks its mask graph "
+                               f"(export it again: tools/export_model.py --format onnx)")
 
     def forward(self, data, im_info):
         """Outputs by name (NumPy) of one forward pass on ``data`` (B, 3, h, w) float32, ``im_info`` (B, 3), as
@@ -121,3 +135,27 @@ class OnnxNetwork:
 
     def release_buffers(self):
         """Nothing to free: ONNX Runtime sizes its buffers per run."""
+
+
+class OnnxMaskNetwork:
+    """The mask graph (``mask.onnx``) of an OnnxNetwork's export for lib.inference.masks.MaskHead: per part the
+    body's features of its canvases, then the masks of its rows (each image's padded to the batch's most)."""
+
+    def __init__(self, network):
+        self.sessions = network.sessions
+        self.map_size = int(network.description["mask_size"])
+
+    def forward(self, parts):
+        """Per part ``(device, data (b, 3, h, w), rows (n, 5) [slot, x1, y1, x2, y2], labels (n,))`` the (n,
+        28, 28) maps of each row's class (label - 1: the maps are of the foreground classes)."""
+        found = []
+        for _, data, rows, labels in parts:
+            features = self.sessions["body"].run(["features"], {"data": np.ascontiguousarray(data, np.float32)})[0]
+            slots = rows[:, 0].astype(np.int64)
+            counts = np.bincount(slots, minlength=len(data))
+            place = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)  # rows are slot by slot
+            rois = np.zeros((len(data), counts.max(), 4), np.float32)
+            rois[slots, place] = rows[:, 1:]
+            maps = self.sessions["mask"].run(None, {"features": features, "rois": rois})[0]
+            found.append(maps[slots * counts.max() + place, np.asarray(labels, np.int64) - 1])
+        return found
