@@ -60,7 +60,7 @@ def main(argv=None):
     from lib.dataset import read_image
     from lib.paths import shown_path
     from lib.inference import Detector
-    from lib.inference.detector import checkpoint_file
+    from lib.run.checkpoint import checkpoint_file
     from lib.run.folder import checkpoint_classes
 
     image = read_image(args.im_path, max_pixels=cfg.dataset.MAX_IMAGE_PIXELS)

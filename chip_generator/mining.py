@@ -143,7 +143,7 @@ def valid_box_mask(boxes, valid_range, scale, chip_size, stride, level, num_leve
     return valid
 
 
-def _to_scaled_image(boxes, im_scale, image_size, dtype):
+def to_scaled_image(boxes, im_scale, image_size, dtype):
     """Boxes in original pixels -> scaled-image pixels (float32) for a greedy cover, clipped as the
     reference clips them: to [0, W - 2] x [0, H - 2] (its chip generator hands ``W - 1`` to a clipping
     function that subtracts 1 again), so that the truncated image size never pushes a box past its
@@ -191,7 +191,7 @@ def _negatives_reference(pool, remaining, num_gts, im_scale, valid_range, coarse
     """(chips, counts, valid gts per chip): the remaining boxes of ``pool`` (gts first, ``num_gts`` of
     them) covered greedily, each counted in the chip containing most of it."""
     index = np.flatnonzero(remaining)
-    chips = generate(_to_scaled_image(pool[index], im_scale, image_size, np.float64), image_size[1],
+    chips = generate(to_scaled_image(pool[index], im_scale, image_size, np.float64), image_size[1],
                      image_size[0], params.chip_size, stride, rng=rng, windows=params.chip_windows)
     best = _best_chips(pool[index], chips, im_scale, valid_range, coarsest, strict_upper=True)
     counts = np.bincount(best[best >= 0], minlength=len(chips)).astype(np.int64)
@@ -205,7 +205,7 @@ def _negatives_reference(pool, remaining, num_gts, im_scale, valid_range, coarse
 def _negatives_contained(proposals, valid_range, pos_chips, image_size, im_scale, min_count, params, stride, rng):
     """(chips, counts, valid gts per chip): proposals in the valid range that no positive chip contains,
     covered greedily, each counted in every chip containing it."""
-    scaled = _to_scaled_image(proposals, im_scale, image_size, np.float32)
+    scaled = to_scaled_image(proposals, im_scale, image_size, np.float32)
     remaining = in_valid_range(proposals, valid_range)
     if len(pos_chips):
         remaining &= ~(ignore_overlaps(scaled, pos_chips) >= 1.0).any(axis=1)
@@ -227,7 +227,7 @@ def _mine_scale(boxes, proposals, height, width, level, index, params, stride, r
     image_size = scaled_image_size(height, width, im_scale, params.truncate_image_size)
     rule = (level.valid_range, im_scale, chip_size, stride, index, num_levels, params.validity_rules)
     valid = valid_box_mask(boxes, *rule, assignment=False)
-    pos_chips = generate(_to_scaled_image(boxes[valid], im_scale, image_size, np.float32), image_size[1],
+    pos_chips = generate(to_scaled_image(boxes[valid], im_scale, image_size, np.float32), image_size[1],
                          image_size[0], chip_size, stride, rng=rng, windows=params.chip_windows)
     # gts and proposals are assigned alike: an assigned proposal is covered (no negative chip for it)
     with_proposals = proposals is not None and len(proposals) > 0

@@ -1,6 +1,7 @@
 """Detectors for tests: the tiny COCO-format set of known images (``IMAGES``, ``write_tiny_coco``) behind
 conftest's ``tiny`` fixture, the tiny network with random parameters (``random_tiny_params``), an oracle
-network that returns each image's gt boxes (``OracleDetector``) and a translation-equivariant stand-in
+network that returns each image's gt boxes (``OracleNetwork``, ``OracleDetector``), a stand-in network around
+any forward function (``StandInNetwork``) and a translation-equivariant stand-in
 network (``ComponentNetwork``, ``stand_in_detector``) with its black images of white squares (``blob_image``,
 ``BLOB_IMAGES``); ``WITHOUT_MXNET``, the first lines of a child process's script in which MXNet cannot
 be imported (the ONNX Runtime back end must never need it)."""
@@ -12,8 +13,10 @@ import mxnet as mx
 import numpy as np
 
 from lib.config import load_config
-from lib.inference.detector import DATA_NAMES, Detector
+from lib.inference.detector import Detector
+from lib.inference.mxnet_network import DATA_NAMES
 from lib.dataset.base import numbered_classes
+from lib.scales import pyramid
 from symbols import inference_symbol
 
 # A child process's script starts with these lines to make importing mxnet fail there.
@@ -80,21 +83,31 @@ def save_test_params(path, arg_params, aux_params):
                       **{f"aux:{k}": v for k, v in aux_params.items()}})
 
 
-class OracleDetector(Detector):
-    """The tester's Detector with the network replaced by an oracle: the proposal layer returns each
-    image's gt boxes (scaled, repeated to a fixed count as the proposal layer pads), the regressor zero
-    deltas, the classifier the gt class. It recognises an image by its resized size (``im_info``).
-    Everything around the network (batching, canvases, decoding, mapping back to original pixels,
-    merging, results, evaluation) is the real code."""
+class StandInNetwork:
+    """A network for tests behind the Detector's network seam (lib.inference.mxnet_network states it):
+    ``forward`` is a callable ``(data, im_info) -> outputs by name``, on the CPU."""
 
-    def __init__(self, cfg, images=IMAGES, rois_per_image=12):
-        super().__init__(cfg, numbered_classes(NUM_CLASSES if cfg.dataset.dataset == "coco" else 21),
-                         contexts=[mx.cpu()], source="oracle")
-        self.rois_per_image = rois_per_image
+    def __init__(self, forward, contexts=(mx.cpu(),)):
+        self.forward, self.contexts = forward, list(contexts)
+
+    def release_buffers(self):
+        """Nothing to free."""
+
+
+class OracleNetwork:
+    """An oracle for the test network of ``cfg``: the proposal layer returns each image's gt boxes (scaled,
+    repeated to a fixed count as the proposal layer pads), the regressor zero deltas, the classifier the gt
+    class of ``num_classes``. It recognises an image by its resized size (``im_info``) at a level of the test
+    pyramid, and records every canvas batch's shape in ``canvases``."""
+
+    contexts = (mx.cpu(),)
+
+    def __init__(self, cfg, num_classes, images=IMAGES, rois_per_image=12):
+        self.num_classes, self.rois_per_image = num_classes, rois_per_image
         self.gts = {}
         for records in images.values():
             for name, _, h, w, objects in records:
-                for level in self.levels if name != "broken.jpg" else ():
+                for level in pyramid(cfg.TEST, "TEST") if name != "broken.jpg" else ():
                     s = level.spec.image_scale(h, w)
                     resized = cv2.resize(np.zeros((h, w), np.uint8), None, fx=s, fy=s).shape
                     assert self.gts.setdefault(resized, (objects, s)) == (objects, s), "ambiguous test images"
@@ -104,7 +117,7 @@ class OracleDetector(Detector):
         self.canvases.append(data.shape)
         n = self.rois_per_image
         rois = np.zeros((len(data), n, 5), np.float32)
-        scores = np.zeros((len(data), n, len(self.classes)), np.float32)
+        scores = np.zeros((len(data), n, self.num_classes), np.float32)
         for slot, (height, width, _) in enumerate(im_info):
             objects, s = self.gts.get((int(height), int(width)), ([((0, 0, 1, 1), 0)], 1.0))  # padding slots
             rows = np.resize(np.arange(len(objects)), n)
@@ -112,6 +125,21 @@ class OracleDetector(Detector):
             scores[slot, np.arange(n), np.array([label for _, label in objects])[rows]] = 1
         return {"rois_output": rois.reshape(-1, 5), "cls_prob_reshape_output": scores,
                 "bbox_pred_reshape_output": np.zeros((len(data), n, 4), np.float32)}
+
+    def release_buffers(self):
+        """Nothing to free."""
+
+
+class OracleDetector(Detector):
+    """The tester's Detector with the network replaced by an OracleNetwork. Everything around the network
+    (batching, canvases, decoding, mapping back to original pixels, merging, results, evaluation) is the
+    real code; ``canvases`` are the network's."""
+
+    def __init__(self, cfg, images=IMAGES, rois_per_image=12):
+        classes = numbered_classes(NUM_CLASSES if cfg.dataset.dataset == "coco" else 21)
+        network = OracleNetwork(cfg, len(classes), images, rois_per_image)
+        super().__init__(cfg, classes, network, source="oracle")
+        self.canvases = network.canvases
 
 
 class ComponentNetwork:
@@ -148,9 +176,7 @@ def stand_in_detector(other_keys=(), **test_overrides):
     cfg = load_config(None, {"symbol": "resnet_tiny", "TEST.fp16": False, "TEST.BATCH_IMAGES": 2,
                              "TEST.SOFT_NMS": False, **{f"TEST.{key}": value for key, value in test_overrides.items()},
                              **dict(other_keys)})
-    detector = Detector(cfg, ["__background__", "blob"], contexts=[mx.cpu()], source="stand-in")
-    detector.forward = ComponentNetwork()
-    return detector
+    return Detector(cfg, ["__background__", "blob"], StandInNetwork(ComponentNetwork()), source="stand-in")
 
 
 def blob_image(height, width, squares):

@@ -1,7 +1,6 @@
 """AutoFocus inference for tests: a stand-in network returning given rois, scores and FocusPixels per input size
 (``FocusOracle``), the real Detector around it (``focus_detector``) and a hand-worked two-level case
 (``IMAGE``, ``TWO_LEVELS``, ``two_level_oracle``)."""
-import mxnet as mx
 import numpy as np
 
 from lib.config import load_config
@@ -34,15 +33,15 @@ class FocusOracle:
 
 
 def focus_detector(oracle, scales, ranges, pruning, chip_params, overrides=()):
+    from detector_helpers import StandInNetwork
     from lib.inference.detector import Detector
 
     cfg = load_config(None, {"symbol": "resnet_tiny", "network.AUTO_FOCUS": True, "TEST.AUTO_FOCUS": True,
                              "TEST.SCALES": scales, "TEST.VALID_RANGES": ranges, "TEST.DO_PRUNING": pruning,
                              "TEST.CHIP_HYPERPARAMS": chip_params, "TEST.BATCH_IMAGES": 1, "TEST.SOFT_NMS": False,
                              "TEST.fp16": False, **dict(overrides)})
-    detector = Detector(cfg, ["__background__", "thing"], contexts=[mx.cpu()], source="oracle")
-    detector.forward = oracle  # a stand-in network: everything around it is the real Detector
-    return detector
+    # a stand-in network: everything around it is the real Detector
+    return Detector(cfg, ["__background__", "thing"], StandInNetwork(oracle), source="oracle")
 
 
 IMAGE = np.random.default_rng(5).integers(0, 255, (160, 200, 3), dtype=np.uint8)

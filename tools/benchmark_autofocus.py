@@ -6,9 +6,10 @@ and COCO AP on the first ``--images`` images of the config's test set.
 
 The config must enable AutoFocus (TEST.AUTO_FOCUS). "full" runs every level of TEST.SCALES on whole
 images (Detector.run with the pyramid given: the plain SNIPER test path); "autofocus" runs
-lib.inference.autofocus. Pixels are counted at each level's resolution (the reference's count: a chip's
-extent times the scale squared; whole images for "full"). Speed is the wall time of one pass over the
-images after a warm-up pass on the first image (both modes), so it includes decoding and merging.
+lib.inference.autofocus (the strategy TEST.AUTO_FOCUS picks). Pixels are counted at each level's resolution
+(the reference's count: a chip's extent times the scale squared; whole images for "full"). Speed is the wall
+time of one pass over the images after a warm-up pass on the first image (both modes), so it includes
+decoding and merging.
 Detections and COCO metrics go to ``--out`` (default ``{output}/{name}/autofocus_benchmark``).
 """
 import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
@@ -22,12 +23,12 @@ from lib.atomic import write_json
 from lib.benchmarking import markdown_table, measure
 from lib.config import add_config_arguments, config_from_arguments
 from lib.dataset import load_roidb
-from lib.inference.autofocus import AutoFocusStats, run_autofocus
-from lib.inference.detector import Detector, checkpoint_file
+from lib.inference.autofocus import AutoFocusStats
+from lib.inference.detector import Detector
 from lib.evaluation.metrics import coco_results, evaluate_coco
 from lib.inference.streaming import RoidbImages
 from lib.logger import report_user_errors, setup_logging
-from lib.run.checkpoint import output_dir
+from lib.run.checkpoint import checkpoint_file, output_dir
 
 
 @report_user_errors  # a user's mistake (lib/errors.py) in one line, a defect with its traceback
@@ -57,7 +58,7 @@ def main():
 
     stats = AutoFocusStats()
     modes = {"full": lambda src: detector.run(src, levels=detector.levels, num_workers=args.workers),
-             "autofocus": lambda src: run_autofocus(detector, src, args.workers, stats)}
+             "autofocus": lambda src: detector.strategy.run(src, args.workers, stats=stats)}
     for run in modes.values():  # warm-up: the network's first passes at every level
         dict(run(RoidbImages(roidb[:1])))
     stats.levels.clear()

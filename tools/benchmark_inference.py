@@ -40,12 +40,13 @@ import numpy as np
 
 from lib.benchmarking import PeakMemory, markdown_table, measure
 from lib.config import parsed, with_overrides
-from lib.inference.detector import DATA_NAMES, Detector, checkpoint_file
+from lib.inference.detector import Detector
+from lib.inference.mxnet_network import DATA_NAMES
 from lib.inference.streaming import RoidbImages
 from lib.logger import report_user_errors
 from lib.dataset.base import numbered_classes
 from lib.errors import ConfigError
-from lib.run.checkpoint import load_params
+from lib.run.checkpoint import checkpoint_file, load_params
 from lib.run.folder import add_model_arguments, checkpoint_classes, config_from_model_arguments, read_model_info
 from lib.scales import ScaleLevel
 from symbols import inference_symbol
@@ -120,13 +121,14 @@ def load_detectors(cfg, num_classes, variants, backends=("mxnet",), folder=None,
     return detectors, weights
 
 
-class NullForwardDetector(Detector):
-    """The Detector with its network replaced by a no-op: per image ``rois`` boxes spread over the image
-    extent ``im_info`` gives, class scores with one likely and two unlikely foreground classes per roi,
-    zero box deltas. Outputs depend only on the forward's shape and ``im_info``."""
+class NullForwardNetwork:
+    """A no-op network on the CPU: per image ``rois`` boxes spread over the image extent ``im_info`` gives,
+    class scores with one likely and two unlikely foreground classes per roi, zero box deltas. Outputs
+    depend only on the forward's shape and ``im_info``."""
+
+    contexts = (mx.cpu(),)
 
     def __init__(self, cfg, num_classes):
-        super().__init__(cfg, numbered_classes(num_classes), contexts=[mx.cpu()], source="null forward")
         rois, rng = cfg.TEST.RPN_POST_NMS_TOP_N, np.random.default_rng(0)
         centres, sides = rng.uniform(0, 1, (rois, 2)), np.exp(rng.uniform(np.log(0.02), np.log(0.8), (rois, 2)))
         self.unit_boxes = np.clip(np.hstack([centres - sides / 2, centres + sides / 2]), 0, 1).astype(np.float32)
@@ -145,6 +147,9 @@ class NullForwardDetector(Detector):
                                boxes.reshape(-1, 4)], axis=1)
         return {"rois_output": rois, "cls_prob_reshape_output": np.broadcast_to(self.scores, (size,) + self.scores.shape),
                 "bbox_pred_reshape_output": np.zeros((size, len(self.unit_boxes), 4), np.float32)}
+
+    def release_buffers(self):
+        """Nothing to free."""
 
 
 def test_images(folder, count, height, width):
@@ -168,7 +173,8 @@ def all_cpu_seconds():
 
 
 def null_forward_rows(cfg, num_classes, args):
-    detector = NullForwardDetector(cfg, num_classes)
+    detector = Detector(cfg, numbered_classes(num_classes), NullForwardNetwork(cfg, num_classes),
+                        source="null forward")
     seconds = {workers: [] for workers in args.workers}
     cpu = {workers: [] for workers in args.workers}
     with tempfile.TemporaryDirectory() as folder:

@@ -141,7 +141,7 @@ def run(roidb, cfg, workers, batches, warmup):
         chips = batches * loader.batch_size
         return {
             "chips/s": chips / timing.best,
-            "chips/image": loader._plan.num_chips / len(roidb),
+            "chips/image": loader.num_chips / len(roidb),
             "decodes/chip": decoded / built,
             "decode": decode / built * 1e3,
             "image": image / built * 1e3,
@@ -149,7 +149,7 @@ def run(roidb, cfg, workers, batches, warmup):
             "setup": construction.best,
             "main cpu": timing.cpu_seconds[0] / chips * 1e3,
             "workers MB": memory.pss / MB,
-            "ring MB": loader._resources.ring.nbytes / MB,
+            "ring MB": loader.ring_bytes / MB,
             "main MB": memory.rss / MB,
         }
     finally:

@@ -70,11 +70,10 @@ def mode_overrides(args):
 def run_mode(args):
     """One mode in this process; prints its figures as JSON."""
     from lib.dataset import load_roidb
-    from lib.inference.autofocus import AutoFocusStats, run_autofocus
+    from lib.inference.autofocus import AutoFocusStats
     from lib.inference.detector import Detector
     from lib.evaluation.metrics import coco_results, evaluate_coco
     from lib.inference.streaming import RoidbImages
-    from lib.inference.tiling import run_tiled
 
     focus = args.mode == "autofocus-tiled"
     if focus:
@@ -90,11 +89,11 @@ def run_mode(args):
         pixels = sum(h * w * level.spec.image_scale(h, w) ** 2 for h, w in sizes for level in detector.levels)
     elif args.mode == "tiled":
         stats = []
-        found = dict(run_tiled(detector, source, 0, stats))
+        found = dict(detector.strategy.run(source, 0, stats=stats))  # the mode's TEST.TILE: Tiles
         pixels = sum(p for _, p in stats)
     else:
         stats = AutoFocusStats()
-        found = dict(run_autofocus(detector, source, 0, stats))
+        found = dict(detector.strategy.run(source, 0, stats=stats))  # TEST.AUTO_FOCUS: AutoFocus
         pixels = stats.pixels
     seconds = time.perf_counter() - start
     out = os.path.join(args.out, args.mode)

@@ -29,11 +29,11 @@ from lib.config import with_overrides
 from lib.config.core import plain
 from lib.dataset.base import numbered_classes
 from lib.inference.backend_comparison import layer_differences, match_detections, random_weights
-from lib.inference.detector import Detector, checkpoint_file
+from lib.inference.detector import Detector
 from lib.inference.export import export_onnx_params
 from lib.inference.onnx_quantize import QUANTIZATIONS, calibration_images, check_quantization, quantize_export
 from lib.logger import report_user_errors
-from lib.run.checkpoint import load_params
+from lib.run.checkpoint import checkpoint_file, load_params
 from lib.run.folder import add_model_arguments, checkpoint_classes, config_from_model_arguments
 
 def weights(cfg, num_classes, init):

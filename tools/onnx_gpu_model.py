@@ -19,7 +19,7 @@ from onnx.external_data_helper import set_external_data
 
 from lib.config import add_config_arguments, config_from_arguments, with_overrides
 from lib.dataset.base import numbered_classes
-from lib.inference.detector import DATA_NAMES
+from lib.inference.mxnet_network import DATA_NAMES
 from lib.inference.export import ONNX_FILES, export_onnx_params
 from lib.logger import report_user_errors
 from symbols import inference_symbol

@@ -20,13 +20,13 @@ import numpy as np
 from lib.config import add_config_arguments, config_from_arguments
 from lib.dataset import load_roidb
 from lib.drawing import draw_boxes, draw_detections, grid, legend
-from lib.inference.autofocus import AutoFocusStats, run_autofocus
-from lib.inference.detector import Detector, checkpoint_file
+from lib.inference.autofocus import AutoFocusStats
+from lib.inference.detector import Detector
 from lib.inference.focus_chips import focus_pixel_boxes
 from lib.inference.streaming import RoidbImages
 from lib.logger import report_user_errors, setup_logging
 from lib.paths import shown_path
-from lib.run.checkpoint import output_dir
+from lib.run.checkpoint import checkpoint_file, output_dir
 from symbols.backbones import feature_stride
 
 PANEL_HEIGHT = 540
@@ -83,7 +83,7 @@ def main():
         seen[level]["chips"].extend(chips)
 
     stats = AutoFocusStats()
-    found = dict(run_autofocus(detector, source, 0, stats, on_region))
+    found = dict(detector.strategy.run(source, 0, stats=stats, on_region=on_region))  # TEST.AUTO_FOCUS: AutoFocus
     if isinstance(found[0], Exception):
         sys.exit(f"image id {args.image_id}: {found[0]}")
     factor = PANEL_HEIGHT / image.shape[0]

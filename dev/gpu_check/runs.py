@@ -330,7 +330,8 @@ def section_inference(plan, workdir, precision):
 
     from lib.config import with_overrides
     from lib.dataset import load_roidb
-    from lib.inference.detector import DATA_NAMES, Detector
+    from lib.inference.detector import Detector
+    from lib.inference.mxnet_network import DATA_NAMES
     from lib.inference.streaming import ArrayImages
     from lib.dataset.base import numbered_classes
     from lib.train.pretrained import initial_params
@@ -353,7 +354,7 @@ def section_inference(plan, workdir, precision):
         for index, level in enumerate(detector.levels):
             detector.scale_results(images[:batch_images], [level])  # warm-up: memory, cuDNN's search
             end_to_end = best_time(lambda: detector.scale_results(images, [level]), plan["runs"])
-            height, width = detector.plan([image.shape[:2] for image in images], [level])[0].canvas
+            height, width = detector.planner.plan([image.shape[:2] for image in images], [level])[0].canvas
             data = [mx.nd.random.uniform(-128, 128, (batch_images, 3, height, width), ctx=context),
                     mx.nd.array(np.tile([[height, width, 1.0]], (batch_images, 1)), ctx=context),
                     mx.nd.zeros((batch_images,), ctx=context), mx.nd.zeros((batch_images,), ctx=context)]

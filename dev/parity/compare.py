@@ -27,7 +27,7 @@ import numpy as np
 
 import chip_generator.mining as mining
 from chip_generator.cover import candidate_windows, generate
-from chip_generator.mining import _to_scaled_image, mine_image_chips
+from chip_generator.mining import mine_image_chips, to_scaled_image
 from lib.config import load_config, parsed
 from lib.inference.merge import merge_scales
 from lib.dataset.coco import CocoDataset
@@ -80,7 +80,7 @@ def compare_chips(reference_chips, clip_boxes, cases, seed):
         boxes, width, height, stride = random_chip_case(rng)
         ref_boxes = clip_boxes(boxes.copy(), np.array([height - 1, width - 1])).astype(np.float32)
         ref_chips, shuffled = reference_chips.generate(ref_boxes, width, height, CHIP_SIZE, stride, seed + case)
-        ours = _to_scaled_image(boxes, 1.0, (height, width), np.float64)
+        ours = to_scaled_image(boxes, 1.0, (height, width), np.float64)
         windows = candidate_windows(width, height, CHIP_SIZE, stride, "reference")
         order = replay_order(windows, shuffled)
         same_windows += order is not None
@@ -117,7 +117,7 @@ def random_mining_scene(rng):
 
 
 @contextlib.contextmanager
-def _unshuffled_project_cover():
+def unshuffled_project_cover():
     """The miner's covers with the candidates in enumeration order (the reference's, unshuffled)."""
     def ordered(boxes, width, height, chip_size, stride, rng=None, windows="reference"):
         count = len(candidate_windows(width, height, chip_size, stride, windows))
@@ -171,7 +171,7 @@ def compare_mining(workers, cases, seed, overrides=()):
                                  ("TRAIN.VALID_RANGES", str([list(r) for r in MINING_RANGES])),
                                  ("TRAIN.CHIP_STRIDE", str(stride)), ("TRAIN.USE_NEG_CHIPS", "true"),
                                  *overrides])
-        with _unshuffled_project_cover():
+        with unshuffled_project_cover():
             ours = mine_image_chips({"boxes": gts, "proposals": proposals, "width": width, "height": height},
                                     parsed(cfg).mining, stride, np.random.default_rng(0)).scales
         for ref, mine in zip(theirs, ours):

@@ -3,7 +3,7 @@ import os
 import tempfile
 
 from dev.parity.chip_targets import TARGET_VARIANTS, compare_chip_targets
-from dev.parity.compare import (MINING_RANGES, MINING_SCALES, MINING_VARIANTS, _unshuffled_project_cover,
+from dev.parity.compare import (MINING_RANGES, MINING_SCALES, MINING_VARIANTS, unshuffled_project_cover,
                                 compare_chips, compare_coco_boxes, compare_merge, compare_mining, compare_results,
                                 random_mining_scene)
 from dev.parity.detection import compare_test_batches, compare_test_proposals
@@ -42,7 +42,7 @@ def run(reference, cases=200, images=100, seed=0, workdir=None, fork=None, batch
                          [[name, value, variant] for (name, value), (_, variant) in zip(*(
                              compare_chip_targets(workers, scenes, seed, os.path.join(workdir, "scenes"),
                                                   random_mining_scene, MINING_SCALES, MINING_RANGES,
-                                                  _unshuffled_project_cover, overrides)
+                                                  unshuffled_project_cover, overrides)
                              for overrides in ((), TARGET_VARIANTS)))]),
             format_table(f"Multi-scale merge ({images} images of random candidates at 3 scales, seed {seed})",
                          ["quantity", "agreement"], compare_merge(tester, workers, images, seed)),

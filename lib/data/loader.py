@@ -364,6 +364,16 @@ class ChipLoader(mx.io.DataIter):
         """Batches in the current epoch."""
         return self._plan.num_batches
 
+    @property
+    def num_chips(self):
+        """Chips in the current epoch."""
+        return self._plan.num_chips
+
+    @property
+    def ring_bytes(self):
+        """Bytes of the shared batch ring (the memory the loader holds beside its workers)."""
+        return self._resources.ring.nbytes
+
     def chip_ref(self, batch, position):
         """The ChipRef at a position of a batch of the current epoch (tools, debugging); a chip whose
         image turned out unreadable was replaced by another in the batch itself."""

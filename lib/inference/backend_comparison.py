@@ -9,7 +9,7 @@ import numpy as np
 
 from lib.boxes import bbox_overlaps
 from lib.config import with_overrides
-from lib.inference.detector import DATA_NAMES
+from lib.inference.mxnet_network import DATA_NAMES
 from lib.inference.export import ONNX_EXPORT_KEYS
 from lib.inference.onnx_export import HEAD_OUTPUTS, graph_cut
 from symbols import inference_symbol

@@ -17,6 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lib.config.validation import images_per_device
+from lib.scales import pyramid
+
 
 @dataclass(frozen=True)
 class TestBatch:
@@ -109,3 +112,35 @@ def plan(sizes, levels, batch_sizes, parts, canvas_multiple=0, extraction=False)
                for batch in plan_level(sizes, level.spec, batch_size, parts, index, canvas_multiple, extraction)
                if batch.images]
     return sorted(batches, key=lambda b: (int(rank[list(b.images)].max()), b.level))
+
+
+class BatchPlanner:
+    """How a network's test batches are planned, fixed once from ``cfg`` and its ``devices`` (the contexts
+    a forward pass splits its images over): the test pyramid (``levels``), ``TEST.BATCH_IMAGES`` per
+    device and level, ``TEST.BATCH_PARTS`` and canvases rounded up to ``network.IMAGE_STRIDE``;
+    ``extraction`` plans as the reference extracted proposals (see ``plan_level``)."""
+
+    def __init__(self, cfg, devices, extraction=False):
+        self.levels = pyramid(cfg.TEST, "TEST")
+        self.devices = devices
+        self.extraction = extraction
+        self.parts = cfg.TEST.BATCH_PARTS
+        self.canvas_multiple = cfg.network.IMAGE_STRIDE
+        self.per_device = dict(zip((level.spec for level in self.levels),
+                                   images_per_device(cfg.TEST, len(self.levels))))
+
+    def batch_counts(self, levels):
+        """Images per forward pass at each of ``levels``: the config's count per device of the same scale
+        (else 1) times the devices."""
+        return [self.per_device.get(level.spec, 1) * self.devices for level in levels]
+
+    def plan(self, sizes, levels=None):
+        """The TestBatches for images of ``sizes`` ((height, width) each) at ``levels`` (default: the test
+        pyramid), in running order (module function ``plan``)."""
+        levels = self.levels if levels is None else levels
+        return plan(sizes, levels, self.batch_counts(levels), self.parts, self.canvas_multiple,
+                    extraction=self.extraction)
+
+    def forward_shape(self, batch):
+        """(images, height, width) of the forward pass of a TestBatch: every device gets images."""
+        return (-(-len(batch.images) // self.devices) * self.devices,) + tuple(batch.canvas)

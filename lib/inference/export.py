@@ -19,10 +19,9 @@ import mxnet as mx
 
 from lib.atomic import atomic_path, write_bytes, write_json
 from lib.config import with_overrides
-from lib.inference.detector import DATA_NAMES, checkpoint_file
-from lib.inference.mxnet_network import check_params, mask_shapes
+from lib.inference.mxnet_network import DATA_NAMES, check_params, mask_shapes
 from lib.run.folder import checkpoint_classes, read_model_info
-from lib.run.checkpoint import load_params
+from lib.run.checkpoint import checkpoint_file, load_params
 from symbols import inference_symbol
 from symbols.backbones import feature_stride
 from symbols.mask import MASK_SIZE

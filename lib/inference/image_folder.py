@@ -99,7 +99,8 @@ def output_folder(cfg, source):
 
 def detect_images(cfg, source, out_dir=None, draw=False, thresh=0.5, detector=None):
     """Detect on every image of ``source`` (module docstring); returns a summary dict."""
-    from lib.inference.detector import Detector, checkpoint_file
+    from lib.inference.detector import Detector
+    from lib.run.checkpoint import checkpoint_file
     from lib.inference.tester import run_images
     from lib.run.folder import checkpoint_classes
 

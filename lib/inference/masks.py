@@ -6,14 +6,14 @@ The mask pass follows the detection test's own plan (a lib.inference.regions.Reg
 TEST.TILE tiles or AutoFocus FocusChips each level processed, with the batches and canvases that ran them),
 so it is bounded as the detection pass is: no canvas larger than the detection's, the pixels of a region
 read as the detection read them (windows of a large file), images prepared in the ``TEST.NUM_PROCESS``
-workers, every context of the Detector used, the graph in float16 with TEST.fp16. After the multi-scale
+workers, every context of the detection network used, the graph in float16 with TEST.fp16. After the multi-scale
 merge each detection goes back to one region of the plan (``mask_regions``), preferably one that holds its
 box whole; among those, one at a level whose valid range holds the box, the finest such (largest image
 scale) or, if none holds it, the coarsest; then a tile whose core holds the box's centre (the tile that
 owns it), then the largest overlap. Where every level processes whole images this is the finest level
 whose valid range holds the box (none: the coarsest). Only the regions holding detections run again, on
 their batches' canvases, with the rest of a batch left out, after the detection network has freed its own
-canvases' memory (``Detector.release_buffers``: the two passes' peaks do not add up). Their pixels are read
+canvases' memory (its ``release_buffers``: the two passes' peaks do not add up). Their pixels are read
 again (an image's regions close together in the batches' order, as in the tiled test; images without
 detections not at all; images in memory, the Python API's, are not decoded twice); the mask graph
 (symbols.sniper.mask_inference_symbol) runs on the detections' boxes in the region's canvas pixels and each
@@ -40,7 +40,7 @@ MASK_THRESH = 0.5
 
 def mask_regions(boxes, size, plan, positions, levels):
     """Per box (N, 4, original pixels) of an image of (height, width) ``size``, the one of ``positions`` (that
-    image's regions in the RegionPlan ``plan``; ``levels`` the Detector's) whose features give its mask, by
+    image's regions in the RegionPlan ``plan``; ``levels`` the test pyramid's) whose features give its mask, by
     the preferences of the module docstring, the first position among equals."""
     boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
     height, width = size
@@ -137,25 +137,26 @@ def encode_pasted(probabilities, boxes, height, width, thresh=MASK_THRESH):
 
 
 class MaskHead:
-    """The mask graph of a TRAIN.WITH_MASK network for ``detector`` (a lib.inference.detector.Detector):
-    ``run`` gives the maps of a test run's final detections on the regions of its plan, ``masks`` the pasted
-    masks (the Python API). ``network`` runs the graph: lib.inference.mxnet_network.MxnetMaskNetwork (one
-    executor per context of the Detector) or lib.inference.onnx_network.OnnxMaskNetwork (the export's
+    """The mask graph of a TRAIN.WITH_MASK network of ``cfg`` beside its ``detection`` network (whose buffers it
+    frees first), its batches shared among devices as the BatchPlanner ``planner`` (lib.inference.batching)
+    shares the detection's: ``run`` gives the maps of a test run's final detections on the regions of its
+    plan, ``masks`` the pasted masks (the Python API). ``network`` runs the graph: lib.inference.mxnet_network.MxnetMaskNetwork (one
+    executor per context of the detection network) or lib.inference.onnx_network.OnnxMaskNetwork (the export's
     mask.onnx), each with ``map_size`` (28) and ``forward(parts)``: per part ``(device, data (b, 3, h, w),
     rows (n, 5) [slot in data, x1, y1, x2, y2] canvas pixels, labels (n,))`` started on its device, the (n,
     map_size, map_size) maps of each row's own class, as NumPy arrays."""
 
-    def __init__(self, detector, network):
-        self.detector, self.network = detector, network
+    def __init__(self, cfg, detection, network, planner):
+        self.cfg, self.detection, self.network, self.planner = cfg, detection, network, planner
 
     def forward(self, data, rois):
         """Per slot of a canvas batch ``data`` (B, 3, h, w) float32, the (n, 28, 28) maps of its ``rois``
         (one ``(boxes (n, 4) canvas pixels, labels (n,))`` per slot, fewer than B: the rest have none). The
-        slots are shared among the contexts as the Detector shares a batch; a slot without rois is left out."""
-        per_device = -(-len(data) // len(self.detector.contexts))
+        slots are shared among the devices as the detection shares a batch; a slot without rois is left out."""
+        per_device = -(-len(data) // self.planner.devices)
         counts = [len(rois[slot][0]) if slot < len(rois) else 0 for slot in range(len(data))]
         parts, slots_of = [], []
-        for device in range(len(self.detector.contexts)):
+        for device in range(self.planner.devices):
             slots = [s for s in range(device * per_device, min((device + 1) * per_device, len(data))) if counts[s]]
             if not slots:
                 continue
@@ -174,7 +175,7 @@ class MaskHead:
         ``detections`` (``{index: (boxes (N, 4) original pixels, labels (N,))}`` of images of ``source``),
         computed on the regions of ``plan`` (the RegionPlan of the detection run, see the module docstring);
         ``num_workers`` prepare the regions (lib.inference.streaming)."""
-        sizes, levels, side = source.sizes(), self.detector.levels, self.network.map_size
+        sizes, levels, side = source.sizes(), self.planner.levels, self.network.map_size
         regions_of = defaultdict(list)
         for position, region in enumerate(plan.regions):
             regions_of[region.image].append(position)
@@ -194,10 +195,10 @@ class MaskHead:
                                           members[position]) for position, _ in kept])
         if not batches:
             return
-        self.detector.release_buffers()
+        self.detection.release_buffers()
         remaining = Counter(plan.regions[position].image for position in members)
         alive, maps = dict(remaining), {}  # images still to complete; the maps of those under way
-        for position, result in run_regions(_MaskPass(self, rois), source, plan.regions, batches, self.detector.cfg,
+        for position, result in run_regions(_MaskPass(self, rois), source, plan.regions, batches, self.cfg,
                                             num_workers, alive):
             image = plan.regions[position].image
             if isinstance(result, Exception):
@@ -238,7 +239,7 @@ class _MaskPass:
         self.head, self.rois = head, iter(rois)
 
     def forward_shape(self, batch):
-        return self.head.detector.forward_shape(batch)
+        return self.head.planner.forward_shape(batch)
 
     def forward(self, data, im_info):
         return {"maps": self.head.forward(data, next(self.rois))}

@@ -11,12 +11,13 @@ graph for lib.inference.masks.MaskHead (lib.inference.onnx_network.OnnxMaskNetwo
 import mxnet as mx
 import numpy as np
 
-from lib.inference.detector import DATA_NAMES
 from lib.run.checkpoint import CheckpointError
 from symbols import inference_symbol, use_compiled_deformable
 from symbols.backbones import feature_stride
 from symbols.mask import MASK_SIZE
 from symbols.sniper import mask_inference_symbol
+
+DATA_NAMES = ("data", "im_info", "im_ids", "chip_ids")  # the test graph's inputs (symbols.inference_symbol)
 
 
 def data_shapes(batch, height, width):

@@ -10,11 +10,15 @@ scale, and ``to_image`` maps its detections back.
 
 A ``RegionPlan`` records what a test run processed as regions, level after level, with the batches that
 ran them: the instance-mask pass (lib.inference.masks) runs the same regions on the same canvases.
+``region_plan`` plans whole images (read reduced when large) or their tiles at every level, as the
+whole-image and tiled tests run them.
 """
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from lib.dataset.large_images import is_large, shrink_factor
+from lib.inference.batching import plan_level
 from lib.inference.streaming import run_pipeline
 
 
@@ -47,7 +51,7 @@ class Region:
 @dataclass
 class RegionPlan:
     """Regions processed by a test run: ``regions`` (Region), each one's pyramid ``levels`` (index into the
-    Detector's levels) and ``scales`` (its image's resize factor there), and the ``batches`` (TestBatch,
+    test pyramid's levels) and ``scales`` (its image's resize factor there), and the ``batches`` (TestBatch,
     pipeline level 0, ``images`` positions into ``regions``) that ran them, level after level."""
 
     regions: list = field(default_factory=list)
@@ -109,6 +113,57 @@ class RegionImages:
             self._last = (region.image, self.source.read(region.image))
         image = self._last[1]
         return image[max(y1, 0):min(y2, image.shape[0]), max(x1, 0):min(x2, image.shape[1])]
+
+
+def whole_region(source, index, size, scale):
+    """The region of a whole image at ``scale``: reduced while read when it is a large file (a source with
+    window reads, lib.inference.regions) and the scale is below 1/2."""
+    height, width = size  # decided without opening the file: the pipeline's workers open it, not their parent
+    shrink = shrink_factor(scale) if is_large(height, width) and hasattr(source, "windowed") else 1
+    return Region(index, (0.0, 0.0, float(width), float(height)), shrink)
+
+
+def plan_regions(regions, scales, spec, batch_size, parts, canvas_multiple, offset=0):
+    """TestBatches (pipeline level 0) of ``regions`` at their images' ``scales`` (multiplied by each
+    region's shrink), indices shifted by ``offset``."""
+    batches = plan_level([r.read_extent for r in regions], spec, batch_size, parts, 0, canvas_multiple,
+                         scales=[s * r.shrink for r, s in zip(regions, scales)])
+    return [replace(b, images=tuple(i + offset for i in b.images)) for b in batches if b.images]
+
+
+def plan_tiles(tiles, scales, spec, batch_size, canvas_multiple, offset=0):
+    """TestBatches of ``tiles`` (an image's tiles after another's) at ``scales``: consecutive tiles share a
+    canvas, so that an image's tiles are read one after the other (the reference's ordering by area, kept
+    for whole images, would scatter them over the set and decode each image once per tile)."""
+    return [batch for start in range(0, len(tiles), batch_size)
+            for batch in plan_regions(tiles[start:start + batch_size], scales[start:start + batch_size], spec,
+                                      min(batch_size, len(tiles) - start), 1, canvas_multiple, offset + start)]
+
+
+def region_plan(cfg, planner, source, tiling=None, numbers=None):
+    """The RegionPlan of the test pyramid of ``planner`` (a lib.inference.batching.BatchPlanner; the levels
+    ``numbers``, default all) on the images of
+    ``source``: per level every image whole (read reduced when large), or in the tiles of ``tiling`` (a
+    Tiling) where it is larger than one. The images that fit keep the reference's batches
+    (``batching.plan_level``; without a tiling, those of ``batching.plan``), an image's tiles share canvases
+    one after the other."""
+    test, network = cfg.TEST, cfg.network
+    plan, sizes = RegionPlan(), source.sizes()
+    for number in range(len(planner.levels)) if numbers is None else numbers:
+        level = planner.levels[number]
+        wholes, tiles = ([], []), ([], [])  # (regions, scales) of the images that fit, of the tiles of the others
+        for index, size in enumerate(sizes):
+            scale = level.spec.image_scale(*size)
+            region = whole_region(source, index, size, scale)
+            parts = [region] if tiling is None else tiling.split(region, scale)
+            kind = wholes if parts[0].core is None else tiles
+            kind[0].extend(parts)
+            kind[1].extend([scale] * len(parts))
+        batch_size = planner.batch_counts([level])[0]
+        batches = plan_regions(*wholes, level.spec, batch_size, test.BATCH_PARTS, network.IMAGE_STRIDE)
+        batches += plan_tiles(*tiles, level.spec, batch_size, network.IMAGE_STRIDE, len(wholes[0]))
+        plan.add_level(number, wholes[0] + tiles[0], wholes[1] + tiles[1], batches)
+    return plan
 
 
 def run_regions(network, source, regions, batches, cfg, num_workers, alive):

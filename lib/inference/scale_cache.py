@@ -121,7 +121,7 @@ class ScaleCache:
                        "images": _digest(images), "config": settings_before_the_cache(cfg),
                        "contexts": [str(context) for context in detector.contexts]}
         level_keys = [{"scale": scale, "images_per_batch": count}
-                      for scale, count in zip(test.SCALES, detector._batch_counts(detector.levels))]
+                      for scale, count in zip(test.SCALES, detector.planner.batch_counts(detector.levels))]
         return cls(os.path.join(out_dir, FOLDER), fingerprint, level_keys)
 
     def path(self, number):
@@ -200,16 +200,16 @@ def _unpack(stored):
     return result
 
 
-def cached_levels(detector, source, num_workers=0, cache=None):
+def cached_levels(fresh_levels, count, source, num_workers=0, cache=None):
     """Yield ``(index, [Candidates per test scale] or IOError)`` per image of ``source`` for the whole-image
-    or tiled test: the scales ``cache`` (a ScaleCache, or None) holds are read back, the others run in one
-    pipeline and are cached. Images come once every scale is there, in set order."""
-    count = len(detector.levels)
+    or tiled test of ``count`` scales: the scales ``cache`` (a ScaleCache, or None) holds are read back, the
+    others run in one pipeline, ``fresh_levels(source, numbers, num_workers)`` (a run strategy's,
+    lib.inference.whole_images), and are cached. Images come once every scale is there, in set order."""
     levels = {number: cache.load(number) for number in range(count)} if cache is not None else {}
     missing = [number for number in range(count) if levels.get(number) is None]
     if missing:
         fresh = {number: LevelResult() for number in missing}
-        for index, found in sorted(detector.fresh_levels(source, missing, num_workers), key=lambda item: item[0]):
+        for index, found in sorted(fresh_levels(source, missing, num_workers), key=lambda item: item[0]):
             for position, number in enumerate(missing):
                 if isinstance(found, Exception):
                     fresh[number].unreadable[index] = str(found)

@@ -35,7 +35,8 @@ class PipelineMeter:
         self.network_seconds = 0.0
         self.on_pass = on_pass  # called with the meter after every pass
 
-    def _passed(self, seconds):
+    def passed(self, seconds):
+        """Count one network pass of ``seconds``."""
         self.done += 1
         self.network_seconds += seconds
         if self.on_pass is not None:
@@ -204,6 +205,22 @@ class _Building:
         self.resized = [None] * len(batch.images)
 
 
+class NetworkPass:
+    """A network (lib.inference.mxnet_network states the interface) as ``run_pipeline`` drives it: the forward
+    shapes of the BatchPlanner ``planner`` (lib.inference.batching), the network's ``forward`` and
+    ``image_result(outputs, batch_size, slot, scale, resized, size)``, which reads one image's result at one
+    level from a forward pass's outputs (lib.inference.whole_images)."""
+
+    def __init__(self, network, planner, image_result):
+        self.network, self.planner, self.image_result = network, planner, image_result
+
+    def forward_shape(self, batch):
+        return self.planner.forward_shape(batch)
+
+    def forward(self, data, im_info):
+        return self.network.forward(data, im_info)
+
+
 def run_pipeline(network, source, batches, num_levels, combine, pixel_means, channel_order, num_workers,
                  prefetch=2, timeout=0, warn_after=0):
     """Yield ``(index, result)`` per image of ``source`` as it completes: ``combine([per-level result,
@@ -315,7 +332,7 @@ class _Scheduler:
         outputs = self.network.forward(canvas_view(self.ring, building.slot, building.shape), im_info)
         seconds = time.perf_counter() - started
         for meter in _METERS:
-            meter._passed(seconds)
+            meter.passed(seconds)
         self.free.append(building.slot)
         for position, (image, scale) in enumerate(zip(batch.images, batch.scales)):
             if image in self.unreadable:

@@ -25,7 +25,7 @@ from lib.dataset import load_roidb
 from lib.dataset.image_io import read_roidb_image
 from lib.dataset.proposals import write_proposals
 from lib.drawing import write_picture
-from lib.inference.detector import Detector, checkpoint_file
+from lib.inference.detector import Detector
 from lib.inference.geojson import write_geojson
 from lib.inference.masks import image_segmentations
 from lib.inference.merge import candidate_rows, suppress
@@ -33,7 +33,7 @@ from lib.inference.streaming import RoidbImages, metered
 from lib.inference.regions import RegionPlan
 from lib.inference.scale_cache import ScaleCache
 from lib.paths import shown_path
-from lib.run.checkpoint import output_dir
+from lib.run.checkpoint import checkpoint_file, output_dir
 from lib.run.lock import RESULTS_FOLDER
 
 logger = logging.getLogger(__name__)

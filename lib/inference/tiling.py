@@ -25,15 +25,14 @@ is bounded by the tile size and the batch, not by the image.
 """
 import logging
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
-from lib.inference.batching import plan_level
 from lib.inference.focus_chips import BORDER_MARGIN, border_keep_mask
 from lib.inference.merge import concat_candidates, merge_candidates, thresholded
-from lib.inference.regions import Region, RegionPlan, run_regions
-from lib.dataset.large_images import is_large, shrink_factor
+from lib.inference.regions import Region, region_plan, run_regions
+from lib.inference.whole_images import WholeImages
 
 logger = logging.getLogger(__name__)
 
@@ -87,31 +86,6 @@ def _cores(spans):
     return list(zip([-math.inf] + middles, middles + [math.inf]))
 
 
-def whole_region(source, index, size, scale):
-    """The region of a whole image at ``scale``: reduced while read when it is a large file (a source with
-    window reads, lib.inference.regions) and the scale is below 1/2."""
-    height, width = size  # decided without opening the file: the pipeline's workers open it, not their parent
-    shrink = shrink_factor(scale) if is_large(height, width) and hasattr(source, "windowed") else 1
-    return Region(index, (0.0, 0.0, float(width), float(height)), shrink)
-
-
-def plan_regions(regions, scales, spec, batch_size, parts, canvas_multiple, offset=0):
-    """TestBatches (pipeline level 0) of ``regions`` at their images' ``scales`` (multiplied by each
-    region's shrink), indices shifted by ``offset``."""
-    batches = plan_level([r.read_extent for r in regions], spec, batch_size, parts, 0, canvas_multiple,
-                         scales=[s * r.shrink for r, s in zip(regions, scales)])
-    return [replace(b, images=tuple(i + offset for i in b.images)) for b in batches if b.images]
-
-
-def plan_tiles(tiles, scales, spec, batch_size, canvas_multiple, offset=0):
-    """TestBatches of ``tiles`` (an image's tiles after another's) at ``scales``: consecutive tiles share a
-    canvas, so that an image's tiles are read one after the other (the reference's ordering by area, kept
-    for whole images, would scatter them over the set and decode each image once per tile)."""
-    return [batch for start in range(0, len(tiles), batch_size)
-            for batch in plan_regions(tiles[start:start + batch_size], scales[start:start + batch_size], spec,
-                                      min(batch_size, len(tiles) - start), 1, canvas_multiple, offset + start)]
-
-
 def region_thresholded(region, result, image_size, score_thresh):
     """A region's (boxes in read pixels, scores) -> its Candidates (lib.inference.merge) in the image: shifted
     back, those cut by an inner region edge dropped, those of a tile centred outside its core left to the
@@ -130,64 +104,52 @@ def in_core(boxes, core):
     return (centre_x >= core[0]) & (centre_x < core[2]) & (centre_y >= core[1]) & (centre_y < core[3])
 
 
-def region_plan(detector, source, tiling=None, numbers=None):
-    """The RegionPlan of ``detector``'s test pyramid (the levels ``numbers``, default all) on the images of
-    ``source``: per level every image whole (read reduced when large), or in the tiles of ``tiling`` (a
-    Tiling) where it is larger than one. The images that fit keep the reference's batches
-    (``batching.plan_level``; without a tiling, those of ``batching.plan``), an image's tiles share canvases
-    one after the other."""
-    test, network = detector.cfg.TEST, detector.cfg.network
-    plan, sizes = RegionPlan(), source.sizes()
-    for number in range(len(detector.levels)) if numbers is None else numbers:
-        level = detector.levels[number]
-        wholes, tiles = ([], []), ([], [])  # (regions, scales) of the images that fit, of the tiles of the others
-        for index, size in enumerate(sizes):
-            scale = level.spec.image_scale(*size)
-            region = whole_region(source, index, size, scale)
-            parts = [region] if tiling is None else tiling.split(region, scale)
-            kind = wholes if parts[0].core is None else tiles
-            kind[0].extend(parts)
-            kind[1].extend([scale] * len(parts))
-        batch_size = detector._batch_counts([level])[0]
-        batches = plan_regions(*wholes, level.spec, batch_size, test.BATCH_PARTS, network.IMAGE_STRIDE)
-        batches += plan_tiles(*tiles, level.spec, batch_size, network.IMAGE_STRIDE, len(wholes[0]))
-        plan.add_level(number, wholes[0] + tiles[0], wholes[1] + tiles[1], batches)
-    return plan
+class Tiles(WholeImages):
+    """The tiled test as a run strategy (lib.inference.whole_images states the interface): every level in
+    tiles of TEST.TILE (the module docstring)."""
 
+    def __init__(self, cfg, network, planner):
+        super().__init__(cfg, network, planner)
+        self.tiling = Tiling.from_config(cfg.TEST)
 
-def run_tiled(detector, source, num_workers=0, stats=None, numbers=None, merge=True, plan=None):
-    """Yield ``(index, detections (N, 6) or IOError)`` per image of ``source`` with ``detector``'s test
-    pyramid, every level in tiles of TEST.TILE (module docstring). ``stats``, a list, receives per level
-    ``(regions, network pixels)``; ``plan``, a RegionPlan, the regions and batches of the run. ``numbers``
-    (default: all) are the levels to run; with ``merge`` false an image's result is its Candidates per level
-    run (lib.inference.merge), before the ranges."""
-    cfg = detector.cfg
-    test = cfg.TEST
-    tiling = Tiling.from_config(test)
-    numbers = list(range(len(detector.levels))) if numbers is None else list(numbers)
-    tiling.check_overlap([detector.levels[number] for number in numbers])
-    sizes = source.sizes()
-    tiles = region_plan(detector, source, tiling, numbers)
-    if plan is not None:
-        plan.extend(tiles)
-    if stats is not None:
-        for number in numbers:
-            members = [(r, s) for r, s, level in zip(tiles.regions, tiles.scales, tiles.levels) if level == number]
-            stats.append((len(members), sum(r.extent[0] * r.extent[1] * s * s for r, s in members)))
-    remaining = np.bincount([r.image for r in tiles.regions], minlength=len(sizes))
-    candidates = {index: [] for index in range(len(sizes))}
-    ranges = [detector.levels[number].valid_range for number in numbers]
-    for position, result in run_regions(detector, source, tiles.regions, tiles.in_image_order(), cfg, num_workers,
-                                        candidates):
-        region = tiles.regions[position]
-        if isinstance(result, Exception):
-            yield region.image, result
-            continue
-        candidates[region.image].append(
-            (position, region_thresholded(region, result[0], sizes[region.image], test.SCORE_THRESH)))
-        remaining[region.image] -= 1
-        if not remaining[region.image]:
-            # in region order (level after level, tiles in order): the whole-image test's candidate order
-            found = sorted(candidates.pop(region.image), key=lambda pc: pc[0])
-            per_level = [concat_candidates([c for p, c in found if tiles.levels[p] == number]) for number in numbers]
-            yield region.image, merge_candidates(per_level, ranges, test) if merge else per_level
+    def run(self, source, num_workers=0, plan=None, stats=None):
+        """``WholeImages.run`` in tiles; ``stats``, a list, receives per level ``(regions, network pixels)``."""
+        yield from self.run_tiled(source, num_workers, stats=stats, plan=plan)
+
+    def fresh_levels(self, source, numbers, num_workers=0):
+        yield from self.run_tiled(source, num_workers, numbers=numbers, merge=False)
+
+    def run_tiled(self, source, num_workers=0, stats=None, numbers=None, merge=True, plan=None):
+        """Yield ``(index, detections (N, 6) or IOError)`` per image of ``source``, the levels ``numbers``
+        (default: all) in tiles; ``stats`` and ``plan`` as for ``run``; with ``merge`` false an image's result
+        is its Candidates per level run (lib.inference.merge), before the ranges."""
+        test = self.cfg.TEST
+        numbers = list(range(len(self.levels))) if numbers is None else list(numbers)
+        self.tiling.check_overlap([self.levels[number] for number in numbers])
+        sizes = source.sizes()
+        tiles = region_plan(self.cfg, self.planner, source, self.tiling, numbers)
+        if plan is not None:
+            plan.extend(tiles)
+        if stats is not None:
+            for number in numbers:
+                members = [(r, s) for r, s, level in zip(tiles.regions, tiles.scales, tiles.levels)
+                           if level == number]
+                stats.append((len(members), sum(r.extent[0] * r.extent[1] * s * s for r, s in members)))
+        remaining = np.bincount([r.image for r in tiles.regions], minlength=len(sizes))
+        candidates = {index: [] for index in range(len(sizes))}
+        ranges = [self.levels[number].valid_range for number in numbers]
+        for position, result in run_regions(self.network_pass(), source, tiles.regions, tiles.in_image_order(),
+                                            self.cfg, num_workers, candidates):
+            region = tiles.regions[position]
+            if isinstance(result, Exception):
+                yield region.image, result
+                continue
+            candidates[region.image].append(
+                (position, region_thresholded(region, result[0], sizes[region.image], test.SCORE_THRESH)))
+            remaining[region.image] -= 1
+            if not remaining[region.image]:
+                # in region order (level after level, tiles in order): the whole-image test's candidate order
+                found = sorted(candidates.pop(region.image), key=lambda pc: pc[0])
+                per_level = [concat_candidates([c for p, c in found if tiles.levels[p] == number])
+                             for number in numbers]
+                yield region.image, merge_candidates(per_level, ranges, test) if merge else per_level

@@ -55,6 +55,14 @@ def params_path(prefix, epoch):
     return f"{prefix}-{epoch:04d}.params"
 
 
+def checkpoint_file(cfg):
+    """The checkpoint a test of ``cfg`` loads: ``TEST.MODEL`` when set, else epoch ``TEST.TEST_EPOCH`` of the
+    training run of ``cfg``."""
+    if cfg.TEST.MODEL:
+        return cfg.TEST.MODEL
+    return params_path(checkpoint_prefix(cfg), cfg.TEST.TEST_EPOCH)
+
+
 def states_path(prefix, epoch):
     return f"{prefix}-{epoch:04d}.states"
 

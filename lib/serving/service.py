@@ -255,7 +255,7 @@ def build_service(cfg, queue_size=4, onnx_folder=None):
         category_ids = detector.network.description.get("category_ids") or list(range(len(detector.classes)))
         backend = "onnxruntime"
     else:
-        from lib.inference.detector import checkpoint_file
+        from lib.run.checkpoint import checkpoint_file
         from lib.run.folder import checkpoint_category_ids, checkpoint_classes
 
         params = checkpoint_file(cfg)

@@ -220,7 +220,7 @@ def random_checkpoint(config, path, focus=None):
     import mxnet as mx
 
     from lib.config import load_config
-    from lib.inference.detector import DATA_NAMES
+    from lib.inference.mxnet_network import DATA_NAMES
     from symbols import inference_symbol
 
     cfg = load_config(config, {"gpus": ""})

@@ -11,7 +11,7 @@ import pytest
 from chip_generator.cover import candidate_windows, generate
 from lib.bootstrap import ROOT
 from lib.config import load_config
-from dev.parity.compare import _unshuffled_project_cover, compare_chips, replay_order
+from dev.parity.compare import unshuffled_project_cover, compare_chips, replay_order
 from dev.parity.harness import run
 from dev.parity.reference import ReferenceCheckout
 from dev.parity.shim import load_python2_module, py2_round, stub_module
@@ -103,7 +103,7 @@ def test_the_miner_s_covers_take_the_candidates_unshuffled_only_inside_the_conte
 
     boxes = np.array([[10, 10, 60, 60], [300, 200, 420, 330]], np.float32)
     count = len(candidate_windows(900, 600, 512, 32, "reference"))
-    with _unshuffled_project_cover():
+    with unshuffled_project_cover():
         unshuffled = mining.generate(boxes, 900, 600, 512, 32, rng=5)
     np.testing.assert_array_equal(unshuffled, generate(boxes, 900, 600, 512, 32, order=np.arange(count)))
     assert mining.generate is generate

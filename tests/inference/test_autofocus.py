@@ -363,13 +363,13 @@ def test_tiny_autofocus_network_trains_with_finite_falling_focus_loss(tmp_path):
 # ---------------------------------------------------------------- AutoFocus inference
 
 def run_regions(detector, images, num_workers=0):
-    from lib.inference.autofocus import AutoFocusStats, run_autofocus
+    from lib.inference.autofocus import AutoFocusStats
     from lib.inference.streaming import ArrayImages
 
     regions, stats = [], AutoFocusStats()
-    found = dict(run_autofocus(detector, ArrayImages(images), num_workers, stats,
-                               on_region=lambda level, region, result, chips: regions.append(
-                                   (level, region.image, tuple(region.box), [tuple(c) for c in chips]))))
+    found = dict(detector.strategy.run(ArrayImages(images), num_workers, stats=stats,
+                                       on_region=lambda level, region, result, chips: regions.append(
+                                           (level, region.image, tuple(region.box), [tuple(c) for c in chips]))))
     return [found[i] for i in range(len(images))], sorted(regions), stats
 
 
@@ -448,23 +448,23 @@ def test_level_batches_without_parts_batch_the_whole_set_by_area():
 
 
 def test_autofocus_runs_through_the_detector_and_its_worker_processes(tmp_path):
+    from lib.inference.autofocus import AutoFocus
     from lib.inference.streaming import ArrayImages
 
     detector = focus_detector(two_level_oracle(), pruning=[False, True], **TWO_LEVELS)
-    assert detector.autofocus
+    assert isinstance(detector.strategy, AutoFocus)
     inline = detector.detect([IMAGE, IMAGE[:, ::-1].copy()])
     forked = dict(detector.run(ArrayImages([IMAGE, IMAGE[:, ::-1].copy()]), num_workers=2))
     np.testing.assert_allclose(inline[0], [[100, 100, 150, 150, 0.9, 1], [68, 52, 83, 67, 0.8, 1]], rtol=1e-6)
     for index in range(2):
         np.testing.assert_array_equal(forked[index], inline[index])
     # the whole pyramid on request, without AutoFocus: both scales on the whole image
-    full = detector._results([IMAGE], detector.levels)[0]
+    full = detector.results([IMAGE], detector.levels)[0]
     assert len(full) == 1  # only the large box: at scale 2 the oracle knows no 320 x 400 input
 
 
 
 def test_an_unreadable_image_is_reported_once_and_the_others_complete():
-    from lib.inference.autofocus import run_autofocus
     from lib.inference.streaming import ArrayImages
 
     class Broken(ArrayImages):
@@ -474,7 +474,7 @@ def test_an_unreadable_image_is_reported_once_and_the_others_complete():
             return super().read(index)
 
     detector = focus_detector(two_level_oracle(), pruning=[False, True], **TWO_LEVELS)
-    results = list(run_autofocus(detector, Broken([IMAGE, IMAGE, IMAGE])))
+    results = list(detector.strategy.run(Broken([IMAGE, IMAGE, IMAGE])))
     assert sorted(index for index, _ in results) == [0, 1, 2]
     found = dict(results)
     assert isinstance(found[1], IOError) and "image 1" in str(found[1])

@@ -14,7 +14,7 @@ from detector_helpers import random_tiny_params  # noqa: E402
 from lib.config import with_overrides  # noqa: E402
 from lib.dataset.roidb import load_roidb  # noqa: E402
 from lib.inference import tester  # noqa: E402
-from lib.inference.autofocus import AutoFocusStats, run_autofocus  # noqa: E402
+from lib.inference.autofocus import AutoFocus, AutoFocusStats  # noqa: E402
 from lib.inference.detector import Detector  # noqa: E402
 from lib.inference.streaming import RoidbImages  # noqa: E402
 
@@ -43,11 +43,11 @@ def test_the_focus_chips_on_onnx_runtime_are_mxnets(focus_checkpoint):
     found = {}
     for backend in ("mxnet", "onnxruntime"):
         detector = Detector.from_config(with_overrides(cfg, {"TEST.BACKEND": backend}), cfg.TEST.MODEL, classes)
-        assert detector.autofocus and (backend == "mxnet") == (detector.module is not None)
+        assert isinstance(detector.strategy, AutoFocus) and (backend == "mxnet") == (detector.module is not None)
         stats, chips = AutoFocusStats(), []
-        detections = dict(run_autofocus(detector, RoidbImages(roidb), stats=stats,
-                                        on_region=lambda level, region, result, picked: chips.append(
-                                            (level, region.image, [tuple(c) for c in picked]))))
+        detections = dict(detector.strategy.run(RoidbImages(roidb), stats=stats,
+                                                on_region=lambda level, region, result, picked: chips.append(
+                                                    (level, region.image, [tuple(c) for c in picked]))))
         found[backend] = (stats.levels, chips, detections)
     (mx_levels, mx_chips, _), (ort_levels, ort_chips, _) = found["mxnet"], found["onnxruntime"]
     assert ort_levels == mx_levels and ort_chips == mx_chips

@@ -25,12 +25,9 @@ class Oracle(OracleDetector):
 
     def __init__(self, cfg, model, blind=False):
         super().__init__(cfg)
-        self.source, self.blind = str(model), blind
-
-    def forward(self, data, im_info):
-        if self.blind:
-            raise AssertionError("the network ran")
-        return super().forward(data, im_info)
+        self.source = str(model)
+        if blind:
+            self.network.forward = Blind()
 
 
 def model_file(tmp_path, content=b"the weights", name="model-0007.params"):
@@ -89,7 +86,7 @@ def test_a_cache_of_another_checkpoint_or_setting_is_not_used(tiny, tmp_path):
     assert (summary["scale_cache"]["read"], summary["scale_cache"]["written"]) == ([1, 2], [0])
     roidb, _ = load_roidb(rescaled, rescaled.dataset.test_image_set, training=False)
     readable = [(int(e["height"]), int(e["width"])) for e in roidb if not e["image"].endswith("broken.jpg")]
-    assert len(detector.canvases) == len(detector.plan(readable, detector.levels[:1]))  # scale 0 alone ran
+    assert len(detector.canvases) == len(detector.planner.plan(readable, detector.levels[:1]))  # scale 0 alone ran
     plain = with_overrides(rescaled, {"TEST.USE_CACHE": False})
     assert results(summary) == results(tester.test(plain, detector=OracleDetector(plain),
                                                    out_dir=str(tmp_path / "plain")))
@@ -143,7 +140,7 @@ def test_tiled_levels_merge_as_the_tiled_test_and_come_back_from_their_caches(tm
     assert first.written == [0, 1] and all(len(rows) for rows in expected.values())
     for index, rows in expected.items():  # the same tiles on the same canvases: the same rows
         np.testing.assert_array_equal(detector.merge_levels(found[index]), rows)
-    detector.forward = Blind()
+    detector.network.forward = Blind()
     again, found = levels()
     assert again.read == [0, 1]
     for index, rows in expected.items():
@@ -151,9 +148,7 @@ def test_tiled_levels_merge_as_the_tiled_test_and_come_back_from_their_caches(tm
 
 
 def autofocus_run(detector, cache):
-    from lib.inference.autofocus import run_autofocus
-
-    return dict(run_autofocus(detector, ArrayImages([IMAGE]), cache=cache))[0]
+    return dict(detector.strategy.focus(ArrayImages([IMAGE]), cache=cache))[0]
 
 
 def test_autofocus_levels_come_from_their_caches_and_a_pruned_level_is_keyed_by_its_regions(tmp_path):

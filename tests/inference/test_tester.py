@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from tqdm import tqdm
 
-from detector_helpers import CATEGORY_IDS, IMAGES, OracleDetector, write_tiny_coco
+from detector_helpers import CATEGORY_IDS, IMAGES, OracleDetector, StandInNetwork, write_tiny_coco
 from stall_helpers import assert_each_stopped_worker_warned_once
 
 from lib.boxes import bbox_overlaps
@@ -23,10 +23,11 @@ from lib.dataset.proposals import read_proposals
 from lib.scales import ScaleSpec, pyramid
 from lib.inference import tester
 from lib.inference.batching import extraction_order, part_bounds, plan_level, reference_order
-from lib.inference.detector import Detector, checkpoint_file, to_original, unique_rows
+from lib.inference.detector import Detector
+from lib.inference.whole_images import to_original, unique_rows
 from lib.inference.streaming import RoidbImages, prepare_image
 from lib.inference.merge import in_test_range, merge_scales, scale_candidates, suppress
-from lib.run.checkpoint import checkpoint_prefix, save_checkpoint
+from lib.run.checkpoint import checkpoint_file, checkpoint_prefix, save_checkpoint
 from lib.dataset.base import numbered_classes
 
 CLASSES = ["__background__", "class 1", "class 2"]
@@ -340,9 +341,9 @@ def test_two_cpu_contexts_give_the_same_detections_as_one(tiny):
     # TEST.BATCH_PARTS 2 cuts the set into [0, 1] and [2]; TEST.BATCH_IMAGES (2, 2, 4) per device would
     # take 4 to 8 images a batch: each part is one batch at every scale, padded to an even count so that
     # each context gets an image
-    batches = detector.plan([image.shape[:2] for image in images])
+    batches = detector.planner.plan([image.shape[:2] for image in images])
     assert [b.images for b in batches] == [(0, 1)] * 3 + [(2,)] * 3
-    assert {detector.forward_shape(b)[0] for b in batches} == {2}
+    assert {detector.planner.forward_shape(b)[0] for b in batches} == {2}
     for s, m in zip(single, detector.detect(images)):
         np.testing.assert_allclose(s, m, rtol=1e-4, atol=1e-3)
 
@@ -362,7 +363,7 @@ def test_each_constructor_takes_the_class_names_of_a_detection_network(tiny, tmp
         Detector.from_config(cfg, str(tmp_path / "absent.params"))
     with pytest.raises(ValueError, match="needs its class names"):  # named before anything is bound
         Detector.from_params(cfg, None, arg_params, aux_params)
-    assert Detector(cfg, None, rpn_only=True).classes is None  # the RPN-only network has none
+    assert Detector(cfg, None, StandInNetwork(None), rpn_only=True).classes is None  # the RPN-only network has none
 
 
 def test_extracted_proposals_load_back_for_chip_mining(tiny):
@@ -419,8 +420,8 @@ def test_worker_processes_give_exactly_the_in_process_detections(tiny):
     # (asserted): equal batches and canvases run the same kernels in the same order, bit for bit
     readable = roidb[:3]
     images = [cv2.imread(entry["image"]) for entry in readable]
-    assert detector.plan([image.shape[:2] for image in images]) == \
-        detector.plan([(entry["height"], entry["width"]) for entry in readable])
+    assert detector.planner.plan([image.shape[:2] for image in images]) == \
+        detector.planner.plan([(entry["height"], entry["width"]) for entry in readable])
     alone, _ = tester.run_images(readable, detector, 0, "readable only")
     for index, dets in enumerate(detector.detect(images)):
         np.testing.assert_array_equal(dets, alone[index])
@@ -490,9 +491,15 @@ def test_a_stopped_test_worker_is_warned_about_then_named_with_its_image_instead
 class SlowOracle(OracleDetector):
     """The oracle network taking a known 50 ms per forward pass."""
 
-    def forward(self, data, im_info):
-        time.sleep(0.05)
-        return super().forward(data, im_info)
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        forward = self.network.forward
+
+        def slow(data, im_info):
+            time.sleep(0.05)
+            return forward(data, im_info)
+
+        self.network.forward = slow
 
 
 def test_every_test_run_stores_images_per_second_end_to_end_and_network_only(tiny, monkeypatch):

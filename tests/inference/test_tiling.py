@@ -11,7 +11,7 @@ from lib.inference.detector import Detector
 from lib.inference.merge import candidate_rows
 from lib.inference.streaming import ArrayImages
 from lib.inference.regions import Region
-from lib.inference.tiling import Tiling, in_core, region_thresholded, run_tiled
+from lib.inference.tiling import Tiling, in_core, region_thresholded
 
 
 def test_spans_cover_the_axis_with_whole_pixel_tiles_the_last_ending_at_the_edge():
@@ -82,8 +82,8 @@ def test_tiled_detections_are_the_whole_image_detections_of_a_translation_equiva
     for index, rows in enumerate(expected):
         np.testing.assert_array_equal(sorted_rows(found[index]), sorted_rows(rows))
     # the network never saw a canvas larger than a tile
-    assert max(max(h, w) for _, _, h, w in tiled.forward.canvases) <= 300
-    assert max(max(h, w) for _, _, h, w in whole.forward.canvases) == 1800
+    assert max(max(h, w) for _, _, h, w in tiled.network.forward.canvases) <= 300
+    assert max(max(h, w) for _, _, h, w in whole.network.forward.canvases) == 1800
 
 
 def test_worker_processes_give_the_in_process_tiled_detections():
@@ -124,7 +124,8 @@ def test_canvases_of_a_20000_px_image_stay_within_the_tile(monkeypatch):
     side 512) in 1024 px tiles: every forward pass is at most BATCH_IMAGES x 3 x 1024 x 1024 floats, and the
     tiles cover each scaled image (the count hand-worked for scale 3: tiles of floor(1024 / 3) = 341 px
     stepping 341 - ceil(320 / 3) = 234 px, ceil((20000 - 341) / 234) + 1 = 86 a side)."""
-    from lib.inference.tiling import Tiling, whole_region
+    from lib.inference.regions import whole_region
+    from lib.inference.tiling import Tiling
 
     tiling = Tiling(1024, 320)
     tiles = tiling.split(whole_region(ArrayImages([]), 0, (20000, 20000), 3.0), 3.0)
@@ -143,7 +144,7 @@ def test_canvases_of_a_20000_px_image_stay_within_the_tile(monkeypatch):
         return iter(())
 
     monkeypatch.setattr("lib.inference.regions.run_pipeline", record)
-    assert list(run_tiled(detector, Sized([]))) == []
+    assert list(detector.strategy.run(Sized([]))) == []
     assert len(shapes) > 86 * 86 // 2
     assert max(b * h * w for b, h, w in shapes) <= 4 * 1024 * 1024
     assert max(max(h, w) for _, h, w in shapes) <= 1024
@@ -177,15 +178,15 @@ def test_autofocus_on_a_large_image_tiles_the_coarse_scale_and_only_the_focus_ch
     scale (2.0) only on the FocusChips around the blobs, themselves tiled where larger than a tile. Every
     canvas fits the tile, the fine scale processes a fraction of the whole image's pixels, and each square
     is found with its own box (the blob finder is exact at both scales)."""
-    from lib.inference.autofocus import AutoFocusStats, run_autofocus
+    from lib.inference.autofocus import AutoFocusStats
 
     detector = stand_in_detector({"network.AUTO_FOCUS": True}, SCALES=[1.0, 2.0], VALID_RANGES=[[-1, -1]] * 2,
                                  TILE=[300, 160], AUTO_FOCUS=True, DO_PRUNING=[False, True],
                                  CHIP_HYPERPARAMS=[[1, 0.5, 4], [-1, -1, -1]])
-    detector.forward = FocusComponentNetwork()
+    detector.network.forward = FocusComponentNetwork()
     stats = AutoFocusStats()
-    found = dict(run_autofocus(detector, ArrayImages(IMAGES[:1]), 0, stats))[0]
-    assert max(max(h, w) for _, _, h, w in detector.forward.canvases) <= 300
+    found = dict(detector.strategy.run(ArrayImages(IMAGES[:1]), 0, stats=stats))[0]
+    assert max(max(h, w) for _, _, h, w in detector.network.forward.canvases) <= 300
     coarse, fine = stats.levels
     assert coarse.regions == 6 * 2  # 900 x 420 at scale 1: tiles of 300 px stepping 300 - 160
     assert fine.pixels < 0.6 * fine.full_pixels

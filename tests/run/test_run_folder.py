@@ -274,7 +274,7 @@ def test_exported_graph_runs_on_stock_mxnet_as_the_in_repo_network(trained, tmp_
     exported = np.load(tmp_path / "outputs.npz")
 
     detector = Detector.from_checkpoint(str(folder), overrides={**STOCK_OPERATORS, "gpus": "cpu:1"})
-    expected = detector.forward(data, im_info)
+    expected = detector.network.forward(data, im_info)
     assert sorted(exported.files) == sorted(expected)
     for name in ("rois_output", "cls_prob_reshape_output", "bbox_pred_reshape_output"):
         np.testing.assert_array_equal(exported[name], expected[name], err_msg=name)

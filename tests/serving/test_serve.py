@@ -240,7 +240,7 @@ class Gate:
 
 def test_a_full_queue_answers_503_at_once_and_admits_again_once_it_drains():
     detector = quick_stand_in()
-    detector.forward = gate = Gate(detector.forward)
+    detector.network.forward = gate = Gate(detector.network.forward)
     with serving(detector, queue_size=2) as server:
         results = []
         clients = [threading.Thread(target=lambda: results.append(detect(server, png(IMAGE))[:2])) for _ in range(3)]
@@ -298,7 +298,7 @@ def test_load_every_request_answered_none_lost_queue_bound_held_memory_flat():
 
 def test_an_answer_late_or_failed_is_one_json_line_and_its_place_is_held_until_the_worker_is_done():
     detector = quick_stand_in()
-    detector.forward = gate = Gate(detector.forward)
+    detector.network.forward = gate = Gate(detector.network.forward)
     with serving(detector, queue_size=0, timeout=0.5) as server:
         status, answer, _ = detect(server, png(IMAGE))
         assert status == 504 and "no answer within 0.5 s" in answer["error"]
@@ -309,11 +309,11 @@ def test_an_answer_late_or_failed_is_one_json_line_and_its_place_is_held_until_t
         while server.service.health_json()["in"]:
             assert time.monotonic() < deadline
             time.sleep(0.01)
-        forward = detector.forward
-        detector.forward = lambda data, im_info: 1 / 0  # a defect inside the network
+        forward = detector.network.forward
+        detector.network.forward = lambda data, im_info: 1 / 0  # a defect inside the network
         status, answer, _ = detect(server, png(IMAGE))
         assert status == 500 and answer["error"] == "upload: the detector failed: division by zero"
-        detector.forward = forward
+        detector.network.forward = forward
         assert detect(server, png(IMAGE))[0] == 200
         health = server.service.health_json()
     assert (health["answered"], health["failed"], health["busy"], health["in"]) == (2, 1, 1, 0)
