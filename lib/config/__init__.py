@@ -50,6 +50,19 @@ def parsed(cfg):
     return sections
 
 
+def test_pyramid(cfg):
+    """``(levels, images per device per level)`` of ``cfg.TEST``: as parsed at load, or, for a config restored
+    from an export's saved values (never validated again: ``lib.config.core.restore``), parsed here."""
+    sections = parsed_sections(cfg)
+    if sections is not None:
+        return sections.test_levels, sections.test_batch_images
+    from lib.config.validation import images_per_device
+    from lib.scales import pyramid
+
+    levels = pyramid(cfg.TEST, "TEST")
+    return levels, images_per_device(cfg.TEST, len(levels))
+
+
 def add_config_arguments(parser, cfg_help="YAML config, e.g. configs/faster/sniper_res101_e2e.yml", required=True):
     """The ``--cfg FILE [--set KEY VALUE | KEY=VALUE ...]`` options every entry point takes; ``--set``
     may be given several times, every occurrence adds to the overrides."""

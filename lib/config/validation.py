@@ -41,6 +41,7 @@ class ParsedSections:
 
     mining: object  # chip_generator.mining.MiningParams: the training pyramid and the chip settings
     test_levels: tuple  # lib.scales.ScaleLevel per test scale (TEST.SCALES, TEST.VALID_RANGES), finest first
+    test_batch_images: tuple  # TEST.BATCH_IMAGES as images per device, one count per test level
 
 
 def validate(cfg):
@@ -183,9 +184,9 @@ def _parse_sections(cfg):
     backbone_of(cfg)
     test_levels = pyramid(cfg.TEST, "TEST")
     mining = MiningParams.from_config(cfg)  # the training pyramid included
-    images_per_device(cfg.TEST, len(cfg.TEST.SCALES))
+    test_batch_images = images_per_device(cfg.TEST, len(test_levels))
     lr_step_epochs(cfg.TRAIN)
-    return ParsedSections(mining=mining, test_levels=test_levels)
+    return ParsedSections(mining=mining, test_levels=test_levels, test_batch_images=test_batch_images)
 
 
 def images_per_device(test_cfg, num_levels):

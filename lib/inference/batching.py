@@ -17,8 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lib.config.validation import images_per_device
-from lib.scales import pyramid
+from lib.config import test_pyramid
 
 
 @dataclass(frozen=True)
@@ -121,13 +120,12 @@ class BatchPlanner:
     ``extraction`` plans as the reference extracted proposals (see ``plan_level``)."""
 
     def __init__(self, cfg, devices, extraction=False):
-        self.levels = pyramid(cfg.TEST, "TEST")
+        self.levels, batch_images = test_pyramid(cfg)
         self.devices = devices
         self.extraction = extraction
         self.parts = cfg.TEST.BATCH_PARTS
         self.canvas_multiple = cfg.network.IMAGE_STRIDE
-        self.per_device = dict(zip((level.spec for level in self.levels),
-                                   images_per_device(cfg.TEST, len(self.levels))))
+        self.per_device = dict(zip((level.spec for level in self.levels), batch_images))
 
     def batch_counts(self, levels):
         """Images per forward pass at each of ``levels``: the config's count per device of the same scale

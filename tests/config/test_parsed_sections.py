@@ -21,6 +21,7 @@ def test_the_parsed_sections_are_the_sections_parsers_values():
     assert sections.mining.levels == (ScaleLevel(ScaleSpec(factor=2.0), (-1.0, 80.0)),
                                       ScaleLevel(ScaleSpec(short=800, long=1333), (32.0, -1.0)))
     assert sections.test_levels == (ScaleLevel(ScaleSpec(short=480, long=512), (-1.0, -1.0)),)
+    assert sections.test_batch_images == (1,)
     assert sections.mining == MiningParams.from_config(cfg)
 
 
@@ -48,3 +49,21 @@ def test_the_chip_worker_and_the_pixel_budget_take_the_training_pyramid_parsed_a
     entry = {"boxes": np.array([[10, 10, 60, 60]], np.float32), "width": 200, "height": 150}
     totals = epoch_pixel_budget([entry], cfg, np.random.default_rng(0))
     assert totals["images"] == 1 and totals["positive"].sum() >= 1
+
+
+def test_the_test_planner_takes_the_test_pyramid_parsed_at_load_and_parses_a_restored_one(monkeypatch):
+    from lib.inference import batching
+
+    cfg = load_config(None, [("TEST.SCALES", "[[480, 512], [64, 96]]"), ("TEST.VALID_RANGES", "[[-1, 80], [32, -1]]"),
+                             ("TEST.BATCH_IMAGES", "[3, 1]")])
+    restored = restore(plain(cfg))
+    planner = batching.BatchPlanner(restored, devices=2)  # an export's config: parsed here, once
+    assert planner.levels == parsed(cfg).test_levels and planner.batch_counts(planner.levels) == [6, 2]
+
+    def parse_again(*_):
+        raise AssertionError("the test section was parsed again")
+
+    monkeypatch.setattr("lib.scales.pyramid", parse_again)
+    monkeypatch.setattr("lib.config.validation.images_per_device", parse_again)
+    planner = batching.BatchPlanner(cfg, devices=1)
+    assert planner.levels is parsed(cfg).test_levels and planner.batch_counts(planner.levels[::-1]) == [1, 3]
