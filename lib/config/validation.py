@@ -42,6 +42,7 @@ class ParsedSections:
     mining: object  # chip_generator.mining.MiningParams: the training pyramid and the chip settings
     test_levels: tuple  # lib.scales.ScaleLevel per test scale (TEST.SCALES, TEST.VALID_RANGES), finest first
     test_batch_images: tuple  # TEST.BATCH_IMAGES as images per device, one count per test level
+    lr_step_epochs: tuple  # TRAIN.lr_step as increasing epochs (fractions allowed)
 
 
 def validate(cfg):
@@ -185,8 +186,8 @@ def _parse_sections(cfg):
     test_levels = pyramid(cfg.TEST, "TEST")
     mining = MiningParams.from_config(cfg)  # the training pyramid included
     test_batch_images = images_per_device(cfg.TEST, len(test_levels))
-    lr_step_epochs(cfg.TRAIN)
-    return ParsedSections(mining=mining, test_levels=test_levels, test_batch_images=test_batch_images)
+    return ParsedSections(mining=mining, test_levels=test_levels, test_batch_images=test_batch_images,
+                          lr_step_epochs=tuple(lr_step_epochs(cfg.TRAIN)))
 
 
 def images_per_device(test_cfg, num_levels):

@@ -24,8 +24,7 @@ import json
 import logging
 import os
 
-from lib.config import load_config
-from lib.config.validation import lr_step_epochs
+from lib.config import load_config, parsed
 from lib.run.checkpoint import checkpoint_prefix, output_dir, params_path
 from lib.run.folder import check_run_record
 from lib.start_checks import check_class_count, check_devices, check_training_start
@@ -107,7 +106,7 @@ class NegChipPipeline:
         overrides, rpn_overrides = list(overrides), list(rpn_overrides)
         base = load_config(cfg_file, overrides)
         rpn_prefix = base.TRAIN.model_prefix + RPN_PREFIX_SUFFIX
-        inside = [str(epoch) for epoch in lr_step_epochs(base.TRAIN) if epoch < rpn_epochs]
+        inside = [str(epoch) for epoch in parsed(base).lr_step_epochs if epoch < rpn_epochs]
         self.rpn_cfg = load_config(cfg_file, overrides + [("TRAIN.lr_step", ",".join(inside))] + rpn_overrides + [
             ("TRAIN.ONLY_PROPOSAL", "true"), ("TRAIN.USE_NEG_CHIPS", "false"), ("dataset.proposal", ""),
             ("TRAIN.model_prefix", rpn_prefix), ("TRAIN.begin_epoch", "0"), ("TRAIN.end_epoch", str(rpn_epochs))])

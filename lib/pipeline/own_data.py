@@ -31,14 +31,13 @@ from dataclasses import dataclass
 
 from lib.atomic import write_json
 from lib.benchmarking import markdown_table
-from lib.config import ConfigError, load_config, with_overrides
+from lib.config import ConfigError, load_config, parsed, with_overrides
 from lib.contexts import parse_contexts
 from lib.evaluation.coco_summary import defined, scored_max_dets
 from lib.pipeline.neg_chips import (DEFAULT_RPN_EPOCHS, NegChipPipeline, eval_stage, evaluated, run_stage,
                                     summary_path, train_stage)
 from lib.run.checkpoint import checkpoint_prefix, output_dir, params_path
 from lib.start_checks import check_training_start
-from lib.train.optimizer import lr_step_epochs
 from lib.train.progress import format_duration
 
 logger = logging.getLogger(__name__)
@@ -140,7 +139,7 @@ class OwnDataComparison:
         self.cfg_file, self.overrides, self.out, self.rpn_epochs = cfg_file, list(overrides), out, rpn_epochs
         base = load_config(cfg_file, self.overrides)  # a bad key or value fails here, before any work
         self.epochs = epochs or base.TRAIN.end_epoch
-        steps = [step * self.epochs / base.TRAIN.end_epoch for step in lr_step_epochs(base.TRAIN)]
+        steps = [step * self.epochs / base.TRAIN.end_epoch for step in parsed(base).lr_step_epochs]
         self.schedule = [("TRAIN.begin_epoch", "0"), ("TRAIN.end_epoch", str(self.epochs)),
                          ("TRAIN.lr_step", ",".join(f"{step:.4f}" for step in steps))]
         self.rows = plan_rows(sets, configs, empty_sets)

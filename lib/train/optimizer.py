@@ -7,19 +7,19 @@ lr/S * (S*g + wd*S*w) equals the fp32 update lr * (g + wd*w), applied to fp32 ma
 import mxnet as mx
 import numpy as np
 
-from lib.config.validation import lr_step_epochs
+from lib.config import parsed
 
 
-def lr_steps(train, iters_per_epoch):
-    """The ``TRAIN.lr_step`` epochs as increasing iteration numbers (at least 1)."""
-    return sorted({max(1, int(round(epoch * iters_per_epoch))) for epoch in lr_step_epochs(train)})
+def lr_steps(cfg, iters_per_epoch):
+    """The ``TRAIN.lr_step`` epochs (as parsed at load) as increasing iteration numbers (at least 1)."""
+    return sorted({max(1, int(round(epoch * iters_per_epoch))) for epoch in parsed(cfg).lr_step_epochs})
 
 
 def make_optimizer_params(cfg, iters_per_epoch, num_update, fp16):
     """optimizer_params for Module.init_optimizer(optimizer='sgd'), ``num_update`` iterations in."""
     scale = cfg.TRAIN.fp16_loss_scale if fp16 else 1.0
     lr = cfg.TRAIN.lr / scale
-    steps = lr_steps(cfg.TRAIN, iters_per_epoch)
+    steps = lr_steps(cfg, iters_per_epoch)
     warmup_steps = cfg.TRAIN.warmup_step if cfg.TRAIN.warmup else 0
     scheduler = mx.lr_scheduler.MultiFactorScheduler(
         step=steps or [10 ** 12], factor=cfg.TRAIN.lr_factor, base_lr=lr,

@@ -22,6 +22,7 @@ def test_the_parsed_sections_are_the_sections_parsers_values():
                                       ScaleLevel(ScaleSpec(short=800, long=1333), (32.0, -1.0)))
     assert sections.test_levels == (ScaleLevel(ScaleSpec(short=480, long=512), (-1.0, -1.0)),)
     assert sections.test_batch_images == (1,)
+    assert sections.lr_step_epochs == (5.33,)  # the default TRAIN.lr_step
     assert sections.mining == MiningParams.from_config(cfg)
 
 

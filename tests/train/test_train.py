@@ -284,9 +284,9 @@ def test_truncated_checkpoint_is_a_clear_error(tmp_path):
 def test_schedule_warmup_steps_and_fp16_rescaling():
     cfg = load_config(None, [("TRAIN.lr", "0.015"), ("TRAIN.warmup_lr", "0.0005"), ("TRAIN.warmup_step", "10"),
                              ("TRAIN.lr_step", "5.33"), ("TRAIN.wd", "0.0001")])
-    assert lr_steps(cfg.TRAIN, 100) == [533]
-    assert lr_steps(with_overrides(cfg, {"TRAIN.lr_step": "8,6", "TRAIN.end_epoch": 12}).TRAIN, 10) == [60, 80]
-    assert lr_steps(with_overrides(cfg, {"TRAIN.lr_step": ""}).TRAIN, 10) == []
+    assert lr_steps(cfg, 100) == [533]
+    assert lr_steps(with_overrides(cfg, {"TRAIN.lr_step": "8,6", "TRAIN.end_epoch": 12}), 10) == [60, 80]
+    assert lr_steps(with_overrides(cfg, {"TRAIN.lr_step": ""}), 10) == []
     params = make_optimizer_params(cfg, iters_per_epoch=100, num_update=0, fp16=False)
     schedule = params["lr_scheduler"]
     assert schedule(0) == pytest.approx(0.0005)
