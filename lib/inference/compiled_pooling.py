@@ -79,9 +79,12 @@ class CompiledPoolingGraph:
     bytes)`` makes a session; ``threads`` as OnnxNetwork's."""
 
     def __init__(self, path, session, library, threads=0):
-        import onnx
-        from onnx.utils import Extractor
-
+        try:
+            import onnx
+            from onnx.utils import Extractor
+        except ImportError:
+            raise CompiledPoolingError("cutting the graph at its poolings needs the onnx package (pinned in "
+                                       "requirements.txt)") from None
         from lib.inference.onnx_export import POOLINGS_KEY
 
         model = onnx.load(path)
