@@ -1,7 +1,7 @@
 """The head graph's deformable RoI poolings on lib/ops' compiled kernel, for the ONNX Runtime back end (no MXNet).
 
 ONNX Runtime's CPU RoiAlign, which the portable head graph pools with (lib/inference/onnx_export.py
-``_deformable_roi_pool``), takes about 9x the time of lib/ops' pooling. ``lib/ops/libsniper_pool.so`` (``make``) is
+``_deformable_roi_pool``), takes 6-9x the time of lib/ops' pooling. ``lib/ops/libsniper_pool.so`` (``make``) is
 that pooling's code (lib/ops/src/deformable_psroi_pooling.cc, the one MXNet's CompiledDeformablePSROIPooling runs)
 behind a plain C ABI (lib/ops/src/c_api), loaded here with ctypes. ``CompiledPoolingGraph`` cuts ``head.onnx`` (or
 ``mask.onnx``) at the poolings its metadata records (``POOLINGS_KEY``) with onnx.utils.Extractor and runs the
@@ -97,9 +97,9 @@ class CompiledPoolingGraph:
         graph = model.graph
         known = {v.name for v in (*graph.value_info, *graph.input, *graph.output)}
         # the cut needs the types of the tensors it cuts at, which shape inference leaves out behind RoiAlign
+        cut_at = dict.fromkeys(name for p in self.poolings for name in (p["data"], p["trans"], p["output"]) if name)
         graph.value_info.extend(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None)
-                                for p in self.poolings for name in (p["data"], p["trans"], p["output"])
-                                if name and name not in known)
+                                for name in cut_at if name not in known)
         self.inputs = [i.name for i in model.graph.input]
         self.outputs = [o.name for o in model.graph.output]
         extractor = Extractor(model)

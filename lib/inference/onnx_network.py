@@ -142,20 +142,20 @@ class OnnxNetwork:
         if mode == "graph":
             logger.info("%s: deformable RoI pooling by the graphs' RoiAlign (TEST.ONNX_POOLING graph)", directory)
             return "graph"
-        names = [self.description["graphs"][key] for key in POOLED_GRAPHS if key in self.sessions]
+        names = {key: self.description["graphs"][key] for key in POOLED_GRAPHS if key in self.sessions}
         try:
             if providers[0] != "CPUExecutionProvider":
                 raise CompiledPoolingError(f"the compiled pooling runs on the host, the graphs on {providers[0]}")
             library = load_library()
             self.sessions.update({key: CompiledPoolingGraph(os.path.join(directory, name), session, library, threads)
-                                  for key, name in zip(POOLED_GRAPHS, names)})
+                                  for key, name in names.items()})
         except CompiledPoolingError as err:
             if mode == "compiled":
                 raise BackendError(f"TEST.ONNX_POOLING compiled: {err}") from None
             logger.info("%s: deformable RoI pooling by the graphs' RoiAlign (%s)", directory, err)
             return "graph"
         logger.info("%s: deformable RoI pooling compiled (lib/ops/libsniper_pool.so) between pieces of %s", directory,
-                    " and ".join(names))
+                    " and ".join(names.values()))
         return "compiled"
 
     def forward(self, data, im_info):
