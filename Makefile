@@ -49,6 +49,9 @@ NUMPY2_COMPAT := tools/numpy2_compat/sniper_numpy2_compat.py
 STAMP := $(VENV)/.installed-$(MXNET)-$(MXNET_VERSION)
 OPS_LIB := lib/ops/libsniper_ops.so
 OPS_SRC := $(wildcard lib/ops/src/*.cc lib/ops/src/*.h)
+# The deformable RoI pooling behind a plain C ABI, without MXNet (the ONNX Runtime back end's compiled head path)
+POOL_LIB := lib/ops/libsniper_pool.so
+POOL_SRC := lib/ops/src/deformable_psroi_pooling.cc lib/ops/src/c_api/deformable_roi_pool.cc
 CXXFLAGS_OPS := -std=c++17 -O3 -fPIC -shared -fopenmp -Wall -Wno-unused-function
 # With a CUDA MXNet the operator also gets a GPU forward (inputs copied to the host and back).
 CUDA_FLAGS = -DSNIPER_WITH_CUDA $(addprefix -I,$(1))
@@ -151,7 +154,7 @@ $(STAMP): requirements.txt constraints.txt constraints-numpy2.txt $(NUMPY2_COMPA
 	[ -L $(VENV) ] || echo "$(CURDIR)" > $(SITE_PACKAGES)/sniper_checkout.pth
 	rm -f $(VENV)/.installed-* && echo $(MXNET) > $(VENV)/.mxnet-variant && touch $@
 
-build: extensions $(OPS_LIB)
+build: extensions $(OPS_LIB) $(POOL_LIB)
 
 # setuptools and cythonize rebuild only what changed (or what was deleted), so this is cheap to re-run.
 extensions: $(STAMP)
@@ -160,6 +163,11 @@ extensions: $(STAMP)
 # The MultiProposalTarget operator, loaded at run time with mx.library.load.
 $(OPS_LIB): $(STAMP) $(OPS_SRC)
 	$(call build_ops,$@,$(OPS_VARIANT_FLAGS),$(OPS_VARIANT_LDFLAGS))
+
+# The same pooling code for lib/inference/compiled_pooling.py (ctypes): no MXNet, no Python, so one build
+# serves both Python lanes.
+$(POOL_LIB): $(POOL_SRC) lib/ops/src/deformable_psroi_pooling.h
+	$(CXX) $(CXXFLAGS_OPS) -Ilib/ops/src $(POOL_SRC) -o $@
 
 ops-cuda-check: $(OPS_CUDA_LIB)
 $(CUDA_CHECK_DIR)/pkg/.installed:
@@ -196,7 +204,7 @@ train: build
 # clean keeps the default MXNet GPU build (hours of compiling, build/mxnet-gpu); distclean removes it too
 clean:
 	[ ! -d build ] || find build -mindepth 1 -maxdepth 1 ! -name mxnet-gpu -exec rm -rf {} +
-	rm -f $(OPS_LIB)
+	rm -f $(OPS_LIB) $(POOL_LIB)
 	find lib chip_generator \( -name '*.so' -o -name '*.cpp' -path '*_cy*' \) -delete
 	find lib chip_generator -name '*.pyx' | sed 's/\.pyx$$/.c/' | xargs rm -f
 	find lib chip_generator -name '*.pyx' | sed 's/\.pyx$$/.cpp/' | xargs rm -f

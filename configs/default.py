@@ -227,6 +227,10 @@ DEFAULTS = {
         # onnx/<checkpoint name>/ beside it) on ONNX Runtime's CPU provider, the rest of the test unchanged
         # (lib/inference/onnx_network.py; Python >= 3.11). main_test.py / demo.py: --backend.
         "BACKEND": "mxnet",
+        # the onnxruntime back end's R-CNN head: "auto" pools on lib/ops' compiled kernel (lib/ops/libsniper_pool.so,
+        # `make`) between pieces of head.onnx when it loads, else with the graph's RoiAlign; "compiled" refuses to
+        # run without it; "graph" always runs head.onnx whole (lib/inference/compiled_pooling.py).
+        "ONNX_POOLING": "auto",
         "RPN_PRE_NMS_TOP_N": 12000,  # what the reference's operator used (its config said 6000, unread)
         "RPN_POST_NMS_TOP_N": 300,
         "RPN_NMS_THRESH": 0.7,

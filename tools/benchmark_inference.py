@@ -18,8 +18,10 @@ pass, as the median of ``--runs`` runs over ``--images`` random images of ``--im
 ``--deformable stock compiled`` the SNIPER rows are repeated for each network.CPU_DEFORMABLE_OPS value (the
 same weights), the variants taking turns within every run so that machine load hits them alike; with
 ``--backend mxnet onnxruntime`` likewise for MXNet and ONNX Runtime (the ONNX export of the same weights, as
-many threads: OMP_NUM_THREADS for both; ``onnxruntime-int8``: that export with its body quantised to int8,
-tools/export_model.py --quantize int8, calibrated on the benchmark's own images). GluonCV's
+many threads: OMP_NUM_THREADS for both; ``onnxruntime`` pools in the head as TEST.ONNX_POOLING says (auto: lib/ops'
+compiled pooling where built); ``onnxruntime-graph``: that export with its head run whole (TEST.ONNX_POOLING graph,
+RoiAlign pooling); ``onnxruntime-int8``: that export with its body quantised to int8, tools/export_model.py
+--quantize int8, calibrated on the benchmark's own images). GluonCV's
 ``faster_rcnn_resnet101_v1d_coco`` (built with pretrained=False, pretrained_base=False: no download) runs in
 the same process on the first context at the same input sizes, one image per call. Weights are the
 checkpoint's when it exists, else random: speed does not depend on them, except that random weights give
@@ -51,7 +53,7 @@ from lib.run.folder import add_model_arguments, checkpoint_classes, config_from_
 from lib.scales import ScaleLevel
 from symbols import inference_symbol
 
-ONNX_BACKENDS = ("onnxruntime", "onnxruntime-int8")
+ONNX_BACKENDS = ("onnxruntime", "onnxruntime-graph", "onnxruntime-int8")
 
 
 def side_by_side(calls, runs):
@@ -82,6 +84,7 @@ def load_detectors(cfg, num_classes, variants, backends=("mxnet",), folder=None,
     """({(variant, backend): Detector}, weights): one Detector per network.CPU_DEFORMABLE_OPS value in
     ``variants`` (None: the config's) on MXNet and, with "onnxruntime" in ``backends``, one on ONNX Runtime (the
     export of the same weights into ``folder``, as many intra-op threads as OMP_NUM_THREADS gives MXNet), with
+    "onnxruntime-graph" one on that export with its head run whole (TEST.ONNX_POOLING graph), with
     "onnxruntime-int8" one on that export quantised to int8 (calibrated on the ``calibration`` images), on the
     same weights, the checkpoint's when it exists, else random."""
     path = checkpoint_file(cfg)
@@ -116,7 +119,8 @@ def load_detectors(cfg, num_classes, variants, backends=("mxnet",), folder=None,
             from lib.inference.onnx_quantize import quantize_export
 
             quantize_export(export, calibration)
-        detectors[(None, backend)] = Detector.from_onnx(export, cfg, classes,
+        run_cfg = with_overrides(cfg, {"TEST.ONNX_POOLING": "graph"}) if backend == "onnxruntime-graph" else cfg
+        detectors[(None, backend)] = Detector.from_onnx(export, run_cfg, classes,
                                                         threads=int(os.environ.get("OMP_NUM_THREADS", 0)))
     return detectors, weights
 
@@ -234,8 +238,9 @@ def main(argv=None):
                         help="null forward: TEST.NUM_PROCESS values to compare (default: 0 and the config's)")
     parser.add_argument("--backend", nargs="+", choices=("mxnet",) + ONNX_BACKENDS, default=["mxnet"],
                         help="SNIPER rows for each back end (TEST.BACKEND), side by side on the same weights and "
-                             "threads (onnxruntime: the ONNX export, made in a temporary folder; onnxruntime-int8: "
-                             "its body quantised to int8, calibrated on the benchmark's images)")
+                             "threads (onnxruntime: the ONNX export, made in a temporary folder, its head pooling "
+                             "as TEST.ONNX_POOLING says; onnxruntime-graph: its head run whole (RoiAlign pooling); "
+                             "onnxruntime-int8: its body quantised to int8, calibrated on the benchmark's images)")
     parser.add_argument("--deformable", nargs="+", choices=("stock", "compiled"),
                         help="SNIPER rows for each network.CPU_DEFORMABLE_OPS value, side by side "
                              "(default: the config's only)")

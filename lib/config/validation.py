@@ -31,6 +31,7 @@ VARIANT_KEYS = {
     "TEST.PROPOSAL_LAYER": ("reference", "stock"),
     "TEST.VOC_EVAL_RULES": ("reference", "exact"),
     "TEST.BACKEND": ("mxnet", "onnxruntime"),
+    "TEST.ONNX_POOLING": ("auto", "compiled", "graph"),
 }
 
 

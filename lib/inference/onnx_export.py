@@ -22,7 +22,9 @@ border so that ONNX's sampling (bilinear with zero padding) gives MXNet's (a poi
 is 0, one in the last row or column takes that row or column): ``_mxnet_border_offsets``. The deformable
 PS-ROI pooling (group_size 1 only: deformable RoI pooling) becomes ONNX ``RoiAlign`` with one box per
 (roi, bin) and one output cell per sample, and the operator's validity mask and mean as a small MatMul
-(``_deformable_roi_pool``), the sampling rules of lib/ops.
+(``_deformable_roi_pool``), the sampling rules of lib/ops. The head records its poolings (inputs, output,
+settings) in its metadata (``POOLINGS_KEY``), so that a runtime with lib/ops' compiled pooling can cut the graph
+at them and pool between the pieces (lib/inference/compiled_pooling.py); other runtimes run the whole graph.
 """
 import ast
 import json
@@ -39,6 +41,7 @@ BODY_OUTPUTS = ("rpn_cls_prob", "rpn_bbox_pred", "features")
 HEAD_OUTPUTS = ("cls_prob", "bbox_pred")
 MASK_OUTPUT = "mask_prob"
 MASK_ROIS = "mask_rois"  # the mask graph's rois input (symbols.sniper.mask_inference_symbol)
+POOLINGS_KEY = "sniper.deformable_roi_poolings"  # metadata: JSON list of GraphBuilder.poolings
 
 
 class ExportError(UserError, ValueError):
@@ -65,6 +68,7 @@ class GraphBuilder:
         self.params = params  # name -> NumPy array (arguments and auxiliary states)
         self.nodes, self.initializers, self.names = [], [], set()
         self.count = 0
+        self.poolings = []  # per deformable RoI pooling: its tensors' names and settings (POOLINGS_KEY)
 
     def fresh(self, hint):
         self.count += 1
@@ -303,7 +307,10 @@ def _deformable_roi_pool(g, name, data, rois, trans, pooled, samples, spatial_sc
                                   g.op("Reshape", [share, g.const([-1, S * S, 1], np.int64)])])  # (N, C, 1)
     per_roi = g.op("Concat", [g.const([-1, P, P], np.int64), channels], axis=0)
     pooled_rois = g.op("Reshape", [pooled_bins, per_roi])  # (B * R, P, P, C)
-    return g.op("Transpose", [pooled_rois], f"{name}_pooled", perm=[0, 3, 1, 2])
+    output = g.op("Transpose", [pooled_rois], f"{name}_pooled", perm=[0, 3, 1, 2])
+    g.poolings.append({"data": data, "rois": rois, "trans": trans, "output": output, "pooled_size": P,
+                       "sample_per_part": S, "spatial_scale": spatial_scale, "trans_std": trans_std})
+    return output
 
 
 def _deconvolution(g, name, inputs, attrs):
@@ -378,7 +385,10 @@ def translate_graph(nodes, params, outputs, inputs, name, rois=None):
                     for input_name, shape in inputs.values()]
     graph_outputs = [helper.make_tensor_value_info(output_name, TensorProto.FLOAT, [None] * rank)
                      for output_name, (_, rank) in outputs.items()]
-    return g.model(graph_inputs, graph_outputs, name)
+    model = g.model(graph_inputs, graph_outputs, name)
+    if g.poolings:
+        helper.set_model_props(model, {POOLINGS_KEY: json.dumps(g.poolings)})
+    return model
 
 
 def graph_cut(nodes):

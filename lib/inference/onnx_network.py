@@ -20,6 +20,7 @@ import sys
 
 import numpy as np
 
+from configs.default import DEFAULTS
 from lib.boxes.proposals import proposals
 from lib.config.core import restore
 from lib.errors import UserError
@@ -79,6 +80,7 @@ def read_description(directory):
 
 
 OPTIMIZATION_LEVELS = ("none", "basic", "extended", "all")
+POOLED_GRAPHS = ("head", "mask")  # the graphs with deformable RoI poolings (in this order)
 
 
 def session_options(ort, threads=0, optimization="all"):
@@ -95,8 +97,9 @@ def session_options(ort, threads=0, optimization="all"):
 class OnnxNetwork:
     """The two graphs of an ONNX export folder in ONNX Runtime sessions (``providers``: ONNX Runtime's execution
     providers, by default the CPU's; ``threads``: intra-op threads, 0 = ONNX Runtime's default);
-    ``test_cfg`` (a config's TEST section) gives the proposal rules' settings (default: the exported
-    config's)."""
+    ``test_cfg`` (a config's TEST section) gives the proposal rules' settings and TEST.ONNX_POOLING (default: the
+    exported config's): on the CPU provider the head's (and mask graph's) poolings run on lib/ops' compiled kernel
+    between pieces of the graph (lib/inference/compiled_pooling.py) unless it says "graph"."""
 
     contexts = ("onnxruntime-cpu",)  # one device: a forward pass takes the whole batch
 
@@ -123,6 +126,37 @@ class OnnxNetwork:
         if self.cfg.TRAIN.WITH_MASK and not self.has_masks:
             raise BackendError(f"{directory}: the export of a TRAIN.WITH_MASK network lacks its mask graph "
                                f"(export it again: tools/export_model.py --format onnx)")
+        if "head" not in self.sessions:
+            raise BackendError(f"{directory}: {DESCRIPTION} names no head graph (export it again: "
+                               f"tools/export_model.py --format onnx)")
+        self.pooling = self._pool_compiled(
+            directory, lambda model: ort.InferenceSession(model, options, providers=list(providers)), threads,
+            providers)
+
+    def _pool_compiled(self, directory, session, threads, providers):
+        """Replace the sessions of the graphs with deformable RoI poolings (head, mask) by CompiledPoolingGraphs
+        where TEST.ONNX_POOLING and the library allow; log which pooling runs, return "compiled" or "graph"."""
+        from lib.inference.compiled_pooling import CompiledPoolingError, CompiledPoolingGraph, load_library
+
+        mode = self.test.get("ONNX_POOLING", DEFAULTS["TEST"]["ONNX_POOLING"])
+        if mode == "graph":
+            logger.info("%s: deformable RoI pooling by the graphs' RoiAlign (TEST.ONNX_POOLING graph)", directory)
+            return "graph"
+        names = {key: self.description["graphs"][key] for key in POOLED_GRAPHS if key in self.sessions}
+        try:
+            if providers[0] != "CPUExecutionProvider":
+                raise CompiledPoolingError(f"the compiled pooling runs on the host, the graphs on {providers[0]}")
+            library = load_library()
+            self.sessions.update({key: CompiledPoolingGraph(os.path.join(directory, name), session, library, threads)
+                                  for key, name in names.items()})
+        except CompiledPoolingError as err:
+            if mode == "compiled":
+                raise BackendError(f"TEST.ONNX_POOLING compiled: {err}") from None
+            logger.info("%s: deformable RoI pooling by the graphs' RoiAlign (%s)", directory, err)
+            return "graph"
+        logger.info("%s: deformable RoI pooling compiled (lib/ops/libsniper_pool.so) between pieces of %s", directory,
+                    " and ".join(names.values()))
+        return "compiled"
 
     def forward(self, data, im_info):
         """Outputs by name (NumPy) of one forward pass on ``data`` (B, 3, h, w) float32, ``im_info`` (B, 3), as

@@ -18,7 +18,7 @@ from detector_helpers import WITHOUT_MXNET  # noqa: E402
 from lib.bootstrap import ROOT  # noqa: E402
 from lib.boxes import bbox_overlaps  # noqa: E402  (the imports below need onnx)
 from lib.config import with_overrides  # noqa: E402
-from lib.inference import onnx_network  # noqa: E402
+from lib.inference import compiled_pooling, onnx_network  # noqa: E402
 from lib.inference.detector import Detector  # noqa: E402
 from lib.inference.export import export_onnx  # noqa: E402
 from lib.inference.onnx_export import OPSET, ExportError, translate_graph  # noqa: E402
@@ -86,9 +86,26 @@ def test_deformable_roi_pooling_is_mxnets(with_trans):
     assert found.shape == (images * per_image, channels, 7, 7)
     if not with_trans:
         assert not found[per_image].any() and found[0].all()
+    library = compiled_pooling.load_library()
+    by_c_abi = compiled_pooling.deformable_roi_pool(library, data, batch_rois, trans if with_trans else None, 7, 4,
+                                                    1 / 16, 0.1 if with_trans else 0.0)
     for symbol in (stock, compiled):
         expected = symbol.eval(mx.cpu(), **{k: mx.nd.array(v) for k, v in arrays.items()})[0].asnumpy()
         np.testing.assert_allclose(found, expected, atol=1e-5)
+        np.testing.assert_allclose(by_c_abi, expected, atol=1e-6)
+    np.testing.assert_allclose(by_c_abi, found, atol=1e-5)
+
+
+def test_the_c_abi_pooling_takes_no_rois_and_refuses_a_bad_image_index_in_one_line():
+    library = compiled_pooling.load_library()
+    data = np.ones((2, 3, 4, 5), np.float32)
+    assert compiled_pooling.deformable_roi_pool(library, data, np.zeros((0, 5)), None, 7, 2, 0.5, 0.0).shape == \
+        (0, 3, 7, 7)
+    rois = np.array([[0, 1, 1, 4, 4], [2, 1, 1, 4, 4]], np.float32)
+    with pytest.raises(ValueError, match=r"roi 1 has batch index 2.0, outside \[0, 2\)$"):
+        compiled_pooling.deformable_roi_pool(library, data, rois, None, 7, 2, 0.5, 0.0)
+    with pytest.raises(compiled_pooling.CompiledPoolingError, match="nowhere.so not found \\(build it: make\\)$"):
+        compiled_pooling.load_library("nowhere.so")
 
 
 def test_export_refuses_what_it_does_not_translate_in_one_line():
@@ -168,6 +185,46 @@ def test_onnx_runtime_gives_mxnets_multi_scale_detections(tiny, exported):
         assert_same_detections(image_expected, image_found)
 
 
+def test_the_compiled_head_pooling_gives_the_graphs_outputs_and_detections(tiny, exported, caplog):
+    """TEST.ONNX_POOLING auto (the default) runs head.onnx in pieces around lib/ops' compiled pooling: its head
+    outputs are the whole graph's (RoiAlign) to float rounding and its detections MXNet's and the graph's."""
+    cfg, folder = exported
+    with caplog.at_level("INFO", logger=onnx_network.__name__):
+        compiled = Detector.from_onnx(folder)
+        graph = Detector.from_onnx(folder, with_overrides(cfg, {"TEST.ONNX_POOLING": "graph"}))
+    assert (compiled.network.pooling, graph.network.pooling) == ("compiled", "graph")
+    assert isinstance(compiled.network.sessions["head"], compiled_pooling.CompiledPoolingGraph)
+    assert len(compiled.network.sessions["head"].poolings) == 2  # the plain pooling, then the offset one
+    assert [r.getMessage().split(": ", 1)[1] for r in caplog.records if "RoI pooling" in r.getMessage()] == [
+        "deformable RoI pooling compiled (lib/ops/libsniper_pool.so) between pieces of head.onnx",
+        "deformable RoI pooling by the graphs' RoiAlign (TEST.ONNX_POOLING graph)"]
+    rng = np.random.default_rng(5)
+    feeds = {"features": graph.network.sessions["body"].run(["features"], {
+        "data": rng.normal(size=(2, 3, 100, 130)).astype(np.float32)})[0]}
+    feeds["rois"] = np.concatenate([rng.uniform(-20, 60, (2, 30, 2)), rng.uniform(40, 160, (2, 30, 2))],
+                                   axis=2).astype(np.float32)  # some beyond the map's borders, some inverted
+    for found, expected in zip(compiled.network.sessions["head"].run(None, feeds),
+                               graph.network.sessions["head"].run(None, feeds)):
+        np.testing.assert_allclose(found, expected, rtol=1e-4, atol=1e-5)
+    images = blurred_images(seed=3)
+    on_mxnet = Detector.from_params(cfg, ["__background__", "cat4", "cat9"], *tiny[1:]).detect(images)
+    for expected, by_graph, by_compiled in zip(on_mxnet, graph.detect(images), compiled.detect(images)):
+        assert_same_detections(expected, by_compiled)
+        assert_same_detections(by_graph, by_compiled)
+
+
+def test_without_the_library_the_head_runs_whole_or_is_refused_in_one_line(exported, monkeypatch, caplog):
+    cfg, folder = exported
+    monkeypatch.setattr(compiled_pooling, "LIBRARY", "/nowhere/libsniper_pool.so")
+    with caplog.at_level("INFO", logger=onnx_network.__name__):
+        assert Detector.from_onnx(folder).network.pooling == "graph"
+    assert "deformable RoI pooling by the graphs' RoiAlign (/nowhere/libsniper_pool.so not found (build it: make))" \
+        in caplog.text
+    with pytest.raises(onnx_network.BackendError, match="^TEST.ONNX_POOLING compiled: /nowhere/libsniper_pool.so not "
+                                                        "found \\(build it: make\\)$"):
+        Detector.from_onnx(folder, with_overrides(cfg, {"TEST.ONNX_POOLING": "compiled"}))
+
+
 def detections_without_mxnet(folder, images, tmp_path):
     """The detections of ``images`` by the ONNX export ``folder`` in a child process in which importing mxnet
     fails (two pipeline workers included), checked to have loaded no MXNet module."""
@@ -182,6 +239,7 @@ detector = Detector.from_onnx({folder!r})
 found = dict(detector.run(ArrayImages(images), num_workers=2))
 np.savez({str(tmp_path / "found.npz")!r}, *[found[i] for i in range(len(images))])
 assert not [name for name in sys.modules if name.split(".")[0] == "mxnet"]
+assert detector.network.pooling == "compiled"
 """
     result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
                             env={**os.environ, "PYTHONPATH": ROOT})
@@ -259,6 +317,11 @@ def test_what_the_export_and_the_back_end_do_not_cover_is_refused_in_one_line(ex
     (tmp_path / "no_mask").mkdir()
     (tmp_path / "no_mask" / "model.json").write_text(json.dumps({**description, "graphs": {}}))
     with pytest.raises(onnx_network.BackendError, match="lacks its mask graph"):
+        Detector.from_onnx(str(tmp_path / "no_mask"))
+    description["config"]["TRAIN"]["WITH_MASK"] = False
+    (tmp_path / "no_mask" / "model.json").write_text(json.dumps({**description, "graphs": {"body": "body.onnx"}}))
+    os.symlink(os.path.join(exported[1], "body.onnx"), tmp_path / "no_mask" / "body.onnx")
+    with pytest.raises(onnx_network.BackendError, match="model.json names no head graph"):
         Detector.from_onnx(str(tmp_path / "no_mask"))
     with pytest.raises(ConfigError, match="RPN-only networks \\(proposal extraction\\) run on mxnet"):
         Detector.from_config(with_overrides(cfg, {"TEST.BACKEND": "onnxruntime"}), cfg.TEST.MODEL, None,

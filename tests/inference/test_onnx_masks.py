@@ -81,6 +81,7 @@ def test_onnx_runtime_gives_mxnets_masks(mask_export):
     on_mxnet = Detector.from_params(cfg, CLASSES, args, aux, contexts=[mx.cpu()])
     on_onnx = Detector.from_onnx(folder)
     assert on_onnx.mask_head is not None
+    assert type(on_onnx.network.sessions["mask"]).__name__ == "CompiledPoolingGraph"  # the pooling of lib/ops
     ious = []
     for image in images():
         expected, found = on_mxnet(image), on_onnx(image)

@@ -162,18 +162,20 @@ def test_export_tool_quantizes_on_the_test_set(exports, tmp_path):
     assert len(bad.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.slow  # three back ends in a subprocess: ~30 s (100 s loaded); the quantisation itself is tested above
+@pytest.mark.slow  # four back ends in a subprocess: ~30 s (100 s loaded); the quantisation itself is tested above
 def test_the_inference_benchmark_has_an_int8_row_beside_the_float_ones(tmp_path):
+    """... and the float export's head run whole (onnxruntime-graph) beside its compiled pooling (onnxruntime)."""
     result = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "benchmark_inference.py"), "--cfg",
                              os.path.join(ROOT, "configs", "faster", "sniper_synthetic_tiny.yml"), "--set", "gpus", "",
                              "TEST.fp16", "false", "TEST.NUM_PROCESS", "0", "--no_gluoncv", "--images", "1", "--runs",
-                             "1", "--image_size", "64", "96", "--backend", "mxnet", "onnxruntime", "onnxruntime-int8"],
+                             "1", "--image_size", "64", "96", "--backend", "mxnet", "onnxruntime", "onnxruntime-int8",
+                             "onnxruntime-graph"],
                             cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [line.split("|")[1:3] for line in result.stdout.splitlines() if line.startswith("| SNIPER")]
     assert [(model.strip(), test.strip()) for model, test in rows] == [
         (f"SNIPER resnet_tiny, {backend}", test) for test in ("single-scale", "multi-scale")
-        for backend in ("mxnet", "onnxruntime", "onnxruntime-int8")]
+        for backend in ("mxnet", "onnxruntime", "onnxruntime-graph", "onnxruntime-int8")]
 
 
 def test_the_profile_tool_shows_int8_convolutions_and_the_pooling_per_setting(exports, tmp_path):
