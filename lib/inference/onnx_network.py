@@ -114,49 +114,53 @@ class OnnxNetwork:
                            "float32: about as fast as the float32 export (ResNet-101 at 320x480 on 2 threads: 8.5 "
                            "against 9.3 s per image) and a little less exact; export without --fp16 for CPUs",
                            directory)
-        self.sessions = {}
-        for key, name in self.description["graphs"].items():
-            path = os.path.join(directory, name)
-            if not os.path.isfile(path):
-                raise FileNotFoundError(f"{path} not found (the export folder {directory} is incomplete)")
-            self.sessions[key] = ort.InferenceSession(path, options, providers=list(providers))
-        self.stride = int(self.description["stride"])
-        self.anchors = self.description["anchors"]
-        self.has_masks = "mask" in self.sessions
-        if self.cfg.TRAIN.WITH_MASK and not self.has_masks:
+        graphs = self.description["graphs"]
+        if self.cfg.TRAIN.WITH_MASK and "mask" not in graphs:
             raise BackendError(f"{directory}: the export of a TRAIN.WITH_MASK network lacks its mask graph "
                                f"(export it again: tools/export_model.py --format onnx)")
-        if "head" not in self.sessions:
+        if "head" not in graphs:
             raise BackendError(f"{directory}: {DESCRIPTION} names no head graph (export it again: "
                                f"tools/export_model.py --format onnx)")
-        self.pooling = self._pool_compiled(
-            directory, lambda model: ort.InferenceSession(model, options, providers=list(providers)), threads,
-            providers)
+        paths = {key: os.path.join(directory, name) for key, name in graphs.items()}
+        for path in paths.values():
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"{path} not found (the export folder {directory} is incomplete)")
+        self.stride = int(self.description["stride"])
+        self.anchors = self.description["anchors"]
+        self.has_masks = "mask" in graphs
 
-    def _pool_compiled(self, directory, session, threads, providers):
-        """Replace the sessions of the graphs with deformable RoI poolings (head, mask) by CompiledPoolingGraphs
-        where TEST.ONNX_POOLING and the library allow; log which pooling runs, return "compiled" or "graph"."""
+        def session(model):
+            return ort.InferenceSession(model, options, providers=list(providers))
+
+        # the graphs with poolings run as compiled-pooling pieces where allowed, the rest (and those otherwise)
+        # as whole sessions: each graph is loaded once
+        self.sessions = self._pool_compiled(directory, paths, session, threads, providers)
+        self.pooling = "compiled" if self.sessions else "graph"
+        self.sessions.update({key: session(path) for key, path in paths.items() if key not in self.sessions})
+
+    def _pool_compiled(self, directory, paths, session, threads, providers):
+        """CompiledPoolingGraphs of the graphs with deformable RoI poolings (head, mask) where TEST.ONNX_POOLING
+        and the library allow, by key (none: the graphs pool with their RoiAlign); logs which pooling runs."""
         from lib.inference.compiled_pooling import CompiledPoolingError, CompiledPoolingGraph, load_library
 
         mode = self.test.get("ONNX_POOLING", DEFAULTS["TEST"]["ONNX_POOLING"])
         if mode == "graph":
             logger.info("%s: deformable RoI pooling by the graphs' RoiAlign (TEST.ONNX_POOLING graph)", directory)
-            return "graph"
-        names = {key: self.description["graphs"][key] for key in POOLED_GRAPHS if key in self.sessions}
+            return {}
+        pooled = [key for key in POOLED_GRAPHS if key in paths]
         try:
             if providers[0] != "CPUExecutionProvider":
                 raise CompiledPoolingError(f"the compiled pooling runs on the host, the graphs on {providers[0]}")
             library = load_library()
-            self.sessions.update({key: CompiledPoolingGraph(os.path.join(directory, name), session, library, threads)
-                                  for key, name in names.items()})
+            compiled = {key: CompiledPoolingGraph(paths[key], session, library, threads) for key in pooled}
         except CompiledPoolingError as err:
             if mode == "compiled":
                 raise BackendError(f"TEST.ONNX_POOLING compiled: {err}") from None
             logger.info("%s: deformable RoI pooling by the graphs' RoiAlign (%s)", directory, err)
-            return "graph"
+            return {}
         logger.info("%s: deformable RoI pooling compiled (lib/ops/libsniper_pool.so) between pieces of %s", directory,
-                    " and ".join(names.values()))
-        return "compiled"
+                    " and ".join(os.path.basename(paths[key]) for key in pooled))
+        return compiled
 
     def forward(self, data, im_info):
         """Outputs by name (NumPy) of one forward pass on ``data`` (B, 3, h, w) float32, ``im_info`` (B, 3), as
