@@ -32,6 +32,7 @@ the GluonCV rows include SNIPER's pool; a back end's own peak needs a run with t
 import _bootstrap  # noqa: F401  (repository root on sys.path, the project's virtualenv)
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -108,16 +109,19 @@ def load_detectors(cfg, num_classes, variants, backends=("mxnet",), folder=None,
             c = cfg if variant is None else with_overrides(cfg, {"network.CPU_DEFORMABLE_OPS": variant})
             detectors[(variant, "mxnet")] = Detector.from_params(c, classes, arg_params, aux_params, rpn_only=rpn_only,
                                                                  source=weights)
+    float_export = os.path.join(folder, "float32")  # one export serves onnxruntime and onnxruntime-graph
     for backend in [b for b in ONNX_BACKENDS if b in backends]:
         if rpn_only:
             raise ConfigError(f"--backend {backend}: RPN-only networks (proposal extraction) run on mxnet")
         from lib.inference.export import export_onnx_params
 
-        export = os.path.join(folder, backend)
-        export_onnx_params(cfg, classes, arg_params, aux_params, export, weights)
-        if backend == "onnxruntime-int8":
+        if not os.path.isdir(float_export):
+            export_onnx_params(cfg, classes, arg_params, aux_params, float_export, weights)
+        export = float_export
+        if backend == "onnxruntime-int8":  # quantised in place: a copy of the float export
             from lib.inference.onnx_quantize import quantize_export
 
+            export = shutil.copytree(float_export, os.path.join(folder, "int8"))
             quantize_export(export, calibration)
         run_cfg = with_overrides(cfg, {"TEST.ONNX_POOLING": "graph"}) if backend == "onnxruntime-graph" else cfg
         detectors[(None, backend)] = Detector.from_onnx(export, run_cfg, classes,
